@@ -1,0 +1,166 @@
+//! Typed purchase configurations (`Configuration.data`).
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use serde::{Deserialize, Serialize};
+
+use crate::common::{Configuration, FlavorTypeIdentifier, HostingPolicy};
+use crate::error::DecodeError;
+use crate::flavor::Gpu;
+use crate::quantity::{self, Amount};
+use crate::raw::{self, RawObject};
+
+/// The partition of a K8Slice being bought.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct K8SliceConfiguration {
+    /// CPU.
+    #[serde(deserialize_with = "quantity::lenient")]
+    pub cpu: Quantity,
+    /// Memory.
+    #[serde(deserialize_with = "quantity::lenient")]
+    pub memory: Quantity,
+    /// Pod slots.
+    #[serde(deserialize_with = "quantity::lenient")]
+    pub pods: Quantity,
+    /// GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<Gpu>,
+    /// Storage.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "quantity::lenient_opt"
+    )]
+    pub storage: Option<Quantity>,
+}
+
+/// Parameters of a Service being bought.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceConfiguration {
+    /// Where the instance runs; the flavor's first policy when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosting_policy: Option<HostingPolicy>,
+    /// Values for the blueprint's templates, checked against `configurationTemplate`.
+    #[serde(default = "raw::empty_object")]
+    pub configuration_data: RawObject,
+}
+
+/// A decoded configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ConfigurationData {
+    /// A K8Slice partition.
+    K8Slice(K8SliceConfiguration),
+    /// Service parameters.
+    Service(ServiceConfiguration),
+    /// `VM` / `Sensor`: accepted without parsing, as upstream.
+    Unparsed(FlavorTypeIdentifier),
+}
+
+impl Configuration {
+    /// A K8Slice configuration.
+    pub fn k8slice(c: &K8SliceConfiguration) -> Self {
+        Configuration {
+            type_: FlavorTypeIdentifier::K8Slice.as_str().into(),
+            data: serde_json::to_value(c).unwrap_or_else(|_| raw::empty_object()),
+        }
+    }
+
+    /// A Service configuration.
+    pub fn service(c: &ServiceConfiguration) -> Self {
+        Configuration {
+            type_: FlavorTypeIdentifier::Service.as_str().into(),
+            data: serde_json::to_value(c).unwrap_or_else(|_| raw::empty_object()),
+        }
+    }
+
+    /// Decodes `data` by `type`; `field` is where this configuration sits (e.g. `spec.configuration`).
+    pub fn parse(&self, field: &str) -> Result<ConfigurationData, DecodeError> {
+        let data_field = format!("{field}.data");
+        match FlavorTypeIdentifier::from_crd(&self.type_) {
+            Some(FlavorTypeIdentifier::K8Slice) => {
+                let c: K8SliceConfiguration = raw::decode(&data_field, &self.data)?;
+                for (key, q) in [("cpu", &c.cpu), ("memory", &c.memory), ("pods", &c.pods)]
+                    .into_iter()
+                    .chain(c.storage.as_ref().map(|s| ("storage", s)))
+                {
+                    let a = Amount::of(q).map_err(|e| {
+                        DecodeError::new(format!("{data_field}.{key}"), e.to_string())
+                    })?;
+                    if a.nanos < 0 {
+                        return Err(DecodeError::new(
+                            format!("{data_field}.{key}"),
+                            "must not be negative",
+                        ));
+                    }
+                }
+                Ok(ConfigurationData::K8Slice(c))
+            }
+            Some(FlavorTypeIdentifier::Service) => Ok(ConfigurationData::Service(raw::decode(
+                &data_field,
+                &self.data,
+            )?)),
+            Some(t) => Ok(ConfigurationData::Unparsed(t)),
+            None => Err(DecodeError::new(
+                format!("{field}.type"),
+                format!("partition type {:?} not supported", self.type_),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_the_reservation_sample_configuration() {
+        let c = Configuration {
+            type_: "K8Slice".into(),
+            data: serde_json::json!({"cpu": "1000m", "memory": "1Gi", "pods": "110"}),
+        };
+        let ConfigurationData::K8Slice(k) = c.parse("spec.configuration").unwrap() else {
+            panic!()
+        };
+        assert_eq!(k.memory.0, "1Gi");
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let c = Configuration {
+            type_: "K8Slice".into(),
+            data: serde_json::json!({"cpu": "x", "memory": "1Gi", "pods": "1"}),
+        };
+        assert_eq!(
+            c.parse("spec.configuration").unwrap_err().field,
+            "spec.configuration.data.cpu"
+        );
+        let c = Configuration {
+            type_: "K8Slice".into(),
+            data: serde_json::json!({"memory": "1Gi", "pods": "1"}),
+        };
+        let err = c.parse("spec.configuration").unwrap_err();
+        assert_eq!(err.field, "spec.configuration.data");
+        assert!(err.message.contains("cpu"), "{err}");
+        let c = Configuration {
+            type_: "Toaster".into(),
+            data: serde_json::json!({}),
+        };
+        assert_eq!(
+            c.parse("spec.configuration").unwrap_err().field,
+            "spec.configuration.type"
+        );
+    }
+
+    #[test]
+    fn service_configuration() {
+        let c = Configuration {
+            type_: "Service".into(),
+            data: serde_json::json!({"configurationData": {"database": "mydb"}}),
+        };
+        let ConfigurationData::Service(s) = c.parse("spec.configuration").unwrap() else {
+            panic!()
+        };
+        assert_eq!(s.hosting_policy, None);
+        assert_eq!(s.configuration_data["database"], "mydb");
+    }
+}

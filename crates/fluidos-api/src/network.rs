@@ -1,0 +1,70 @@
+//! `KnownCluster` and `Broker` (network.fluidos.eu/v1alpha1): how providers are found.
+
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// A remote node's REAR gateway, learned by multicast or written by hand.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "network.fluidos.eu",
+    version = "v1alpha1",
+    kind = "KnownCluster",
+    namespaced,
+    status = "KnownClusterStatus",
+    shortname = "kclust",
+    shortname = "kclusts",
+    doc = "KnownCluster is the Schema for the clusters API."
+)]
+pub struct KnownClusterSpec {
+    /// `host:port` of the remote REAR gateway.
+    pub address: String,
+}
+
+/// Liveness of a KnownCluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KnownClusterStatus {
+    /// RFC 3339 time after which the entry is stale.
+    pub expiration_time: String,
+    /// RFC 3339 time of the last announcement.
+    pub last_update_time: String,
+}
+
+/// An AMQP broker for WAN discovery.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "network.fluidos.eu",
+    version = "v1alpha1",
+    kind = "Broker",
+    namespaced,
+    status = "BrokerStatus",
+    shortname = "broker",
+    shortname = "brokers",
+    doc = "Broker is the Schema for the brokers API."
+)]
+pub struct BrokerSpec {
+    /// Broker host name (must match its certificate).
+    pub address: String,
+    /// Logical broker name.
+    pub name: String,
+    /// Secret holding the client certificate (`tls.crt`, `tls.key`).
+    pub clcert: String,
+    /// Secret holding the broker CA (`CA_cert.pem`).
+    pub cacert: String,
+    /// `publisher`, `subscriber`, or anything else for both.
+    pub role: String,
+    /// Routing rule, a JSON document as a string.
+    pub rule: String,
+    /// This node's metrics, a JSON object as a string.
+    pub metric: String,
+}
+
+/// Liveness of a Broker connection.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BrokerStatus {
+    /// RFC 3339 expiry.
+    pub expiration_time: String,
+    /// RFC 3339 last update.
+    pub last_update_time: String,
+}

@@ -1,0 +1,1 @@
+//! REAR wire models (filled in next).
