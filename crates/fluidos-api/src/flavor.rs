@@ -96,6 +96,7 @@ pub struct FlavorType {
 
 /// A decoded `flavorType`.
 #[derive(Clone, Debug, PartialEq)]
+#[allow(clippy::large_enum_variant)] // decoded once per use; boxing buys nothing
 pub enum FlavorTypeData {
     /// A compute slice.
     K8Slice(K8Slice),

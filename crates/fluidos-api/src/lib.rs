@@ -4,6 +4,9 @@
 //! Compatible with the Go FLUIDOS node: its YAML decodes here and what these
 //! types write is accepted by its CRDs. This crate does no I/O.
 
+// kube's `printcolumn(type_ = ...)` repeats keys across columns by design.
+#![allow(clippy::duplicated_attributes)]
+
 pub mod advertisement;
 pub mod allocation;
 pub mod common;

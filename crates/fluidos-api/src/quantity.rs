@@ -198,7 +198,7 @@ impl Amount {
     }
 
     /// `self + other`, keeping this amount's format.
-    pub fn add(self, other: Amount) -> Amount {
+    pub fn saturating_add(self, other: Amount) -> Amount {
         Amount {
             nanos: self.nanos.saturating_add(other.nanos),
             format: self.format,
@@ -238,10 +238,10 @@ impl fmt::Display for Amount {
         let a = n.unsigned_abs();
         let nano = NANO as u128;
         // Binary suffixes only for whole numbers of at least 1Ki.
-        if self.format == Format::BinarySI && a % nano == 0 && a / nano >= 1024 {
+        if self.format == Format::BinarySI && a.is_multiple_of(nano) && a / nano >= 1024 {
             let mut units = a / nano;
             let mut idx = 0;
-            while idx < 6 && units % 1024 == 0 {
+            while idx < 6 && units.is_multiple_of(1024) {
                 units /= 1024;
                 idx += 1;
             }
@@ -252,7 +252,7 @@ impl fmt::Display for Amount {
         let suffixes = ["n", "u", "m", "", "k", "M", "G", "T", "P", "E"];
         let mut value = a;
         let mut idx = 0;
-        while idx + 1 < suffixes.len() && value % 1000 == 0 {
+        while idx + 1 < suffixes.len() && value.is_multiple_of(1000) {
             value /= 1000;
             idx += 1;
         }

@@ -1,6 +1,8 @@
 //! `deploy/crds/` must be exactly what `cargo run -p fluidos-crdgen` writes:
 //! a field added to a type without regenerating fails here.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // in tests a panic is the failure report
+
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 

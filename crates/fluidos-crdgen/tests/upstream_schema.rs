@@ -8,6 +8,8 @@
 //! Needs `../shared/reference/fluidos-crds` (the upstream manifests, not ours
 //! to copy into the repo); skips with a message when it is absent.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // in tests a panic is the failure report
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
