@@ -11,7 +11,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/versions.env"
 
 cache_root=${FLUIDOS_CP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fluidos-rs/control-plane}
-out="$cache_root/k8s-$KUBERNETES_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION"
+# Bump when the build recipe changes, so caches built the old way are not reused.
+recipe=2
+out="$cache_root/k8s-$KUBERNETES_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION-r$recipe"
 mkdir -p "$out"
 
 # The go.mod files must build what versions.env names; a mismatch would cache
@@ -24,21 +26,24 @@ grep -q "sigs.k8s.io/kwok $KWOK_VERSION" "$here/kwok/go.mod" ||
   { echo "kwok/go.mod does not require kwok $KWOK_VERSION" >&2; exit 1; }
 
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
-build() { # build NAME MODULE_DIR PACKAGE
-  local name=$1 dir=$2 pkg=$3
+# Stamp the Kubernetes version so `GET /version` reports it (upstream's release
+# build does the same through hack/lib/version.sh).
+k8s_ldflags="-X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(echo "$KUBERNETES_VERSION" | cut -d. -f2) -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/client-go/pkg/version.gitVersion=$KUBERNETES_VERSION"
+build() { # build NAME MODULE_DIR PACKAGE [EXTRA_LDFLAGS]
+  local name=$1 dir=$2 pkg=$3 extra=${4:-}
   if [ -x "$out/$name" ]; then return 0; fi
   echo "building $name ($pkg)..." >&2
   local start=$SECONDS
-  (cd "$here/$dir" && go build -trimpath -ldflags='-s -w' -o "$out/$name.tmp" "$pkg")
+  (cd "$here/$dir" && go build -trimpath -ldflags="-s -w $extra" -o "$out/$name.tmp" "$pkg")
   mv "$out/$name.tmp" "$out/$name"
   echo "built $name in $((SECONDS - start))s" >&2
 }
 
 build etcd etcd .
-build kube-apiserver kubernetes k8s.io/kubernetes/cmd/kube-apiserver
+build kube-apiserver kubernetes k8s.io/kubernetes/cmd/kube-apiserver "$k8s_ldflags"
 if [ -z "${FLUIDOS_CP_MINIMAL:-}" ]; then
-  build kube-controller-manager kubernetes k8s.io/kubernetes/cmd/kube-controller-manager
-  build kube-scheduler kubernetes k8s.io/kubernetes/cmd/kube-scheduler
+  build kube-controller-manager kubernetes k8s.io/kubernetes/cmd/kube-controller-manager "$k8s_ldflags"
+  build kube-scheduler kubernetes k8s.io/kubernetes/cmd/kube-scheduler "$k8s_ldflags"
   build kwok kwok sigs.k8s.io/kwok/cmd/kwok
 fi
 echo "$out"

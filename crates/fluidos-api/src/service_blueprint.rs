@@ -58,9 +58,11 @@ pub struct ServiceBlueprintSpec {
 }
 
 /// One manifest of a blueprint; string values may hold template actions.
+///
+/// That it names `apiVersion` and `kind` is checked by the blueprint controller:
+/// CEL cannot see inside a preserve-unknown-fields object.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = kube::core::Rule::new("has(self.serviceData.apiVersion) && has(self.serviceData.kind)").message("serviceData must be a Kubernetes object with apiVersion and kind"))]
 pub struct ServiceTemplate {
     /// Template name.
     pub name: String,

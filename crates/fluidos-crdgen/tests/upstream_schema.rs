@@ -54,10 +54,6 @@ const CEL_RULES: &[(&str, &str)] = &[
     ),
     ("nodecore.fluidos.eu_solvers.yaml", "spec.selector"),
     ("advertisement.fluidos.eu_discoveries.yaml", "spec.selector"),
-    (
-        "nodecore.fluidos.eu_serviceblueprints.yaml",
-        "spec.templates[]",
-    ),
     ("reservation.fluidos.eu_reservations.yaml", "spec"),
 ];
 

@@ -1,0 +1,109 @@
+//! The test cluster's PKI: a CA, the kube-apiserver serving certificate it
+//! signs, and the ServiceAccount token signing keypair.
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType,
+};
+
+use crate::Error;
+
+/// PEM-encoded material, ready to be written next to the processes.
+pub(crate) struct Pki {
+    pub(crate) ca_cert_pem: String,
+    pub(crate) serving_cert_pem: String,
+    pub(crate) serving_key_pem: String,
+    pub(crate) service_account_key_pem: String,
+    pub(crate) service_account_pub_pem: String,
+}
+
+/// Names the serving certificate must cover: loopback for the tests, plus the
+/// in-cluster `kubernetes` Service (first IP of 10.0.0.0/24) for anything that
+/// follows in-cluster config.
+const SERVING_DNS_NAMES: &[&str] = &[
+    "localhost",
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+];
+const SERVING_IPS: &[[u8; 4]] = &[[127, 0, 0, 1], [10, 0, 0, 1]];
+
+impl Pki {
+    /// Fresh keys for every control plane, so two clusters in one test never
+    /// trust each other's certificates or tokens.
+    pub(crate) fn generate() -> Result<Pki, Error> {
+        let ca_key = KeyPair::generate()?;
+        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "fluidos-testenv-ca");
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca_cert = ca_params.self_signed(&ca_key)?;
+        let ca = Issuer::new(ca_params, ca_key);
+
+        let serving_key = KeyPair::generate()?;
+        let mut serving_params = CertificateParams::new(
+            SERVING_DNS_NAMES
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect::<Vec<_>>(),
+        )?;
+        serving_params.subject_alt_names.extend(
+            SERVING_IPS
+                .iter()
+                .map(|ip| SanType::IpAddress(std::net::IpAddr::from(*ip))),
+        );
+        serving_params
+            .distinguished_name
+            .push(DnType::CommonName, "kube-apiserver");
+        serving_params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        serving_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let serving_cert = serving_params.signed_by(&serving_key, &ca)?;
+
+        let sa_key = KeyPair::generate()?;
+
+        Ok(Pki {
+            ca_cert_pem: ca_cert.pem(),
+            serving_cert_pem: serving_cert.pem(),
+            serving_key_pem: serving_key.serialize_pem(),
+            service_account_pub_pem: sa_key.public_key_pem(),
+            service_account_key_pem: sa_key.serialize_pem(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generates_distinct_pem_material() {
+        let a = Pki::generate().unwrap();
+        let b = Pki::generate().unwrap();
+        assert!(a.ca_cert_pem.starts_with("-----BEGIN CERTIFICATE-----"));
+        assert!(
+            a.serving_cert_pem
+                .starts_with("-----BEGIN CERTIFICATE-----")
+        );
+        assert!(a.serving_key_pem.contains("PRIVATE KEY-----"));
+        assert!(a.service_account_key_pem.contains("PRIVATE KEY-----"));
+        assert!(
+            a.service_account_pub_pem
+                .starts_with("-----BEGIN PUBLIC KEY-----")
+        );
+        assert_ne!(a.ca_cert_pem, b.ca_cert_pem);
+        assert_ne!(a.service_account_key_pem, b.service_account_key_pem);
+        // The keys must round-trip, since kube-apiserver re-reads them from disk.
+        KeyPair::from_pem(&a.serving_key_pem).unwrap();
+        KeyPair::from_pem(&a.service_account_key_pem).unwrap();
+    }
+}

@@ -1,0 +1,519 @@
+//! Starting, using and stopping one isolated control plane.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::Api;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tempfile::TempDir;
+
+use crate::binaries::{self, ETCD, KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER, KWOK};
+use crate::certs::Pki;
+use crate::kubeconfig::{admin_kubeconfig_yaml, random_token, token_file_line};
+use crate::ports::free_port;
+use crate::process::ManagedProcess;
+use crate::{Error, crds, kubeconfig};
+
+/// How often a start is retried when a picked port was taken meanwhile.
+const START_ATTEMPTS: usize = 4;
+/// Upper bound for kube-apiserver (and, in workloads mode, the controllers)
+/// to become usable; a healthy start takes a few seconds.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// One readiness request; kube's own timeouts are far longer.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// How long `stop` lets a process shut down after SIGTERM.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+const SERVICE_CLUSTER_IP_RANGE: &str = "10.0.0.0/24";
+const ADMIN_USER: &str = "fluidos-testenv-admin";
+
+/// What to start besides etcd and kube-apiserver.
+#[derive(Debug, Clone, Default)]
+pub struct ControlPlaneOptions {
+    /// Also start kube-controller-manager, kube-scheduler and kwok, so that
+    /// Deployments get Pods that are scheduled and reported Running/Ready.
+    /// kwok runs with `--manage-all-nodes=true`: every Node object created in
+    /// this cluster is a fake, kwok-managed node (no annotation needed).
+    pub workloads: bool,
+    /// Every `*.yaml`/`*.yml` CRD in these directories is applied and waited
+    /// for Established before `start` returns.
+    pub crd_dirs: Vec<PathBuf>,
+}
+
+/// A running, isolated control plane on loopback; killed on drop.
+pub struct ControlPlane {
+    // Declared before `dir` so that, should Drop ever be removed, the
+    // processes still die before their working directory is deleted.
+    processes: Vec<ManagedProcess>,
+    client: kube::Client,
+    kubeconfig: Kubeconfig,
+    kubeconfig_path: PathBuf,
+    server_url: String,
+    dir: TempDir,
+}
+
+struct Binaries {
+    etcd: PathBuf,
+    kube_apiserver: PathBuf,
+    workloads: Option<WorkloadBinaries>,
+}
+
+struct WorkloadBinaries {
+    kube_controller_manager: PathBuf,
+    kube_scheduler: PathBuf,
+    kwok: PathBuf,
+}
+
+impl Binaries {
+    async fn locate(workloads: bool) -> Result<Binaries, Error> {
+        let dir = binaries::bin_dir().await?;
+        let workloads = if workloads {
+            Some(WorkloadBinaries {
+                kube_controller_manager: binaries::require(&dir, KUBE_CONTROLLER_MANAGER)?,
+                kube_scheduler: binaries::require(&dir, KUBE_SCHEDULER)?,
+                kwok: binaries::require(&dir, KWOK)?,
+            })
+        } else {
+            None
+        };
+        Ok(Binaries {
+            etcd: binaries::require(&dir, ETCD)?,
+            kube_apiserver: binaries::require(&dir, KUBE_APISERVER)?,
+            workloads,
+        })
+    }
+}
+
+/// What a readiness poll checks.
+#[derive(Clone, Copy)]
+enum Probe {
+    Readyz,
+    DefaultNamespace,
+    DefaultServiceAccount,
+}
+
+impl Probe {
+    fn describe(self) -> &'static str {
+        match self {
+            Probe::Readyz => "kube-apiserver /readyz",
+            Probe::DefaultNamespace => "namespace default",
+            Probe::DefaultServiceAccount => "serviceaccount default/default",
+        }
+    }
+
+    async fn check(self, client: &kube::Client) -> Result<(), String> {
+        match self {
+            Probe::Readyz => {
+                let request = http::Request::get("/readyz")
+                    .body(Vec::new())
+                    .map_err(|e| e.to_string())?;
+                let body = client
+                    .request_text(request)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if body.trim() == "ok" {
+                    Ok(())
+                } else {
+                    Err(body)
+                }
+            }
+            Probe::DefaultNamespace => Api::<Namespace>::all(client.clone())
+                .get("default")
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string()),
+            Probe::DefaultServiceAccount => {
+                Api::<ServiceAccount>::namespaced(client.clone(), "default")
+                    .get("default")
+                    .await
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            }
+        }
+    }
+}
+
+/// Polls `probe` until it passes, failing fast if any process exits.
+async fn wait_for(
+    processes: &mut [ManagedProcess],
+    client: &kube::Client,
+    probe: Probe,
+) -> Result<(), Error> {
+    let started = Instant::now();
+    loop {
+        for process in processes.iter_mut() {
+            process.ensure_running()?;
+        }
+        let last_error = match tokio::time::timeout(PROBE_TIMEOUT, probe.check(client)).await {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(e)) => e,
+            Err(_) => format!("no answer within {PROBE_TIMEOUT:?}"),
+        };
+        if started.elapsed() >= READY_TIMEOUT {
+            return Err(Error::Timeout {
+                what: probe.describe().to_owned(),
+                waited: started.elapsed(),
+                last_error,
+                log_tail: processes
+                    .iter()
+                    .map(ManagedProcess::log_tail)
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            });
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+fn write_file(path: &Path, contents: &str) -> Result<(), Error> {
+    std::fs::write(path, contents).map_err(|e| Error::io(format!("writing {}", path.display()), e))
+}
+
+fn flag(name: &str, value: impl fmt::Display) -> String {
+    format!("--{name}={value}")
+}
+
+fn etcd_args(data_dir: &Path, client_port: u16) -> Vec<String> {
+    let client_url = format!("http://127.0.0.1:{client_port}");
+    vec![
+        flag("data-dir", data_dir.display()),
+        flag("listen-client-urls", &client_url),
+        flag("advertise-client-urls", &client_url),
+        // A single member never talks to peers; port 0 spares a reservation.
+        flag("listen-peer-urls", "http://127.0.0.1:0"),
+        // Durability is pointless for a throw-away test store and fsync is
+        // most of etcd's write latency.
+        "--unsafe-no-fsync".to_owned(),
+        flag("log-level", "warn"),
+    ]
+}
+
+struct ApiserverFiles<'a> {
+    cert_dir: &'a Path,
+    ca_cert: &'a Path,
+    serving_cert: &'a Path,
+    serving_key: &'a Path,
+    sa_key: &'a Path,
+    sa_pub: &'a Path,
+    tokens: &'a Path,
+}
+
+fn apiserver_args(
+    files: &ApiserverFiles<'_>,
+    etcd_port: u16,
+    port: u16,
+    workloads: bool,
+) -> Vec<String> {
+    let mut args = vec![
+        flag("etcd-servers", format!("http://127.0.0.1:{etcd_port}")),
+        flag("cert-dir", files.cert_dir.display()),
+        flag("tls-cert-file", files.serving_cert.display()),
+        flag("tls-private-key-file", files.serving_key.display()),
+        flag("client-ca-file", files.ca_cert.display()),
+        flag("secure-port", port),
+        flag("bind-address", "127.0.0.1"),
+        flag("advertise-address", "127.0.0.1"),
+        flag("service-cluster-ip-range", SERVICE_CLUSTER_IP_RANGE),
+        flag("allow-privileged", true),
+        flag("authorization-mode", "RBAC"),
+        flag("token-auth-file", files.tokens.display()),
+        flag(
+            "service-account-issuer",
+            format!("https://127.0.0.1:{port}/"),
+        ),
+        flag("service-account-key-file", files.sa_pub.display()),
+        flag("service-account-signing-key-file", files.sa_key.display()),
+        flag("profiling", false),
+    ];
+    if !workloads {
+        // Without kube-controller-manager nobody creates the default
+        // ServiceAccount, and the plugin would reject every Pod.
+        args.push(flag("disable-admission-plugins", "ServiceAccount"));
+    }
+    args
+}
+
+impl ControlPlane {
+    /// Starts etcd and kube-apiserver (plus the workload components if asked),
+    /// waits until they serve, and installs `opts.crd_dirs`.
+    pub async fn start(opts: ControlPlaneOptions) -> Result<ControlPlane, Error> {
+        let binaries = Binaries::locate(opts.workloads).await?;
+        let mut attempt = 1;
+        let control_plane = loop {
+            match Self::start_once(&binaries).await {
+                Err(e) if e.is_port_collision() && attempt < START_ATTEMPTS => {
+                    eprintln!("fluidos-testenv: port collision, retrying start: {e}");
+                    attempt += 1;
+                }
+                other => break other?,
+            }
+        };
+        for dir in &opts.crd_dirs {
+            control_plane.install_crds(dir).await?;
+        }
+        Ok(control_plane)
+    }
+
+    async fn start_once(binaries: &Binaries) -> Result<ControlPlane, Error> {
+        let started = Instant::now();
+        let dir = tempfile::Builder::new()
+            .prefix("fluidos-testenv-")
+            .tempdir()
+            .map_err(|e| Error::io("creating the control plane's temp dir", e))?;
+        let path = |name: &str| dir.path().join(name);
+
+        let etcd_port = free_port()?;
+        let apiserver_port = free_port()?;
+        let server_url = format!("https://127.0.0.1:{apiserver_port}");
+
+        let pki = Pki::generate()?;
+        let token = random_token()?;
+        let files = ApiserverFiles {
+            cert_dir: &path("apiserver-certs"),
+            ca_cert: &path("ca.crt"),
+            serving_cert: &path("apiserver.crt"),
+            serving_key: &path("apiserver.key"),
+            sa_key: &path("sa.key"),
+            sa_pub: &path("sa.pub"),
+            tokens: &path("tokens.csv"),
+        };
+        write_file(files.ca_cert, &pki.ca_cert_pem)?;
+        write_file(files.serving_cert, &pki.serving_cert_pem)?;
+        write_file(files.serving_key, &pki.serving_key_pem)?;
+        write_file(files.sa_key, &pki.service_account_key_pem)?;
+        write_file(files.sa_pub, &pki.service_account_pub_pem)?;
+        write_file(
+            files.tokens,
+            &token_file_line(&token, ADMIN_USER, &["system:masters"]),
+        )?;
+        let kubeconfig_yaml = admin_kubeconfig_yaml(&server_url, &pki.ca_cert_pem, &token);
+        let kubeconfig = kubeconfig::parse(&kubeconfig_yaml)?;
+        let kubeconfig_path = path("kubeconfig");
+        write_file(&kubeconfig_path, &kubeconfig_yaml)?;
+
+        // Both start at once: kube-apiserver retries etcd until it listens.
+        let mut processes = vec![
+            ManagedProcess::spawn(
+                ETCD,
+                &binaries.etcd,
+                &etcd_args(&path("etcd-data"), etcd_port),
+                &[],
+                path("etcd.log"),
+            )?,
+            ManagedProcess::spawn(
+                KUBE_APISERVER,
+                &binaries.kube_apiserver,
+                &apiserver_args(
+                    &files,
+                    etcd_port,
+                    apiserver_port,
+                    binaries.workloads.is_some(),
+                ),
+                &[],
+                path("kube-apiserver.log"),
+            )?,
+        ];
+
+        let config =
+            kube::Config::from_custom_kubeconfig(kubeconfig.clone(), &KubeConfigOptions::default())
+                .await?;
+        let client = kube::Client::try_from(config)?;
+
+        wait_for(&mut processes, &client, Probe::Readyz).await?;
+        // /readyz does not cover the namespace bootstrap, and tests reach for
+        // `default` first.
+        wait_for(&mut processes, &client, Probe::DefaultNamespace).await?;
+
+        if let Some(workloads) = &binaries.workloads {
+            let kubeconfig_flag = flag("kubeconfig", kubeconfig_path.display());
+            processes.push(ManagedProcess::spawn(
+                KUBE_CONTROLLER_MANAGER,
+                &workloads.kube_controller_manager,
+                &[
+                    kubeconfig_flag.clone(),
+                    flag("leader-elect", false),
+                    flag("bind-address", "127.0.0.1"),
+                    flag("secure-port", free_port()?),
+                    flag("service-account-private-key-file", files.sa_key.display()),
+                    flag("root-ca-file", files.ca_cert.display()),
+                    flag("use-service-account-credentials", false),
+                    flag("service-cluster-ip-range", SERVICE_CLUSTER_IP_RANGE),
+                    // Workload, namespace, ServiceAccount and RBAC aggregation
+                    // controllers; storage, cloud and IPAM ones have nothing
+                    // to act on with fake nodes and only slow the start.
+                    flag(
+                        "controllers",
+                        [
+                            "deployment-controller",
+                            "replicaset-controller",
+                            "statefulset-controller",
+                            "daemonset-controller",
+                            "job-controller",
+                            "cronjob-controller",
+                            "ttl-after-finished-controller",
+                            "disruption-controller",
+                            "clusterrole-aggregation-controller",
+                            "garbage-collector-controller",
+                            "namespace-controller",
+                            "serviceaccount-controller",
+                            "serviceaccount-token-controller",
+                            "root-ca-certificate-publisher-controller",
+                            "endpointslice-controller",
+                            "node-lifecycle-controller",
+                            "pod-garbage-collector-controller",
+                        ]
+                        .join(","),
+                    ),
+                ],
+                &[],
+                path("kube-controller-manager.log"),
+            )?);
+            processes.push(ManagedProcess::spawn(
+                KUBE_SCHEDULER,
+                &workloads.kube_scheduler,
+                &[
+                    kubeconfig_flag.clone(),
+                    flag("leader-elect", false),
+                    flag("bind-address", "127.0.0.1"),
+                    flag("secure-port", free_port()?),
+                ],
+                &[],
+                path("kube-scheduler.log"),
+            )?);
+            // kwok reads ~/.kwok/kwok.yaml if present; a private HOME keeps a
+            // developer's configuration out of the tests.
+            let kwok_home = path("kwok-home");
+            std::fs::create_dir_all(&kwok_home)
+                .map_err(|e| Error::io(format!("creating {}", kwok_home.display()), e))?;
+            processes.push(ManagedProcess::spawn(
+                KWOK,
+                &workloads.kwok,
+                &[kubeconfig_flag, flag("manage-all-nodes", true)],
+                &[("HOME", kwok_home.as_path())],
+                path("kwok.log"),
+            )?);
+            // The ServiceAccount admission plugin is on in this mode, so Pods
+            // are only accepted once kube-controller-manager made this account.
+            wait_for(&mut processes, &client, Probe::DefaultServiceAccount).await?;
+        }
+
+        eprintln!(
+            "fluidos-testenv: control plane ready at {server_url} in {:.1?} ({}; logs in {})",
+            started.elapsed(),
+            processes
+                .iter()
+                .map(ManagedProcess::name)
+                .collect::<Vec<_>>()
+                .join(", "),
+            dir.path().display()
+        );
+        Ok(ControlPlane {
+            processes,
+            client,
+            kubeconfig,
+            kubeconfig_path,
+            server_url,
+            dir,
+        })
+    }
+
+    /// A client authenticated as a `system:masters` admin.
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
+    /// The admin kubeconfig (server URL, inline CA, bearer token).
+    pub fn kubeconfig(&self) -> &Kubeconfig {
+        &self.kubeconfig
+    }
+
+    /// The admin kubeconfig as a file, e.g. for a child process's `KUBECONFIG`.
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig_path
+    }
+
+    /// The kube-apiserver URL, `https://127.0.0.1:<port>`.
+    pub fn server_url(&self) -> &str {
+        &self.server_url
+    }
+
+    /// Server-side applies every CRD YAML file in `dir` and waits until each is Established.
+    pub async fn install_crds(&self, dir: &Path) -> Result<(), Error> {
+        crds::install(&self.client, dir).await
+    }
+
+    /// Stops all processes (SIGTERM, then SIGKILL) and deletes the temp dir.
+    pub async fn stop(mut self) {
+        for process in self.processes.iter_mut().rev() {
+            process.terminate(STOP_GRACE).await;
+        }
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        for process in self.processes.iter_mut().rev() {
+            process.kill();
+        }
+    }
+}
+
+impl fmt::Debug for ControlPlane {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ControlPlane")
+            .field("server_url", &self.server_url)
+            .field("dir", &self.dir.path())
+            .field(
+                "processes",
+                &self
+                    .processes
+                    .iter()
+                    .map(ManagedProcess::name)
+                    .collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files() -> ApiserverFiles<'static> {
+        ApiserverFiles {
+            cert_dir: Path::new("/t/certs"),
+            ca_cert: Path::new("/t/ca.crt"),
+            serving_cert: Path::new("/t/apiserver.crt"),
+            serving_key: Path::new("/t/apiserver.key"),
+            sa_key: Path::new("/t/sa.key"),
+            sa_pub: Path::new("/t/sa.pub"),
+            tokens: Path::new("/t/tokens.csv"),
+        }
+    }
+
+    #[test]
+    fn apiserver_disables_serviceaccount_admission_only_without_controllers() {
+        let plain = apiserver_args(&files(), 2379, 6443, false);
+        assert!(plain.contains(&"--disable-admission-plugins=ServiceAccount".to_owned()));
+        let with_workloads = apiserver_args(&files(), 2379, 6443, true);
+        assert!(
+            !with_workloads
+                .iter()
+                .any(|a| a.starts_with("--disable-admission-plugins"))
+        );
+        assert!(plain.contains(&"--etcd-servers=http://127.0.0.1:2379".to_owned()));
+        assert!(plain.contains(&"--secure-port=6443".to_owned()));
+        assert!(plain.contains(&"--authorization-mode=RBAC".to_owned()));
+        assert!(plain.contains(&"--token-auth-file=/t/tokens.csv".to_owned()));
+    }
+
+    #[test]
+    fn etcd_is_loopback_only_and_unsynced() {
+        let args = etcd_args(Path::new("/t/etcd"), 1234);
+        assert!(args.contains(&"--listen-client-urls=http://127.0.0.1:1234".to_owned()));
+        assert!(args.contains(&"--unsafe-no-fsync".to_owned()));
+        assert!(args.iter().all(|a| !a.contains("0.0.0.0")));
+    }
+}
