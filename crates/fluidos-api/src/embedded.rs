@@ -68,7 +68,9 @@ impl From<&Flavor> for EmbeddedFlavor {
                 finalizers: None,
             },
             spec: f.spec.clone(),
-            status: f.status.clone(),
+            // The ledger is the provider's private book-keeping, and upstream
+            // CRDs would prune it from a snapshot anyway.
+            status: f.status.clone().map(|s| FlavorStatus { ledger: None, ..s }),
         }
     }
 }

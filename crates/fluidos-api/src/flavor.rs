@@ -80,6 +80,9 @@ pub struct FlavorStatus {
     pub creation_time: String,
     /// When the flavor was last updated.
     pub last_update_time: String,
+    /// Holds and sales against this flavor (beyond upstream; see [`crate::ledger`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ledger: Option<Vec<crate::ledger::LedgerEntry>>,
 }
 
 /// `flavorType`: a type identifier and its raw payload.

@@ -14,6 +14,7 @@ pub mod configuration;
 pub mod embedded;
 pub mod error;
 pub mod flavor;
+pub mod ledger;
 pub mod naming;
 pub mod network;
 pub mod quantity;

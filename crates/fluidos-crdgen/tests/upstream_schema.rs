@@ -17,6 +17,20 @@ use serde_json::Value;
 
 /// Fields we add beyond upstream (path prefixes, per file).
 const EXTRA_FIELDS: &[(&str, &str)] = &[
+    // The provider's capacity ledger (holds and sales), see fluidos_api::ledger.
+    ("nodecore.fluidos.eu_flavors.yaml", "status.ledger"),
+    (
+        "advertisement.fluidos.eu_peeringcandidates.yaml",
+        "spec.flavor.status.ledger",
+    ),
+    (
+        "reservation.fluidos.eu_contracts.yaml",
+        "spec.flavor.status.ledger",
+    ),
+    (
+        "advertisement.fluidos.eu_discoveries.yaml",
+        "status.peeringCandidateList.items[].spec.flavor.status.ledger",
+    ),
     (
         "nodecore.fluidos.eu_serviceblueprints.yaml",
         "spec.configurationSchema",
