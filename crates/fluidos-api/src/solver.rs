@@ -160,6 +160,38 @@ impl FlavorSelector {
     }
 }
 
+impl FlavorSelector {
+    /// True when a decoded flavor passes every present filter (upstream's `FilterFlavor`).
+    ///
+    /// A K8Slice without storage never matches a storage filter (upstream panics there).
+    pub fn matches(&self, flavor: &crate::flavor::FlavorTypeData) -> bool {
+        use crate::flavor::FlavorTypeData;
+        match (self, flavor) {
+            (FlavorSelector::K8Slice(sel), FlavorTypeData::K8Slice(k)) => {
+                let c = &k.characteristics;
+                sel.architecture
+                    .as_ref()
+                    .is_none_or(|f| f.matches(&c.architecture))
+                    && sel.cpu.as_ref().is_none_or(|f| f.matches(&c.cpu))
+                    && sel.memory.as_ref().is_none_or(|f| f.matches(&c.memory))
+                    && sel.pods.as_ref().is_none_or(|f| f.matches(&c.pods))
+                    && sel
+                        .storage
+                        .as_ref()
+                        .is_none_or(|f| c.storage.as_ref().is_some_and(|s| f.matches(s)))
+            }
+            (FlavorSelector::Service(sel), FlavorTypeData::Service(s)) => {
+                sel.category.as_ref().is_none_or(|f| f.matches(&s.category))
+                    && sel
+                        .tags
+                        .as_ref()
+                        .is_none_or(|f| s.tags.iter().any(|t| f.matches(t)))
+            }
+            _ => false,
+        }
+    }
+}
+
 impl Selector {
     /// Decodes and validates the filters, as upstream's `ParseSolverSelector`.
     pub fn parse(&self) -> Result<FlavorSelector, DecodeError> {
@@ -495,6 +527,46 @@ mod tests {
         };
         assert!(sel.tags.unwrap().matches("mysql"));
         assert!(sel.category.unwrap().matches("database"));
+    }
+
+    #[test]
+    fn matches_flavors_by_type_and_filters() {
+        use crate::flavor::{FlavorTypeData, K8Slice, ServiceFlavor};
+        let k = FlavorTypeData::K8Slice(K8Slice {
+            characteristics: crate::rear::characteristics("amd64", "4", "8Gi", "110"),
+            ..Default::default()
+        });
+        let svc = FlavorTypeData::Service(ServiceFlavor {
+            category: "database".into(),
+            tags: vec!["db".into(), "mysql".into()],
+            ..Default::default()
+        });
+        let sel = selector(
+            "K8Slice",
+            serde_json::json!({"cpuFilter": {"name": "Range", "data": {"min": "2", "max": "4"}},
+                "architectureFilter": {"name": "Match", "data": {"value": "amd64"}}}),
+        )
+        .parse()
+        .unwrap();
+        assert!(sel.matches(&k));
+        assert!(!sel.matches(&svc), "type gate");
+        let storage = selector(
+            "K8Slice",
+            serde_json::json!({"storageFilter": {"name": "Range", "data": {"min": "1Gi"}}}),
+        )
+        .parse()
+        .unwrap();
+        assert!(
+            !storage.matches(&k),
+            "no storage never matches a storage filter"
+        );
+        let tags = selector(
+            "Service",
+            serde_json::json!({"tagsFilter": {"name": "Match", "data": {"value": "mysql"}}}),
+        )
+        .parse()
+        .unwrap();
+        assert!(tags.matches(&svc));
     }
 
     #[test]
