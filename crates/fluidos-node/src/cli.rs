@@ -1,0 +1,350 @@
+//! Command-line flags; each also reads a `FLUIDOS_*` environment variable.
+//!
+//! Where the Go node has the same setting, the flag keeps its name and
+//! default, so the Helm chart's arguments carry over.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use clap::{Parser, ValueEnum};
+
+use crate::flavor_config::FlavorConfig;
+
+/// One of the controllers/servers this binary can run.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Component {
+    /// Publishes this node's resources as flavors (Go `local-resource-manager`).
+    LocalResourceManager,
+    /// Serves the REAR HTTP API to other nodes (Go `rear-controller` gateway).
+    RearGateway,
+    /// Drives solvers, reservations and allocations (Go `rear-manager`).
+    RearManager,
+    /// Discovers other nodes (Go `network-manager`).
+    NetworkManager,
+}
+
+impl Component {
+    /// Every component, in start order.
+    pub const ALL: [Component; 4] = [
+        Component::LocalResourceManager,
+        Component::RearGateway,
+        Component::RearManager,
+        Component::NetworkManager,
+    ];
+
+    /// The flag spelling, e.g. `rear-gateway`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Component::LocalResourceManager => "local-resource-manager",
+            Component::RearGateway => "rear-gateway",
+            Component::RearManager => "rear-manager",
+            Component::NetworkManager => "network-manager",
+        }
+    }
+}
+
+impl fmt::Display for Component {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How log lines are written.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+/// Everything the `fluidos-node` binary can be told at startup.
+#[derive(Parser, Clone, Debug, PartialEq)]
+#[command(
+    name = "fluidos-node",
+    version,
+    about = "FLUIDOS node: publishes, discovers, reserves and buys Kubernetes resources across clusters.",
+    after_help = "Log verbosity comes from RUST_LOG (default `info`), e.g. RUST_LOG=fluidos_node=debug,kube=info."
+)]
+pub struct Args {
+    /// Namespace holding the node's identity ConfigMap and FLUIDOS resources.
+    #[arg(long, env = "FLUIDOS_NAMESPACE", default_value = fluidos_api::DEFAULT_NAMESPACE, value_parser = parse_namespace)]
+    pub namespace: String,
+
+    /// Comma-separated components to run.
+    #[arg(
+        long,
+        env = "FLUIDOS_COMPONENTS",
+        value_delimiter = ',',
+        default_values_t = Component::ALL,
+    )]
+    pub components: Vec<Component>,
+
+    /// Port of the REAR gateway (Go `rear-controller --http-port`).
+    #[arg(long, env = "FLUIDOS_HTTP_PORT", default_value_t = 3004)]
+    pub http_port: u16,
+
+    /// Address the REAR gateway listens on.
+    #[arg(long, env = "FLUIDOS_REAR_BIND_ADDRESS", default_value_t = IpAddr::V4(Ipv4Addr::UNSPECIFIED))]
+    pub rear_bind_address: IpAddr,
+
+    /// Address of `/healthz` and `/readyz`; Go's `:8081` form is accepted.
+    #[arg(long, env = "FLUIDOS_HEALTH_PROBE_BIND_ADDRESS", default_value = "0.0.0.0:8081", value_parser = parse_bind_address)]
+    pub health_probe_bind_address: SocketAddr,
+
+    /// Address of the Prometheus `/metrics` endpoint; `0` disables it, as in Go.
+    // Fully qualified so clap does not read it as "flag may be omitted".
+    #[arg(long, env = "FLUIDOS_METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080", value_parser = parse_metrics_address)]
+    pub metrics_bind_address: std::option::Option<SocketAddr>,
+
+    /// Log line format.
+    #[arg(long, env = "FLUIDOS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Local resource manager settings.
+    #[command(flatten)]
+    pub flavor: FlavorConfig,
+}
+
+impl Args {
+    /// The selected components, each once, in start order.
+    pub fn selected_components(&self) -> Vec<Component> {
+        Component::ALL
+            .into_iter()
+            .filter(|c| self.components.contains(c))
+            .collect()
+    }
+
+    /// Where the REAR gateway listens.
+    pub fn rear_gateway_address(&self) -> SocketAddr {
+        SocketAddr::new(self.rear_bind_address, self.http_port)
+    }
+}
+
+/// `host:port`, or Go's `:port` meaning every IPv4 interface.
+fn parse_bind_address(s: &str) -> Result<SocketAddr, String> {
+    let full = match s.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => s.to_owned(),
+    };
+    full.parse()
+        .map_err(|_| format!("{s:?} is not an address like 0.0.0.0:8081, [::]:8081 or :8081"))
+}
+
+/// Like [`parse_bind_address`], with controller-runtime's `0` meaning "off".
+fn parse_metrics_address(s: &str) -> Result<Option<SocketAddr>, String> {
+    if s == "0" {
+        Ok(None)
+    } else {
+        parse_bind_address(s).map(Some)
+    }
+}
+
+/// A DNS-1123 label, the only thing Kubernetes accepts as a namespace.
+// Checked here so a typo fails with a flag error instead of a confusing
+// "ConfigMap not found" later.
+fn parse_namespace(s: &str) -> Result<String, String> {
+    let valid = !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-');
+    if valid {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "{s:?} is not a valid namespace (lower-case letters, digits and '-', at most 63)"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    /// Set in a re-executed test binary to run the env-dependent half of a test.
+    const CHILD_MARKER: &str = "FLUIDOS_NODE_CLI_TEST_CHILD";
+
+    fn parse(args: &[&str]) -> Result<Args, clap::Error> {
+        Args::try_parse_from(std::iter::once("fluidos-node").chain(args.iter().copied()))
+    }
+
+    /// Re-runs the test `name` in a child process with exactly `envs` as its
+    /// `FLUIDOS_*` environment.
+    // Edition 2024 makes `set_var` unsafe (and the crate denies unsafe), and
+    // it would race with tests on other threads anyway; a child process gets
+    // its own environment safely.
+    fn run_in_child(name: &str, envs: &[(&str, &str)]) {
+        let exe = std::env::current_exe().unwrap();
+        let mut cmd = std::process::Command::new(exe);
+        cmd.args([name, "--exact", "--nocapture", "--test-threads=1"]);
+        for (key, _) in std::env::vars() {
+            if key.starts_with("FLUIDOS_") {
+                cmd.env_remove(key);
+            }
+        }
+        cmd.env(CHILD_MARKER, "1");
+        cmd.envs(envs.iter().copied());
+        let out = cmd.output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "child test {name} failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // A misspelt name would filter out every test and "pass".
+        assert!(
+            stdout.contains("1 passed"),
+            "child ran no test {name}:\n{stdout}"
+        );
+    }
+
+    fn in_child() -> bool {
+        std::env::var_os(CHILD_MARKER).is_some()
+    }
+
+    #[test]
+    fn defaults_match_the_go_node() {
+        if !in_child() {
+            return run_in_child("cli::tests::defaults_match_the_go_node", &[]);
+        }
+        let a = parse(&[]).unwrap();
+        assert_eq!(a.namespace, "fluidos");
+        assert_eq!(a.selected_components(), Component::ALL.to_vec());
+        assert_eq!(a.http_port, 3004);
+        assert_eq!(a.rear_gateway_address(), "0.0.0.0:3004".parse().unwrap());
+        assert_eq!(a.health_probe_bind_address, "0.0.0.0:8081".parse().unwrap());
+        assert_eq!(
+            a.metrics_bind_address,
+            Some("0.0.0.0:8080".parse().unwrap())
+        );
+        assert_eq!(a.log_format, LogFormat::Text);
+        let f = &a.flavor;
+        assert!(f.enable_auto_discovery);
+        assert_eq!(f.node_resource_label, "node-role.fluidos.eu/resources");
+        assert_eq!(f.price(), fluidos_api::Price::default());
+        for q in [
+            &f.cpu_min,
+            &f.memory_min,
+            &f.pods_min,
+            &f.gpu_min,
+            &f.cpu_step,
+            &f.memory_step,
+            &f.pods_step,
+            &f.gpu_step,
+        ] {
+            assert_eq!(q, &Quantity("0".into()));
+        }
+    }
+
+    #[test]
+    fn environment_fills_in_unset_flags() {
+        if !in_child() {
+            return run_in_child(
+                "cli::tests::environment_fills_in_unset_flags",
+                &[
+                    ("FLUIDOS_NAMESPACE", "fluidos-test"),
+                    ("FLUIDOS_COMPONENTS", "rear-manager,rear-gateway"),
+                    ("FLUIDOS_HTTP_PORT", "30000"),
+                    ("FLUIDOS_LOG_FORMAT", "json"),
+                    ("FLUIDOS_HEALTH_PROBE_BIND_ADDRESS", ":9000"),
+                    ("FLUIDOS_METRICS_BIND_ADDRESS", "0"),
+                    ("FLUIDOS_ENABLE_AUTO_DISCOVERY", "false"),
+                    ("FLUIDOS_CPU_MIN", "500m"),
+                    ("FLUIDOS_AMOUNT", "10"),
+                ],
+            );
+        }
+        let a = parse(&[]).unwrap();
+        assert_eq!(a.namespace, "fluidos-test");
+        assert_eq!(
+            a.selected_components(),
+            vec![Component::RearGateway, Component::RearManager]
+        );
+        assert_eq!(a.http_port, 30000);
+        assert_eq!(a.log_format, LogFormat::Json);
+        assert_eq!(a.health_probe_bind_address, "0.0.0.0:9000".parse().unwrap());
+        assert_eq!(a.metrics_bind_address, None);
+        assert!(!a.flavor.enable_auto_discovery);
+        assert_eq!(a.flavor.cpu_min, Quantity("500m".into()));
+        assert_eq!(a.flavor.amount, "10");
+
+        // A flag beats its environment variable.
+        let a = parse(&["--namespace", "other", "--components", "network-manager"]).unwrap();
+        assert_eq!(a.namespace, "other");
+        assert_eq!(a.selected_components(), vec![Component::NetworkManager]);
+    }
+
+    #[test]
+    fn component_subsets_are_deduplicated_in_start_order() {
+        if !in_child() {
+            return run_in_child(
+                "cli::tests::component_subsets_are_deduplicated_in_start_order",
+                &[],
+            );
+        }
+        let a = parse(&["--components", "network-manager,rear-gateway,rear-gateway"]).unwrap();
+        assert_eq!(
+            a.selected_components(),
+            vec![Component::RearGateway, Component::NetworkManager]
+        );
+        let a = parse(&[
+            "--components",
+            "rear-manager",
+            "--components",
+            "local-resource-manager",
+        ])
+        .unwrap();
+        assert_eq!(
+            a.selected_components(),
+            vec![Component::LocalResourceManager, Component::RearManager]
+        );
+        let err = parse(&["--components", "rear-gateway,liqo"]).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::InvalidValue);
+    }
+
+    #[test]
+    fn go_style_flags_are_accepted() {
+        if !in_child() {
+            return run_in_child("cli::tests::go_style_flags_are_accepted", &[]);
+        }
+        let a = parse(&[
+            "--health-probe-bind-address=:8081",
+            "--metrics-bind-address=[::1]:8080",
+            "--enable-auto-discovery=false",
+            "--memory-step=1Gi",
+        ])
+        .unwrap();
+        assert_eq!(a.health_probe_bind_address, "0.0.0.0:8081".parse().unwrap());
+        assert_eq!(a.metrics_bind_address, Some("[::1]:8080".parse().unwrap()));
+        assert!(!a.flavor.enable_auto_discovery);
+        assert_eq!(a.flavor.memory_step, Quantity("1Gi".into()));
+        // Bare boolean flag means true, as with Go's flag package.
+        assert!(
+            parse(&["--enable-auto-discovery"])
+                .unwrap()
+                .flavor
+                .enable_auto_discovery
+        );
+    }
+
+    #[test]
+    fn bad_values_are_refused_at_parse_time() {
+        if !in_child() {
+            return run_in_child("cli::tests::bad_values_are_refused_at_parse_time", &[]);
+        }
+        for bad in [
+            &["--cpu-min", "lots"][..],
+            &["--namespace", "Fluidos"],
+            &["--namespace", "-x"],
+            &["--health-probe-bind-address", "localhost"],
+            &["--http-port", "70000"],
+            &["--log-format", "xml"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! Network manager: discovers other nodes via multicast and brokers into
+//! KnownClusters (Go `network-manager`).
+//!
+//! Placeholder until the issue implementing this component lands: it only
+//! logs that it started, reports ready and waits for shutdown.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::Error;
+use crate::cli::Component;
+use crate::context::Context;
+
+/// Runs the network manager until `shutdown` is cancelled (placeholder: does nothing yet).
+pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), Error> {
+    super::placeholder(Component::NetworkManager, &ctx, shutdown).await
+}

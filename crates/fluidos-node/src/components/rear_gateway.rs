@@ -1,0 +1,18 @@
+//! REAR gateway: the HTTP API other FLUIDOS nodes call to list flavors,
+//! reserve and purchase (Go `rear-controller` gateway, `--http-port`).
+//!
+//! Placeholder until the issue implementing this component lands: it only
+//! logs that it started, reports ready and waits for shutdown.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::Error;
+use crate::cli::Component;
+use crate::context::Context;
+
+/// Runs the REAR gateway until `shutdown` is cancelled (placeholder: does nothing yet).
+pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), Error> {
+    super::placeholder(Component::RearGateway, &ctx, shutdown).await
+}

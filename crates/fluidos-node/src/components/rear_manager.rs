@@ -1,0 +1,18 @@
+//! REAR manager: drives Solvers, Discoveries, Reservations and Allocations
+//! (Go `rear-manager`).
+//!
+//! Placeholder until the issue implementing this component lands: it only
+//! logs that it started, reports ready and waits for shutdown.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::Error;
+use crate::cli::Component;
+use crate::context::Context;
+
+/// Runs the REAR manager until `shutdown` is cancelled (placeholder: does nothing yet).
+pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), Error> {
+    super::placeholder(Component::RearManager, &ctx, shutdown).await
+}

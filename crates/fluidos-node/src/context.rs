@@ -1,0 +1,45 @@
+//! What every component shares: API client, identity, settings, readiness.
+
+use fluidos_api::NodeIdentity;
+use kube::Client;
+
+use crate::cli::Args;
+use crate::flavor_config::FlavorConfig;
+use crate::health::Readiness;
+
+/// State handed to each component, usually as `Arc<Context>`.
+#[derive(Clone)]
+pub struct Context {
+    /// Client for the local cluster's API server.
+    pub client: Client,
+    /// This node's identity, from the `fluidos-node-identity` ConfigMap.
+    pub identity: NodeIdentity,
+    /// The parsed command line.
+    pub args: Args,
+    /// Where components report readiness for `/readyz`.
+    pub readiness: Readiness,
+}
+
+impl Context {
+    /// Namespace of the node's own resources.
+    pub fn namespace(&self) -> &str {
+        &self.args.namespace
+    }
+
+    /// The local resource manager's flavor settings.
+    pub fn flavor(&self) -> &FlavorConfig {
+        &self.args.flavor
+    }
+}
+
+// Hand-written because kube::Client's Debug says nothing useful and the
+// identity is what one wants to see in a log.
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("namespace", &self.namespace())
+            .field("identity", &self.identity)
+            .field("readiness", &self.readiness)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,227 @@
+//! Liveness, readiness and metrics endpoints, and the readiness registry behind them.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::Component;
+
+/// Which selected components have reported ready; cheap to clone and share.
+#[derive(Clone, Debug, Default)]
+pub struct Readiness {
+    // The key set is fixed at construction, so flags need no lock: probes
+    // never wait on a component that is busy reporting.
+    components: Arc<BTreeMap<Component, AtomicBool>>,
+}
+
+impl Readiness {
+    /// A registry tracking `components`, none of them ready yet.
+    pub fn new(components: impl IntoIterator<Item = Component>) -> Self {
+        Readiness {
+            components: Arc::new(
+                components
+                    .into_iter()
+                    .map(|c| (c, AtomicBool::new(false)))
+                    .collect(),
+            ),
+        }
+    }
+
+    /// Records that `component` is serving; ignored for components not tracked.
+    pub fn mark_ready(&self, component: Component) {
+        self.set(component, true);
+    }
+
+    /// Records that `component` stopped serving, e.g. after losing its watch.
+    pub fn mark_not_ready(&self, component: Component) {
+        self.set(component, false);
+    }
+
+    fn set(&self, component: Component, ready: bool) {
+        match self.components.get(&component) {
+            Some(flag) => flag.store(ready, Ordering::Release),
+            None => tracing::debug!(%component, "readiness change for a component not running"),
+        }
+    }
+
+    /// True once every tracked component is ready.
+    pub fn is_ready(&self) -> bool {
+        self.components
+            .values()
+            .all(|flag| flag.load(Ordering::Acquire))
+    }
+
+    /// Tracked components not ready yet, in start order.
+    pub fn pending(&self) -> Vec<Component> {
+        self.snapshot()
+            .into_iter()
+            .filter_map(|(c, ready)| (!ready).then_some(c))
+            .collect()
+    }
+
+    /// Every tracked component with its readiness, in start order.
+    pub fn snapshot(&self) -> Vec<(Component, bool)> {
+        self.components
+            .iter()
+            .map(|(c, flag)| (*c, flag.load(Ordering::Acquire)))
+            .collect()
+    }
+}
+
+/// Routes `/healthz` and `/readyz`.
+pub fn probe_router(readiness: Readiness) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(readiness)
+}
+
+/// Routes `/metrics` (Prometheus text format).
+pub fn metrics_router(readiness: Readiness) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .with_state(readiness)
+}
+
+/// Serves `router` on `listener` until `shutdown` is cancelled.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+}
+
+/// Answers as long as the process can serve HTTP at all.
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// 200 once every selected component is ready, else 503 naming the others.
+async fn readyz(State(readiness): State<Readiness>) -> (StatusCode, String) {
+    let pending = readiness.pending();
+    if pending.is_empty() {
+        (StatusCode::OK, "ok".to_owned())
+    } else {
+        let names: Vec<&str> = pending.iter().map(|c| c.as_str()).collect();
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {}", names.join(", ")),
+        )
+    }
+}
+
+async fn metrics(State(readiness): State<Readiness>) -> impl IntoResponse {
+    let mut body = String::from(
+        "# HELP fluidos_node_component_ready Whether a running component reports ready (1) or not (0).\n\
+         # TYPE fluidos_node_component_ready gauge\n",
+    );
+    for (component, ready) in readiness.snapshot() {
+        body.push_str(&format!(
+            "fluidos_node_component_ready{{component=\"{component}\"}} {}\n",
+            u8::from(ready)
+        ));
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_only_when_every_tracked_component_is() {
+        let r = Readiness::new([Component::RearGateway, Component::RearManager]);
+        assert!(!r.is_ready());
+        assert_eq!(
+            r.pending(),
+            vec![Component::RearGateway, Component::RearManager]
+        );
+
+        // Untracked components neither count nor get added.
+        r.mark_ready(Component::NetworkManager);
+        assert_eq!(r.snapshot().len(), 2);
+
+        let shared = r.clone();
+        shared.mark_ready(Component::RearManager);
+        assert_eq!(r.pending(), vec![Component::RearGateway]);
+        r.mark_ready(Component::RearGateway);
+        assert!(shared.is_ready());
+
+        r.mark_not_ready(Component::RearManager);
+        assert!(!shared.is_ready());
+        assert_eq!(shared.pending(), vec![Component::RearManager]);
+    }
+
+    #[test]
+    fn no_components_is_trivially_ready() {
+        assert!(Readiness::new([]).is_ready());
+    }
+
+    #[tokio::test]
+    async fn readyz_is_503_until_ready() {
+        let r = Readiness::new([Component::LocalResourceManager, Component::RearGateway]);
+        let (code, body) = readyz(State(r.clone())).await;
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body, "not ready: local-resource-manager, rear-gateway");
+        r.mark_ready(Component::LocalResourceManager);
+        r.mark_ready(Component::RearGateway);
+        assert_eq!(readyz(State(r)).await, (StatusCode::OK, "ok".to_owned()));
+    }
+
+    #[tokio::test]
+    async fn probes_are_served_over_http() {
+        let r = Readiness::new([Component::RearGateway]);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(serve(listener, probe_router(r.clone()), stop.clone()));
+
+        assert_eq!(http_status(addr, "/healthz").await, 200);
+        assert_eq!(http_status(addr, "/readyz").await, 503);
+        r.mark_ready(Component::RearGateway);
+        assert_eq!(http_status(addr, "/readyz").await, 200);
+        assert_eq!(http_status(addr, "/nope").await, 404);
+
+        stop.cancel();
+        server.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn metrics_report_each_component() {
+        let r = Readiness::new([Component::RearGateway, Component::NetworkManager]);
+        r.mark_ready(Component::NetworkManager);
+        let body = metrics(State(r)).await.into_response().into_body();
+        let bytes = axum::body::to_bytes(body, 4096).await.unwrap();
+        let text = String::from_utf8(bytes.to_vec()).unwrap();
+        assert!(text.contains("fluidos_node_component_ready{component=\"rear-gateway\"} 0\n"));
+        assert!(text.contains("fluidos_node_component_ready{component=\"network-manager\"} 1\n"));
+    }
+
+    /// Minimal HTTP/1.0 GET returning the status code, to avoid an HTTP client dependency.
+    async fn http_status(addr: std::net::SocketAddr, path: &str) -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(format!("GET {path} HTTP/1.0\r\nHost: test\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        response
+            .split_whitespace()
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .unwrap()
+    }
+}

@@ -1,0 +1,383 @@
+//! The node's own identity, from the `fluidos-node-identity` ConfigMap.
+//!
+//! Same keys and result as the Go node's `GetNodeIdentity`; where Go panics
+//! (Endpoints without subsets) or carries on with empty values, this returns
+//! an error that says what to fix.
+
+use std::collections::BTreeMap;
+use std::net::Ipv6Addr;
+
+use fluidos_api::{NODE_IDENTITY_CONFIGMAP, NodeIdentity};
+use k8s_openapi::api::core::v1::{ConfigMap, Endpoints};
+use kube::{Api, Client};
+
+/// ConfigMap key of the FLUIDOS domain.
+pub const KEY_DOMAIN: &str = "domain";
+/// ConfigMap key of the node ID.
+pub const KEY_NODE_ID: &str = "nodeID";
+/// ConfigMap key of the externally reachable host (optional).
+pub const KEY_IP: &str = "ip";
+/// ConfigMap key of the REAR gateway's externally reachable port.
+pub const KEY_PORT: &str = "port";
+
+/// Why the node identity could not be determined.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    /// The ConfigMap does not exist.
+    #[error(
+        "ConfigMap {namespace}/{NODE_IDENTITY_CONFIGMAP} does not exist; it holds this node's identity. \
+         Create it, e.g.: kubectl create configmap {NODE_IDENTITY_CONFIGMAP} -n {namespace} \
+         --from-literal={KEY_DOMAIN}=fluidos.eu --from-literal={KEY_NODE_ID}=$(tr -dc a-z0-9 </dev/urandom | head -c 10) \
+         --from-literal={KEY_PORT}=<REAR gateway NodePort> [--from-literal={KEY_IP}=<externally reachable IP>] \
+         (the Helm chart creates it from common.configMaps.nodeIdentity)"
+    )]
+    ConfigMapMissing {
+        /// Namespace that was searched.
+        namespace: String,
+    },
+    /// Required keys are absent or empty.
+    #[error(
+        "ConfigMap {namespace}/{NODE_IDENTITY_CONFIGMAP} lacks {}; set them, e.g.: \
+         kubectl patch configmap {NODE_IDENTITY_CONFIGMAP} -n {namespace} --type merge -p '{{\"data\":{{{}}}}}'",
+        .keys.join(", "),
+        .keys.iter().map(|k| format!("\"{k}\":\"{}\"", placeholder(k))).collect::<Vec<_>>().join(",")
+    )]
+    MissingKeys {
+        /// Namespace of the ConfigMap.
+        namespace: String,
+        /// The missing keys, in ConfigMap order (`domain`, `nodeID`, `port`).
+        keys: Vec<&'static str>,
+    },
+    /// `port` is not a TCP port number.
+    #[error(
+        "ConfigMap {namespace}/{NODE_IDENTITY_CONFIGMAP} key {KEY_PORT} is {value:?}, not a port number (1-65535)"
+    )]
+    InvalidPort {
+        /// Namespace of the ConfigMap.
+        namespace: String,
+        /// The value found.
+        value: String,
+    },
+    /// `ip` is empty and the API server address cannot stand in for it.
+    #[error(
+        "ConfigMap {namespace}/{NODE_IDENTITY_CONFIGMAP} has no {KEY_IP}, and the fallback, the first address of \
+         Endpoints default/kubernetes, is unavailable ({reason}); set {KEY_IP} to this node's externally reachable IP: \
+         kubectl patch configmap {NODE_IDENTITY_CONFIGMAP} -n {namespace} --type merge -p '{{\"data\":{{\"{KEY_IP}\":\"<IP>\"}}}}'"
+    )]
+    NoHost {
+        /// Namespace of the ConfigMap.
+        namespace: String,
+        /// Why the fallback failed.
+        reason: String,
+    },
+    /// The API server refused or failed a request.
+    #[error("reading {what}: {source}")]
+    Kube {
+        /// What was being read.
+        what: String,
+        /// The underlying error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// A placeholder value for a missing key in the suggested `kubectl patch`.
+fn placeholder(key: &str) -> &'static str {
+    match key {
+        KEY_DOMAIN => "fluidos.eu",
+        KEY_NODE_ID => "<10 lower-case alphanumerics>",
+        KEY_PORT => "<REAR gateway NodePort>",
+        _ => "<value>",
+    }
+}
+
+/// Builds the identity from ConfigMap data; `fallback_host` stands in for an empty `ip`.
+///
+/// The namespace in errors is [`fluidos_api::DEFAULT_NAMESPACE`]; use
+/// [`identity_from_data_in`] to name another.
+pub fn identity_from_data(
+    data: &BTreeMap<String, String>,
+    fallback_host: Option<&str>,
+) -> Result<NodeIdentity, IdentityError> {
+    identity_from_data_in(fluidos_api::DEFAULT_NAMESPACE, data, fallback_host)
+}
+
+/// [`identity_from_data`] for a ConfigMap in `namespace`.
+pub fn identity_from_data_in(
+    namespace: &str,
+    data: &BTreeMap<String, String>,
+    fallback_host: Option<&str>,
+) -> Result<NodeIdentity, IdentityError> {
+    let fields = Fields::read(namespace, data)?;
+    let Some(host) = fields
+        .ip
+        .or(fallback_host.map(str::trim).filter(|h| !h.is_empty()))
+    else {
+        return Err(IdentityError::NoHost {
+            namespace: namespace.to_owned(),
+            reason: "no fallback address given".to_owned(),
+        });
+    };
+    Ok(NodeIdentity {
+        domain: fields.domain.to_owned(),
+        node_id: fields.node_id.to_owned(),
+        ip: join_host_port(host, fields.port),
+        additional_information: None,
+    })
+}
+
+/// The validated keys of the ConfigMap.
+struct Fields<'a> {
+    domain: &'a str,
+    node_id: &'a str,
+    port: &'a str,
+    ip: Option<&'a str>,
+}
+
+impl<'a> Fields<'a> {
+    fn read(namespace: &str, data: &'a BTreeMap<String, String>) -> Result<Self, IdentityError> {
+        // Helm renders values verbatim, so stray whitespace is plausible and never meaningful.
+        let get = |key: &str| data.get(key).map(|v| v.trim()).filter(|v| !v.is_empty());
+        let (Some(domain), Some(node_id), Some(port)) =
+            (get(KEY_DOMAIN), get(KEY_NODE_ID), get(KEY_PORT))
+        else {
+            return Err(IdentityError::MissingKeys {
+                namespace: namespace.to_owned(),
+                keys: [KEY_DOMAIN, KEY_NODE_ID, KEY_PORT]
+                    .into_iter()
+                    .filter(|k| get(k).is_none())
+                    .collect(),
+            });
+        };
+        if !matches!(port.parse::<u16>(), Ok(p) if p != 0) {
+            return Err(IdentityError::InvalidPort {
+                namespace: namespace.to_owned(),
+                value: port.to_owned(),
+            });
+        }
+        Ok(Fields {
+            domain,
+            node_id,
+            port,
+            ip: get(KEY_IP),
+        })
+    }
+}
+
+/// `host:port`, bracketing a bare IPv6 address.
+// Go concatenates blindly, giving an unusable `fd00::1:30000` on IPv6 clusters;
+// peers build `http://<ip>/...` from this value, so it must be a valid authority.
+fn join_host_port(host: &str, port: &str) -> String {
+    if host.parse::<Ipv6Addr>().is_ok() {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// The first address of an Endpoints object, as upstream picks it.
+pub fn first_endpoint_address(endpoints: &Endpoints) -> Option<&str> {
+    endpoints
+        .subsets
+        .as_deref()?
+        .iter()
+        .flat_map(|s| s.addresses.as_deref().unwrap_or_default())
+        .map(|a| a.ip.as_str())
+        .find(|ip| !ip.is_empty())
+}
+
+/// Reads `<namespace>/fluidos-node-identity` and returns this node's identity.
+pub async fn load(client: &Client, namespace: &str) -> Result<NodeIdentity, IdentityError> {
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let cm = configmaps
+        .get_opt(NODE_IDENTITY_CONFIGMAP)
+        .await
+        .map_err(|source| IdentityError::Kube {
+            what: format!("ConfigMap {namespace}/{NODE_IDENTITY_CONFIGMAP}"),
+            source,
+        })?
+        .ok_or_else(|| IdentityError::ConfigMapMissing {
+            namespace: namespace.to_owned(),
+        })?;
+    let data = cm.data.unwrap_or_default();
+
+    // Missing keys are reported before the Endpoints fallback is tried: they
+    // are the likelier mistake, and the fallback may be forbidden by RBAC.
+    let fallback = match Fields::read(namespace, &data)?.ip {
+        Some(_) => None,
+        None => Some(
+            api_server_address(client)
+                .await
+                .map_err(|reason| IdentityError::NoHost {
+                    namespace: namespace.to_owned(),
+                    reason,
+                })?,
+        ),
+    };
+    identity_from_data_in(namespace, &data, fallback.as_deref())
+}
+
+/// First address of Endpoints `default/kubernetes`, or why there is none.
+async fn api_server_address(client: &Client) -> Result<String, String> {
+    let endpoints: Api<Endpoints> = Api::namespaced(client.clone(), "default");
+    let ep = endpoints
+        .get_opt("kubernetes")
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| "it does not exist".to_owned())?;
+    first_endpoint_address(&ep)
+        .map(str::to_owned)
+        .ok_or_else(|| "it lists no addresses".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{EndpointAddress, EndpointSubset};
+
+    fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn full_configmap_gives_ip_and_port() {
+        let id = identity_from_data(
+            &data(&[
+                ("domain", "fluidos.eu"),
+                ("nodeID", "abcdefghij"),
+                ("ip", "172.18.0.2"),
+                ("port", "30000"),
+            ]),
+            Some("10.0.0.1"),
+        )
+        .unwrap();
+        assert_eq!(
+            id,
+            NodeIdentity {
+                domain: "fluidos.eu".into(),
+                node_id: "abcdefghij".into(),
+                ip: "172.18.0.2:30000".into(),
+                additional_information: None,
+            }
+        );
+    }
+
+    #[test]
+    fn empty_ip_falls_back_to_the_given_host() {
+        let d = data(&[
+            ("domain", "fluidos.eu"),
+            ("nodeID", "n1"),
+            ("ip", ""),
+            ("port", "30000"),
+        ]);
+        assert_eq!(
+            identity_from_data(&d, Some("10.0.0.1")).unwrap().ip,
+            "10.0.0.1:30000"
+        );
+        assert_eq!(
+            identity_from_data(&d, Some("fd00::1")).unwrap().ip,
+            "[fd00::1]:30000"
+        );
+        let err = identity_from_data(&d, None).unwrap_err();
+        assert!(matches!(err, IdentityError::NoHost { .. }), "{err}");
+        assert!(
+            err.to_string()
+                .contains("kubectl patch configmap fluidos-node-identity")
+        );
+    }
+
+    #[test]
+    fn missing_keys_are_all_named() {
+        let err = identity_from_data_in(
+            "fl",
+            &data(&[("domain", "fluidos.eu"), ("nodeID", "  ")]),
+            Some("h"),
+        )
+        .unwrap_err();
+        match &err {
+            IdentityError::MissingKeys { keys, namespace } => {
+                assert_eq!(keys, &vec!["nodeID", "port"]);
+                assert_eq!(namespace, "fl");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        let msg = err.to_string();
+        assert!(
+            msg.contains("fl/fluidos-node-identity lacks nodeID, port"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(r#"-p '{"data":{"nodeID":"<10 lower-case alphanumerics>","port":"<REAR gateway NodePort>"}}'"#),
+            "{msg}"
+        );
+
+        let err = identity_from_data(&BTreeMap::new(), Some("h")).unwrap_err();
+        assert!(
+            err.to_string().contains("lacks domain, nodeID, port"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn port_must_be_a_port() {
+        for bad in ["http", "0", "70000", "-1"] {
+            let err = identity_from_data(
+                &data(&[
+                    ("domain", "d"),
+                    ("nodeID", "n"),
+                    ("ip", "1.2.3.4"),
+                    ("port", bad),
+                ]),
+                None,
+            )
+            .unwrap_err();
+            assert!(
+                matches!(err, IdentityError::InvalidPort { .. }),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn missing_configmap_message_says_how_to_create_it() {
+        let msg = IdentityError::ConfigMapMissing {
+            namespace: "fluidos".into(),
+        }
+        .to_string();
+        assert!(msg.contains("ConfigMap fluidos/fluidos-node-identity does not exist"));
+        assert!(msg.contains("kubectl create configmap fluidos-node-identity -n fluidos"));
+    }
+
+    #[test]
+    fn endpoints_without_subsets_yield_none_instead_of_panicking() {
+        assert_eq!(first_endpoint_address(&Endpoints::default()), None);
+        let empty = Endpoints {
+            subsets: Some(vec![EndpointSubset::default()]),
+            ..Default::default()
+        };
+        assert_eq!(first_endpoint_address(&empty), None);
+        let ep = Endpoints {
+            subsets: Some(vec![
+                EndpointSubset::default(),
+                EndpointSubset {
+                    addresses: Some(vec![
+                        EndpointAddress {
+                            ip: "192.168.1.10".into(),
+                            ..Default::default()
+                        },
+                        EndpointAddress {
+                            ip: "192.168.1.11".into(),
+                            ..Default::default()
+                        },
+                    ]),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        };
+        assert_eq!(first_endpoint_address(&ep), Some("192.168.1.10"));
+    }
+}

@@ -1,0 +1,218 @@
+//! `fluidos-node`: runs the selected FLUIDOS components against the cluster
+//! in KUBECONFIG (or the Pod's service account).
+//!
+//! Exit codes: 0 after SIGTERM/SIGINT, 2 when startup checks fail (and for
+//! flag errors, as clap does), 1 when a component fails while running.
+
+use std::fmt;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use fluidos_node::cli::{Args, Component, LogFormat};
+use fluidos_node::{components, health, startup};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+/// How long components get to stop after SIGTERM; Kubernetes waits 30 s by
+/// default before SIGKILL, so this leaves room to log what hung.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+const EXIT_STARTUP: u8 = 2;
+const EXIT_RUNTIME: u8 = 1;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    init_tracing(args.log_format);
+
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+
+    // A signal during startup (e.g. while the API server is unreachable)
+    // is a normal stop, not a failure.
+    let started = tokio::select! {
+        started = startup::start(args) => started,
+        () = shutdown.cancelled() => return ExitCode::SUCCESS,
+    };
+    match started {
+        Ok(started) => run(started, shutdown).await,
+        Err(e) => {
+            // One plain paragraph on stderr, whatever the log format: this is
+            // read by a person fixing a deployment, not by a log pipeline.
+            eprintln!("fluidos-node: cannot start: {e}");
+            ExitCode::from(EXIT_STARTUP)
+        }
+    }
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+            .init(),
+    }
+}
+
+async fn cancel_on_signal(shutdown: CancellationToken) {
+    let name = wait_for_signal().await;
+    tracing::info!(signal = name, "shutting down");
+    shutdown.cancel();
+}
+
+async fn wait_for_signal() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGTERM; only SIGINT stops the node");
+            return match tokio::signal::ctrl_c().await {
+                Ok(()) => "SIGINT",
+                Err(_) => std::future::pending().await,
+            };
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        Ok(()) = tokio::signal::ctrl_c() => "SIGINT",
+    }
+}
+
+/// A task the node runs, for log messages.
+#[derive(Clone, Copy)]
+enum Task {
+    Component(Component),
+    Server(&'static str),
+}
+
+impl fmt::Display for Task {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Task::Component(c) => write!(f, "component {c}"),
+            Task::Server(name) => write!(f, "{name} server"),
+        }
+    }
+}
+
+/// Runs servers and components until shutdown or the first failure.
+async fn run(started: startup::Started, shutdown: CancellationToken) -> ExitCode {
+    let startup::Started {
+        context,
+        probes,
+        metrics,
+    } = started;
+    let ctx = Arc::new(context);
+    let selected = ctx.args.selected_components();
+    tracing::info!(
+        namespace = %ctx.namespace(),
+        node_id = %ctx.identity.node_id,
+        domain = %ctx.identity.domain,
+        ip = %ctx.identity.ip,
+        components = ?selected.iter().map(|c| c.as_str()).collect::<Vec<_>>(),
+        "fluidos-node starting"
+    );
+
+    let mut tasks: JoinSet<(Task, anyhow::Result<()>)> = JoinSet::new();
+    if let Ok(addr) = probes.local_addr() {
+        tracing::info!(%addr, "serving /healthz and /readyz");
+    }
+    let router = health::probe_router(ctx.readiness.clone());
+    let stop = shutdown.clone();
+    tasks.spawn(async move {
+        let result = health::serve(probes, router, stop).await;
+        (Task::Server("probe"), result.context("serving probes"))
+    });
+    if let Some(metrics) = metrics {
+        if let Ok(addr) = metrics.local_addr() {
+            tracing::info!(%addr, "serving /metrics");
+        }
+        let router = health::metrics_router(ctx.readiness.clone());
+        let stop = shutdown.clone();
+        tasks.spawn(async move {
+            let result = health::serve(metrics, router, stop).await;
+            (Task::Server("metrics"), result.context("serving metrics"))
+        });
+    }
+    for component in selected {
+        let ctx = ctx.clone();
+        let stop = shutdown.clone();
+        tasks.spawn(async move {
+            let result = components::run(component, ctx, stop).await;
+            (
+                Task::Component(component),
+                result.map_err(anyhow::Error::from),
+            )
+        });
+    }
+
+    let failed = supervise(&mut tasks, &shutdown).await;
+    if failed {
+        ExitCode::from(EXIT_RUNTIME)
+    } else {
+        tracing::info!("fluidos-node stopped");
+        ExitCode::SUCCESS
+    }
+}
+
+/// Waits for every task; the first to stop triggers shutdown of the rest.
+/// Returns whether anything failed or hung.
+async fn supervise(
+    tasks: &mut JoinSet<(Task, anyhow::Result<()>)>,
+    shutdown: &CancellationToken,
+) -> bool {
+    let mut failed = false;
+    let mut deadline = None;
+    loop {
+        let joined = match deadline {
+            None => tokio::select! {
+                joined = tasks.join_next() => joined,
+                () = shutdown.cancelled() => {
+                    deadline = Some(tokio::time::Instant::now() + DRAIN_TIMEOUT);
+                    continue;
+                }
+            },
+            Some(deadline) => match tokio::time::timeout_at(deadline, tasks.join_next()).await {
+                Ok(joined) => joined,
+                Err(_) => {
+                    tracing::error!(
+                        remaining = tasks.len(),
+                        "tasks did not stop within {DRAIN_TIMEOUT:?}; aborting them"
+                    );
+                    tasks.abort_all();
+                    return true;
+                }
+            },
+        };
+        let Some(joined) = joined else {
+            return failed;
+        };
+        match joined {
+            Ok((task, Ok(()))) if shutdown.is_cancelled() => {
+                tracing::debug!(%task, "stopped");
+            }
+            // Components and servers run until told to stop; returning on
+            // their own means something is wrong even without an error.
+            Ok((task, Ok(()))) => {
+                tracing::error!(%task, "stopped unexpectedly; shutting down");
+                failed = true;
+                shutdown.cancel();
+            }
+            Ok((task, Err(e))) => {
+                tracing::error!(%task, error = format!("{e:#}"), "failed; shutting down");
+                failed = true;
+                shutdown.cancel();
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "task panicked; shutting down");
+                failed = true;
+                shutdown.cancel();
+            }
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! Everything that must succeed before any component starts.
+//!
+//! Each failure here is a deployment mistake an operator fixes by hand, so
+//! the binary reports it once and exits instead of retrying.
+
+use std::net::SocketAddr;
+
+use kube::Client;
+use tokio::net::TcpListener;
+
+use crate::cli::Args;
+use crate::context::Context;
+use crate::health::Readiness;
+use crate::identity::{self, IdentityError};
+use crate::preflight::{self, PreflightError};
+
+/// A startup step that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    /// No usable kubeconfig or in-cluster configuration.
+    #[error(
+        "cannot configure a Kubernetes client: {0}. Set KUBECONFIG to a kubeconfig file \
+         (or provide ~/.kube/config), or run the node in a Pod with a service account"
+    )]
+    Client(#[source] kube::Error),
+    /// The FLUIDOS CRDs are not usable.
+    #[error(transparent)]
+    Preflight(#[from] PreflightError),
+    /// The node identity is missing or incomplete.
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    /// A listening socket could not be opened.
+    #[error("cannot listen for {what} on {addr} (change {flag}): {source}")]
+    Bind {
+        /// What the socket serves.
+        what: &'static str,
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The flag that sets it.
+        flag: &'static str,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The outcome of a successful startup: shared context and bound sockets.
+#[derive(Debug)]
+pub struct Started {
+    /// Context for the components.
+    pub context: Context,
+    /// Listener for `/healthz` and `/readyz`.
+    pub probes: TcpListener,
+    /// Listener for `/metrics`, unless disabled.
+    pub metrics: Option<TcpListener>,
+}
+
+/// Connects, checks CRDs, loads the identity and binds the probe sockets.
+pub async fn start(args: Args) -> Result<Started, StartupError> {
+    let client = Client::try_default().await.map_err(StartupError::Client)?;
+    start_with_client(client, args).await
+}
+
+/// [`start`] with a ready-made client, for tests.
+pub async fn start_with_client(client: Client, args: Args) -> Result<Started, StartupError> {
+    preflight::check(&client).await?;
+    let identity = identity::load(&client, &args.namespace).await?;
+
+    let probes = bind(
+        "health probes",
+        args.health_probe_bind_address,
+        "--health-probe-bind-address",
+    )
+    .await?;
+    let metrics = match args.metrics_bind_address {
+        Some(addr) => Some(bind("metrics", addr, "--metrics-bind-address").await?),
+        None => None,
+    };
+
+    let readiness = Readiness::new(args.selected_components());
+    Ok(Started {
+        context: Context {
+            client,
+            identity,
+            args,
+            readiness,
+        },
+        probes,
+        metrics,
+    })
+}
+
+async fn bind(
+    what: &'static str,
+    addr: SocketAddr,
+    flag: &'static str,
+) -> Result<TcpListener, StartupError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartupError::Bind {
+            what,
+            addr,
+            flag,
+            source,
+        })
+}
