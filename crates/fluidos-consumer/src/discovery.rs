@@ -22,6 +22,9 @@ use serde_json::json;
 use crate::status::{now, set_phase};
 use crate::{Context, Error};
 
+/// How long a Discovery keeps asking when no provider answers at all.
+const RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(15);
+
 /// Runs the Discovery controller until `shutdown`.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
     let api: Api<Discovery> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
@@ -153,6 +156,7 @@ async fn reconcile(d: Arc<Discovery>, ctx: Arc<Context>) -> Result<Action, Error
             status: pc.status.clone(),
         });
     }
+    withdraw_unlisted(&ctx, &ns, &answers, selector.as_ref()).await?;
     let failed: Vec<&ProviderQueryStatus> = answers
         .iter()
         .map(|a| &a.status)
@@ -160,6 +164,24 @@ async fn reconcile(d: Arc<Discovery>, ctx: Arc<Context>) -> Result<Action, Error
         .collect();
     let asked = answers.len();
     status.providers = Some(answers.iter().map(|a| a.status.clone()).collect());
+    // Nobody answered (providers starting, briefly unreachable): ask again for
+    // a while before calling it a failure.
+    let answered = asked - failed.len();
+    let waited = status
+        .phase
+        .start_time
+        .as_deref()
+        .and_then(crate::status::seconds_since)
+        .unwrap_or(0);
+    if items.is_empty() && answered == 0 && asked > 0 && waited < RETRY_FOR.as_secs() as i64 {
+        let msg = format!("Discovery started: no provider answered yet ({asked} asked), retrying");
+        if status.phase.message.as_deref() != Some(msg.as_str()) {
+            crate::status::touch(&mut status.phase);
+            status.phase.message = Some(msg);
+            patch_status(&api, &d.name_any(), &status).await?;
+        }
+        return Ok(Action::requeue(std::time::Duration::from_secs(1)));
+    }
     if items.is_empty() {
         let msg = if asked == 0 {
             "No Flavors found: no providers known (create a KnownCluster)".to_owned()
@@ -239,6 +261,12 @@ async fn upsert_candidate(
                     pc.spec.flavor = flavor.clone();
                     changed = true;
                 }
+                // Listed again by its provider and held by no reservation: free.
+                if !pc.spec.available && !pc.annotations().contains_key(crate::reservation::HELD_BY)
+                {
+                    pc.spec.available = true;
+                    changed = true;
+                }
                 if !changed {
                     return Ok(pc);
                 }
@@ -253,6 +281,43 @@ async fn upsert_candidate(
     Err(Error::Incomplete(
         "a stable PeeringCandidate after 5 conflicting writes",
     ))
+}
+
+/// Marks unavailable the free candidates a provider no longer lists although
+/// they match this selector: sold out, or sold whole by a Go provider (which
+/// then lists the remainder under a new flavor ID).
+async fn withdraw_unlisted(
+    ctx: &Context,
+    ns: &str,
+    answers: &[ProviderAnswer],
+    selector: Option<&FlavorSelector>,
+) -> Result<(), Error> {
+    let api: Api<PeeringCandidate> = Api::namespaced(ctx.client.clone(), ns);
+    let candidates = api.list(&ListParams::default()).await?;
+    for pc in candidates {
+        let flavor = &pc.spec.flavor;
+        let Some(answer) = answers
+            .iter()
+            .find(|a| a.status.outcome == "Answered" && a.status.address == flavor.spec.owner.ip)
+        else {
+            continue;
+        };
+        let held = pc.annotations().contains_key(crate::reservation::HELD_BY);
+        let listed = answer.flavors.iter().any(|f| f.id() == flavor.id());
+        let matches = match flavor.spec.flavor_type.parse() {
+            Ok(t) => selector.is_none_or(|s| s.matches(&t)),
+            Err(_) => true,
+        };
+        if pc.spec.available && !held && !listed && matches {
+            api.patch(
+                &pc.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"available": false}})),
+            )
+            .await?;
+        }
+    }
+    Ok(())
 }
 
 async fn patch_status(

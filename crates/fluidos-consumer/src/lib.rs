@@ -102,13 +102,22 @@ pub(crate) fn backoff(err: &Error) -> kube::runtime::controller::Action {
 }
 
 /// Runs the Solver, Discovery and Reservation controllers until `shutdown`.
+///
+/// On shutdown the controllers are dropped mid-flight: every reconcile is
+/// idempotent and all state is in the API server, so nothing is lost.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 'static) {
-    let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
-    tokio::join!(
-        solver::run(ctx.clone(), shutdown.clone()),
-        discovery::run(ctx.clone(), shutdown.clone()),
-        reservation::run(ctx, shutdown),
-    );
+    let never = || futures::future::pending::<()>();
+    let controllers = async {
+        tokio::join!(
+            solver::run(ctx.clone(), never()),
+            discovery::run(ctx.clone(), never()),
+            reservation::run(ctx, never()),
+        )
+    };
+    tokio::select! {
+        _ = controllers => {}
+        _ = shutdown => {}
+    }
 }
 
 /// Drains a controller stream, logging failed reconciles at debug level

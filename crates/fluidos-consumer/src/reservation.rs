@@ -2,10 +2,10 @@
 //! PURCHASE, through the REAR client, recording the consumer's Transaction
 //! and Contract.
 //!
-//! Restart-safe: the transaction ID is written to the Reservation status
-//! before anything else happens, so a restarted node purchases it instead of
-//! reserving again; a crash before that write re-reserves, which the provider
-//! answers with the same transaction (idempotent per buyer and flavor); a
+//! Restart-safe: once the transaction ID is in the Reservation status a
+//! restarted node purchases it instead of reserving again; a crash before that
+//! write re-reserves, which the provider answers with the same transaction
+//! (idempotent per buyer and flavor); a
 //! crash after the purchase call purchases again, which the provider answers
 //! with the same contract. Either way exactly one Contract exists.
 
@@ -149,9 +149,9 @@ async fn reconcile(r: Arc<Reservation>, ctx: Arc<Context>) -> Result<Action, Err
                     .await;
                 }
             };
-            // Record the transaction first: from here a restart purchases, never re-reserves.
+            // Recorded with the status write below: a crash before it re-reserves,
+            // which the provider answers with this same transaction.
             st.transaction_id = Some(tx.transaction_id.clone());
-            save(&api, &name, &st).await?;
             let mut buyer = ctx.cfg.identity.clone();
             if buyer.additional_information.is_none() {
                 buyer.additional_information = Some(NodeIdentityAdditionalInfo::default());
@@ -269,6 +269,10 @@ async fn reconcile(r: Arc<Reservation>, ctx: Arc<Context>) -> Result<Action, Err
     st.purchase_phase = Some(Phase::Solved);
     set_phase(&mut st.phase, Phase::Solved, "Reservation solved");
     save(&api, &name, &st).await?;
+    // A Rust provider keeps selling the remainder under the same flavor ID, so
+    // the candidate is free again; the next Discovery refreshes its amounts
+    // (and withdraws it if the provider stops listing it, as a Go one does).
+    set_candidate(&pcs, &pc_name, true, None).await?;
     // The transaction is spent; the Contract is the record now.
     let txs: Api<Transaction> = Api::namespaced(ctx.client.clone(), &ns);
     match txs.delete(&tx_id, &DeleteParams::default()).await {

@@ -78,11 +78,7 @@ async fn reconcile(s: Arc<Solver>, ctx: Arc<Context>) -> Result<Action, Error> {
     match phase {
         Phase::Failed | Phase::TimedOut => return Ok(Action::await_change()),
         Phase::Solved | Phase::Running | Phase::Idle => {}
-        _ => {
-            set(&mut st, Phase::Idle, "Solver initialized");
-            save(&api, &s.name_any(), &st).await?;
-            return Ok(Action::requeue(Duration::ZERO));
-        }
+        _ => set(&mut st, Phase::Idle, "Solver initialized"),
     }
     let selector = match s.spec.selector.as_ref().map(|sel| sel.parse()).transpose() {
         Ok(sel) => sel,
@@ -103,15 +99,28 @@ async fn reconcile(s: Arc<Solver>, ctx: Arc<Context>) -> Result<Action, Error> {
         st,
         selector,
     };
-    let action = solve.step().await;
-    let action = match action {
-        Ok(a) => a,
-        Err(StepError::Fail(msg)) => {
-            set(&mut solve.st, Phase::Failed, &msg);
-            Action::await_change()
+    // Take every step that needs no one else's progress in this one
+    // reconcile: each status round trip through the API server costs a
+    // watch event, and tools poll for the end result.
+    let mut action = Action::requeue(Duration::ZERO);
+    for _ in 0..12 {
+        action = match solve.step().await {
+            Ok(a) => a,
+            Err(StepError::Fail(msg)) => {
+                set(&mut solve.st, Phase::Failed, &msg);
+                Action::await_change()
+            }
+            Err(StepError::Kube(e)) => {
+                if s.status.as_ref() != Some(&solve.st) {
+                    save(&api, &s.name_any(), &solve.st).await?;
+                }
+                return Err(e);
+            }
+        };
+        if action != Action::requeue(Duration::ZERO) {
+            break;
         }
-        Err(StepError::Kube(e)) => return Err(e),
-    };
+    }
     if s.status.as_ref() != Some(&solve.st) {
         save(&api, &s.name_any(), &solve.st).await?;
     }

@@ -105,6 +105,27 @@ pub struct Args {
     /// Local resource manager settings.
     #[command(flatten)]
     pub flavor: FlavorConfig,
+
+    /// This cluster's Liqo cluster ID; read from `liqo/liqo-clusterid-configmap`
+    /// (`CLUSTER_ID`) when not given, else `fluidos-<nodeID>`.
+    #[arg(long, env = "FLUIDOS_LIQO_CLUSTER_ID")]
+    pub liqo_cluster_id: Option<String>,
+
+    /// Providers to query besides KnownClusters (`host:port`, comma-separated).
+    #[arg(long = "peers", env = "FLUIDOS_PEERS", value_delimiter = ',')]
+    pub peers: Vec<String>,
+
+    /// Per-provider timeout of a discovery query, in milliseconds.
+    #[arg(long, env = "FLUIDOS_PEER_TIMEOUT_MS", default_value_t = 3000)]
+    pub peer_timeout_ms: u64,
+
+    /// API server URL written into peering kubeconfigs (default: the one this node uses).
+    #[arg(long, env = "FLUIDOS_API_SERVER_URL")]
+    pub api_server_url: Option<String>,
+
+    /// How long a provider holds a reservation, in seconds (upstream: 1 hour).
+    #[arg(long, env = "FLUIDOS_TRANSACTION_TTL_SECONDS", default_value_t = 3600)]
+    pub transaction_ttl_seconds: u64,
 }
 
 impl Args {

@@ -230,6 +230,44 @@ async fn api_server_address(client: &Client) -> Result<String, String> {
         .ok_or_else(|| "it lists no addresses".to_owned())
 }
 
+/// Liqo's cluster-ID ConfigMap: namespace, name and key.
+const LIQO_CLUSTER_ID: (&str, &str, &str) = ("liqo", "liqo-clusterid-configmap", "CLUSTER_ID");
+
+/// This cluster's Liqo ID: the flag, else Liqo's ConfigMap, else `fluidos-<nodeID>`.
+///
+/// Upstream refuses to serve until Liqo publishes its ID; we fall back to a
+/// stable name so a node without Liqo can still trade services.
+pub async fn liqo_cluster_id(
+    client: &Client,
+    flag: Option<&str>,
+    identity: &NodeIdentity,
+) -> String {
+    if let Some(id) = flag.filter(|s| !s.is_empty()) {
+        return id.to_owned();
+    }
+    let (ns, name, key) = LIQO_CLUSTER_ID;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    match api.get_opt(name).await {
+        Ok(Some(cm)) => {
+            if let Some(id) = cm
+                .data
+                .and_then(|d| d.get(key).cloned())
+                .filter(|s| !s.is_empty())
+            {
+                return id;
+            }
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot read Liqo's cluster ID ConfigMap"),
+    }
+    default_liqo_id(&identity.node_id)
+}
+
+/// The fallback Liqo ID for a node.
+pub fn default_liqo_id(node_id: &str) -> String {
+    format!("fluidos-{node_id}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -64,7 +64,12 @@ pub async fn start(args: Args) -> Result<Started, StartupError> {
 /// [`start`] with a ready-made client, for tests.
 pub async fn start_with_client(client: Client, args: Args) -> Result<Started, StartupError> {
     preflight::check(&client).await?;
-    let identity = identity::load(&client, &args.namespace).await?;
+    let mut identity = identity::load(&client, &args.namespace).await?;
+    let liqo_id =
+        identity::liqo_cluster_id(&client, args.liqo_cluster_id.as_deref(), &identity).await;
+    identity.additional_information = Some(fluidos_api::NodeIdentityAdditionalInfo {
+        liqo_id: Some(liqo_id),
+    });
 
     let probes = bind(
         "health probes",

@@ -12,6 +12,7 @@ mod binaries;
 mod certs;
 mod control_plane;
 mod crds;
+pub mod fixtures;
 mod kubeconfig;
 mod ports;
 mod process;
@@ -39,6 +40,9 @@ pub enum Error {
     /// `tools/control-plane/build.sh` failed or printed no directory.
     #[error("building the control-plane binaries failed: {0}")]
     BuildFailed(String),
+    /// A fixture object could not be built.
+    #[error("fixture: {0}")]
+    Fixture(String),
     /// A file-system or process operation failed.
     #[error("{context}: {source}")]
     Io {

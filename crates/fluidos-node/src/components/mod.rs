@@ -18,6 +18,9 @@ pub enum Error {
     /// An API server request or watch failed for good.
     #[error("kube: {0}")]
     Kube(#[from] kube::Error),
+    /// The component could not be set up.
+    #[error("setup: {0}")]
+    Setup(String),
     /// A socket or file operation failed.
     #[error("{context}: {source}")]
     Io {

@@ -1,18 +1,48 @@
 //! REAR gateway: the HTTP API other FLUIDOS nodes call to list flavors,
 //! reserve and purchase (Go `rear-controller` gateway, `--http-port`).
-//!
-//! Placeholder until the issue implementing this component lands: it only
-//! logs that it started, reports ready and waits for shutdown.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use fluidos_rear_gateway::GatewayConfig;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::Error;
 use crate::cli::Component;
 use crate::context::Context;
 
-/// Runs the REAR gateway until `shutdown` is cancelled (placeholder: does nothing yet).
+/// Runs the REAR gateway until `shutdown` is cancelled.
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), Error> {
-    super::placeholder(Component::RearGateway, &ctx, shutdown).await
+    let mut cfg = GatewayConfig::new(ctx.namespace(), ctx.identity.clone(), "");
+    // The peering kubeconfig points at the API server this node uses, unless told otherwise.
+    if let Ok(kube_cfg) = kube::Config::infer().await {
+        cfg = cfg.with_kube_config(&kube_cfg);
+    }
+    if let Some(url) = &ctx.args.api_server_url {
+        cfg.api_server_url = url.clone();
+    }
+    cfg.bind = ctx.args.rear_gateway_address();
+    cfg.liqo_cluster_id = ctx.identity.liqo_id().map(str::to_owned);
+    cfg.transaction_ttl = Duration::from_secs(ctx.args.transaction_ttl_seconds);
+
+    let (ready_tx, mut ready_rx) = watch::channel(false);
+    let report = {
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            if ready_rx.wait_for(|r| *r).await.is_ok() {
+                ctx.readiness.mark_ready(Component::RearGateway);
+            }
+        })
+    };
+    tracing::info!(component = %Component::RearGateway, addr = %cfg.bind, "component started");
+    let result =
+        fluidos_rear_gateway::run_with_readiness(ctx.client.clone(), cfg, ready_tx, async move {
+            shutdown.cancelled().await
+        })
+        .await
+        .map_err(|e| Error::Setup(e.to_string()));
+    report.abort();
+    tracing::info!(component = %Component::RearGateway, "component stopped");
+    result
 }

@@ -1,18 +1,32 @@
-//! REAR manager: drives Solvers, Discoveries, Reservations and Allocations
-//! (Go `rear-manager`).
-//!
-//! Placeholder until the issue implementing this component lands: it only
-//! logs that it started, reports ready and waits for shutdown.
+//! REAR manager: drives Solvers, Discoveries and Reservations, the consumer
+//! side (Go `rear-manager` plus the Discovery and Reservation controllers Go
+//! runs in `rear-controller`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use fluidos_consumer::{ConsumerConfig, Context as ConsumerContext};
+use fluidos_rear_client::ClientConfig;
 use tokio_util::sync::CancellationToken;
 
 use super::Error;
 use crate::cli::Component;
 use crate::context::Context;
 
-/// Runs the REAR manager until `shutdown` is cancelled (placeholder: does nothing yet).
+/// Runs the consumer controllers until `shutdown` is cancelled.
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), Error> {
-    super::placeholder(Component::RearManager, &ctx, shutdown).await
+    let mut cfg = ConsumerConfig::new(ctx.namespace(), ctx.identity.clone());
+    cfg.static_peers = ctx.args.peers.clone();
+    cfg.peer_timeout = Duration::from_millis(ctx.args.peer_timeout_ms);
+    let rear = ClientConfig {
+        request_timeout: cfg.peer_timeout.max(Duration::from_secs(10)),
+        ..ClientConfig::default()
+    };
+    let consumer = ConsumerContext::new(ctx.client.clone(), cfg, rear)
+        .map_err(|e| Error::Setup(e.to_string()))?;
+    tracing::info!(component = %Component::RearManager, "component started");
+    ctx.readiness.mark_ready(Component::RearManager);
+    fluidos_consumer::run(consumer, async move { shutdown.cancelled().await }).await;
+    tracing::info!(component = %Component::RearManager, "component stopped");
+    Ok(())
 }

@@ -1,0 +1,209 @@
+//! Time from Solver creation to a Contract present on both sides.
+//!
+//! Real control planes (one consumer cluster, one provider cluster), real
+//! REAR gateways over loopback HTTP, the consumer controllers in this
+//! process. Run with `cargo bench -p fluidos-consumer`; prints p50/p90/max for
+//! 1 provider and for 20 providers (20 gateways sharing the provider control
+//! plane, one namespace each). Targets: p50 < 200 ms (1), < 1 s (20).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a bench that cannot set up should stop loudly
+
+use std::time::{Duration, Instant};
+
+use fluidos_api::flavor::{FlavorSpec, FlavorType, K8Slice};
+use fluidos_api::network::KnownClusterSpec;
+use fluidos_api::solver::{Selector, SolverSpec};
+use fluidos_api::{Contract, Flavor, KnownCluster, NodeIdentity, Price, Solver};
+use fluidos_consumer::{ConsumerConfig, Context};
+use fluidos_rear_client::ClientConfig;
+use fluidos_rear_gateway::GatewayConfig;
+use fluidos_testenv::{ControlPlane, ControlPlaneOptions, fixtures};
+use kube::api::{ListParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+const CONSUMER_NS: &str = "fluidos";
+
+fn identity(id: &str, ip: &str) -> NodeIdentity {
+    NodeIdentity {
+        domain: "fluidos.eu".into(),
+        node_id: id.into(),
+        ip: ip.into(),
+        additional_information: None,
+    }
+}
+
+async fn provider(
+    cp: &ControlPlane,
+    kube_cfg: &kube::Config,
+    i: usize,
+) -> (String, tokio::task::JoinHandle<()>) {
+    let ns = format!("provider-{i}");
+    fixtures::namespace(cp, &ns).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let id = identity(&format!("prov{i:02}"), &addr);
+    let k = K8Slice {
+        characteristics: fluidos_api::rear::characteristics("amd64", "1000", "1000Gi", "10000"),
+        ..Default::default()
+    };
+    let mut f = Flavor::new(
+        &format!("fluidos.eu-k8slice-bench{i:02}"),
+        FlavorSpec {
+            provider_id: id.node_id.clone(),
+            flavor_type: FlavorType::k8slice(&k),
+            owner: id.clone(),
+            price: Price {
+                amount: format!("{}", 10 + i),
+                currency: "EUR".into(),
+                period: "hour".into(),
+            },
+            availability: true,
+            network_property_type: None,
+            location: None,
+        },
+    );
+    f.metadata.namespace = Some(ns.clone());
+    Api::<Flavor>::namespaced(cp.client(), &ns)
+        .create(&PostParams::default(), &f)
+        .await
+        .unwrap();
+    let mut cfg = GatewayConfig::new(&ns, id, "").with_kube_config(kube_cfg);
+    cfg.liqo_cluster_id = Some(format!("liqo-prov{i:02}"));
+    let client = cp.client();
+    let task = tokio::spawn(async move {
+        let _ = fluidos_rear_gateway::serve(listener, client, cfg, std::future::pending()).await;
+    });
+    (addr, task)
+}
+
+async fn scenario(providers: usize, rounds: usize) -> Vec<Duration> {
+    let (pcp, ccp) = tokio::join!(
+        ControlPlane::start(ControlPlaneOptions {
+            workloads: false,
+            crd_dirs: vec![fluidos_testenv::crds_dir()]
+        }),
+        ControlPlane::start(ControlPlaneOptions {
+            workloads: false,
+            crd_dirs: vec![fluidos_testenv::crds_dir()]
+        }),
+    );
+    let (pcp, ccp) = (pcp.unwrap(), ccp.unwrap());
+    let kube_cfg =
+        kube::Config::from_custom_kubeconfig(pcp.kubeconfig().clone(), &Default::default())
+            .await
+            .unwrap();
+    fixtures::namespace(&ccp, CONSUMER_NS).await.unwrap();
+    let mut tasks = Vec::new();
+    let known: Api<KnownCluster> = Api::namespaced(ccp.client(), CONSUMER_NS);
+    for i in 0..providers {
+        let (addr, task) = provider(&pcp, &kube_cfg, i).await;
+        tasks.push(task);
+        known
+            .create(
+                &PostParams::default(),
+                &KnownCluster::new(
+                    &format!("knowncluster-prov{i:02}"),
+                    KnownClusterSpec { address: addr },
+                ),
+            )
+            .await
+            .unwrap();
+    }
+    let mut me = identity("consumer01", "127.0.0.1:1");
+    me.additional_information = Some(fluidos_api::NodeIdentityAdditionalInfo {
+        liqo_id: Some("liqo-consumer".into()),
+    });
+    let ctx = Context::new(
+        ccp.client(),
+        ConsumerConfig::new(CONSUMER_NS, me),
+        ClientConfig::default(),
+    )
+    .unwrap();
+    let consumer = tokio::spawn(fluidos_consumer::run(ctx, std::future::pending()));
+    tokio::time::sleep(Duration::from_millis(500)).await; // let the watches start
+
+    let solvers: Api<Solver> = Api::namespaced(ccp.client(), CONSUMER_NS);
+    let consumer_contracts: Api<Contract> = Api::namespaced(ccp.client(), CONSUMER_NS);
+    let provider_contracts: Api<Contract> = Api::all(pcp.client());
+    let mut times = Vec::new();
+    for round in 0..rounds {
+        let name = format!("bench-{round}");
+        let mut s = Solver::new(
+            &name,
+            SolverSpec {
+                selector: Some(Selector {
+                    flavor_type: "K8Slice".into(),
+                    filters: Some(json!({"cpuFilter": {"name": "Range", "data": {"min": "1"}},
+                        "memoryFilter": {"name": "Range", "data": {"min": "1Gi"}},
+                        "podsFilter": {"name": "Range", "data": {"min": "1"}}})),
+                }),
+                intent_id: name.clone(),
+                find_candidate: Some(true),
+                reserve_and_buy: Some(true),
+                establish_peering: Some(false),
+            },
+        );
+        s.metadata.namespace = Some(CONSUMER_NS.into());
+        let before = consumer_contracts
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len();
+        let start = Instant::now();
+        solvers.create(&PostParams::default(), &s).await.unwrap();
+        loop {
+            let c = consumer_contracts
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items;
+            if c.len() > before {
+                let newest = c.iter().map(|c| c.name_any()).collect::<Vec<_>>();
+                let p = provider_contracts
+                    .list(&ListParams::default())
+                    .await
+                    .unwrap()
+                    .items;
+                if p.iter()
+                    .filter(|pc| newest.contains(&pc.name_any()))
+                    .count()
+                    == c.len()
+                {
+                    break;
+                }
+            }
+            if start.elapsed() > Duration::from_secs(30) {
+                panic!("round {round}: no contract after 30 s");
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        times.push(start.elapsed());
+    }
+    consumer.abort();
+    for t in tasks {
+        t.abort();
+    }
+    pcp.stop().await;
+    ccp.stop().await;
+    times
+}
+
+fn report(label: &str, mut t: Vec<Duration>) {
+    t.sort();
+    let pct = |p: f64| t[((t.len() as f64 - 1.0) * p).round() as usize];
+    println!(
+        "{label}: n={} p50={:.0} ms p90={:.0} ms max={:.0} ms",
+        t.len(),
+        pct(0.5).as_secs_f64() * 1e3,
+        pct(0.9).as_secs_f64() * 1e3,
+        t[t.len() - 1].as_secs_f64() * 1e3
+    );
+}
+
+#[tokio::main]
+async fn main() {
+    report("solver->contract, 1 provider", scenario(1, 20).await);
+    report("solver->contract, 20 providers", scenario(20, 10).await);
+}

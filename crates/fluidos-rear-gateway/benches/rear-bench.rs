@@ -1,0 +1,391 @@
+//! REAR gateway benchmark: a real control plane holding 100 flavors, the
+//! gateway in-process on loopback, and a bounded load per route.
+//!
+//! `cargo bench -p fluidos-rear-gateway` prints requests/s and p50/p99 latency
+//! for plain and filtered lists, reserve, and reserve+purchase, plus the RSS.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fluidos_api::common::{NodeIdentity, Price};
+use fluidos_api::flavor::{
+    FlavorSpec, FlavorType, K8Slice, K8SliceCharacteristics, Partitionability,
+};
+use fluidos_api::ledger::q;
+use fluidos_api::{Flavor, flavor::FlavorTypeData};
+use fluidos_rear_gateway::{Gateway, GatewayConfig};
+use fluidos_testenv::{ControlPlane, ControlPlaneOptions};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
+use tokio::net::TcpListener;
+
+const NS: &str = "bench";
+const FLAVORS: usize = 100;
+
+fn identity() -> NodeIdentity {
+    NodeIdentity {
+        domain: "fluidos.eu".into(),
+        node_id: "benchnode1".into(),
+        ip: "127.0.0.1:3004".into(),
+        additional_information: None,
+    }
+}
+
+fn flavor(i: usize) -> Flavor {
+    let k = K8Slice {
+        characteristics: K8SliceCharacteristics {
+            architecture: if i.is_multiple_of(2) {
+                "amd64"
+            } else {
+                "arm64"
+            }
+            .into(),
+            cpu: q("64"),
+            memory: q("256Gi"),
+            pods: q("1000"),
+            gpu: None,
+            storage: Some(q("1Ti")),
+        },
+        policies: fluidos_api::flavor::Policies {
+            partitionability: Partitionability {
+                cpu_min: q("1"),
+                cpu_step: q("1"),
+                memory_min: q("1Gi"),
+                memory_step: q("1Gi"),
+                pods_min: q("1"),
+                pods_step: q("1"),
+                ..Default::default()
+            },
+        },
+        ..Default::default()
+    };
+    // Keep the builder honest: what we create must decode.
+    assert!(matches!(
+        FlavorType::k8slice(&k).parse(),
+        Ok(FlavorTypeData::K8Slice(_))
+    ));
+    Flavor {
+        metadata: ObjectMeta {
+            name: Some(format!("fluidos.eu-k8slice-{i:04x}")),
+            namespace: Some(NS.into()),
+            ..Default::default()
+        },
+        spec: FlavorSpec {
+            provider_id: identity().node_id,
+            flavor_type: FlavorType::k8slice(&k),
+            owner: identity(),
+            price: Price::default(),
+            availability: true,
+            network_property_type: Some("networkProperty".into()),
+            location: None,
+        },
+        status: None,
+    }
+}
+
+struct Stats {
+    name: &'static str,
+    latencies: Vec<Duration>,
+    wall: Duration,
+}
+
+impl Stats {
+    fn print(&mut self) {
+        self.latencies.sort();
+        let n = self.latencies.len();
+        let pct = |p: f64| self.latencies[((n as f64 * p) as usize).min(n - 1)];
+        println!(
+            "{:<28} {:>7} req  {:>9.0} req/s  p50 {:>8.2} ms  p99 {:>8.2} ms",
+            self.name,
+            n,
+            n as f64 / self.wall.as_secs_f64(),
+            pct(0.50).as_secs_f64() * 1e3,
+            pct(0.99).as_secs_f64() * 1e3,
+        );
+    }
+}
+
+/// Runs `op(i)` `total` times over `workers` concurrent workers.
+async fn load<F, Fut>(name: &'static str, total: usize, workers: usize, op: F) -> Stats
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let op = Arc::new(op);
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..workers {
+        let op = op.clone();
+        let next = next.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= total {
+                    break;
+                }
+                let t = Instant::now();
+                op(i).await;
+                lat.push(t.elapsed());
+            }
+            lat
+        }));
+    }
+    let mut latencies = Vec::with_capacity(total);
+    for t in tasks {
+        latencies.extend(t.await.unwrap());
+    }
+    Stats {
+        name,
+        latencies,
+        wall: start.elapsed(),
+    }
+}
+
+fn rss() -> String {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS"))
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| "VmRSS: unknown".into())
+}
+
+fn reserve_body(flavor: usize, buyer: &str) -> serde_json::Value {
+    serde_json::json!({
+        "flavorID": format!("fluidos.eu-k8slice-{flavor:04x}"),
+        "buyerID": {"ID": buyer, "IP": "127.0.0.1:3005", "domain": "fluidos.eu",
+            "additionalInformation": {"liqoID": format!("liqo-{buyer}")}},
+        "configuration": {"type": "k8slice", "data": {"cpu": "1", "memory": "1Gi", "pods": "1"}}
+    })
+}
+
+async fn reserve(c: &reqwest::Client, base: &str, flavor: usize, buyer: &str) -> String {
+    let r = c
+        .post(format!("{base}/api/v2/reservations"))
+        .json(&reserve_body(flavor, buyer))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: serde_json::Value = r.json().await.unwrap();
+    v["transactionID"].as_str().unwrap().to_owned()
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(bench());
+}
+
+async fn bench() {
+    let cp = ControlPlane::start(ControlPlaneOptions {
+        workloads: false,
+        crd_dirs: vec![fluidos_testenv::crds_dir()],
+    })
+    .await
+    .expect("control plane");
+    let client = cp.client();
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &Namespace {
+                metadata: ObjectMeta {
+                    name: Some(NS.into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let flavors: Api<Flavor> = Api::namespaced(client.clone(), NS);
+    for i in 0..FLAVORS {
+        flavors
+            .create(&PostParams::default(), &flavor(i))
+            .await
+            .unwrap();
+    }
+    let mut cfg = GatewayConfig::new(NS, identity(), cp.server_url());
+    cfg.liqo_cluster_id = Some("liqo-bench-provider".into());
+    let gw = Gateway::start(client.clone(), cfg);
+    gw.wait_ready(Duration::from_secs(20)).await.unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(gw.serve(listener, std::future::pending()));
+    let c = reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let base: Arc<str> = base.into();
+
+    // Warm up connections and the snapshot.
+    for _ in 0..50 {
+        c.get(format!("{base}/api/v2/flavors"))
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+    }
+    println!(
+        "REAR gateway bench: {FLAVORS} flavors, loopback HTTP/1.1, gateway and client in one process"
+    );
+
+    // Baseline: what one API-server call costs here (a reserve makes 2 writes).
+    let api = flavors.clone();
+    let mut s = load("baseline: kube GET", 300, 1, move |i| {
+        let api = api.clone();
+        async move {
+            api.get(&format!("fluidos.eu-k8slice-{:04x}", i % FLAVORS))
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+    s.print();
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), NS);
+    let mut s = load("baseline: kube create", 300, 1, move |i| {
+        let cms = cms.clone();
+        async move {
+            let cm = k8s_openapi::api::core::v1::ConfigMap {
+                metadata: ObjectMeta {
+                    name: Some(format!("baseline-{i}")),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            cms.create(&PostParams::default(), &cm).await.unwrap();
+        }
+    })
+    .await;
+    s.print();
+
+    let txs: Api<fluidos_api::Transaction> = Api::namespaced(client.clone(), NS);
+    let mut s = load("baseline: create Transaction", 300, 1, move |i| {
+        let txs = txs.clone();
+        async move {
+            let tx = fluidos_api::Transaction::new(
+                &format!("baseline-{i}"),
+                fluidos_api::reservation::TransactionSpec {
+                    flavor_id: "f".into(),
+                    buyer: identity(),
+                    cluster_id: "c".into(),
+                    configuration: None,
+                    expiration_time: Some("2030-01-01T00:00:00Z".into()),
+                },
+            );
+            txs.create(&PostParams::default(), &tx).await.unwrap();
+        }
+    })
+    .await;
+    s.print();
+    let api = flavors.clone();
+    let mut s = load("baseline: GET+replace_status", 300, 1, move |i| {
+        let api = api.clone();
+        async move {
+            let name = format!("fluidos.eu-k8slice-{:04x}", 99 - i % 10);
+            let mut f = api.get(&name).await.unwrap();
+            f.status = Some(fluidos_api::flavor::FlavorStatus {
+                last_update_time: format!("{i}"),
+                ..Default::default()
+            });
+            api.replace_status(&name, &PostParams::default(), &f)
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+    s.print();
+
+    let (cc, b) = (c.clone(), base.clone());
+    let mut s = load("GET /flavors", 20_000, 8, move |_| {
+        let (c, b) = (cc.clone(), b.clone());
+        async move {
+            let r = c.get(format!("{b}/api/v2/flavors")).send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            let body = r.bytes().await.unwrap();
+            assert!(body.len() > 1000);
+        }
+    })
+    .await;
+    s.print();
+
+    let (cc, b) = (c.clone(), base.clone());
+    let mut s = load("GET /flavors/k8slice?filter", 20_000, 8, move |_| {
+        let (c, b) = (cc.clone(), b.clone());
+        async move {
+            let r = c
+                .get(format!(
+                    "{b}/api/v2/flavors/k8slice?filter[architecture][match]=amd64&filter[cpu][range][min]=2&filter[memory][range][min]=1Gi"
+                ))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            r.bytes().await.unwrap();
+        }
+    })
+    .await;
+    s.print();
+
+    let (cc, b) = (c.clone(), base.clone());
+    let mut s = load("POST /reservations", 1_000, 4, move |i| {
+        let (c, b) = (cc.clone(), b.clone());
+        async move {
+            reserve(&c, &b, i % FLAVORS, &format!("rsv-{i}")).await;
+        }
+    })
+    .await;
+    s.print();
+
+    // Ten buyers, so their peering credentials are issued once and reused.
+    let (cc, b) = (c.clone(), base.clone());
+    let mut s = load("reserve+purchase", 500, 4, move |i| {
+        let (c, b) = (cc.clone(), b.clone());
+        async move {
+            let tx = reserve(&c, &b, i % FLAVORS, &format!("buyer-{}", i % 10)).await;
+            let r = c
+                .post(format!("{b}/api/v2/transactions/{tx}/purchase"))
+                .json(&serde_json::json!({}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
+        }
+    })
+    .await;
+    s.print();
+
+    let (cc, b) = (c.clone(), base.clone());
+    let mut s = load("reserve+purchase (1 at a time)", 200, 1, move |i| {
+        let (c, b) = (cc.clone(), b.clone());
+        async move {
+            let tx = reserve(&c, &b, (i * 7) % FLAVORS, &format!("buyer-{}", i % 10)).await;
+            let r = c
+                .post(format!("{b}/api/v2/transactions/{tx}/purchase"))
+                .json(&serde_json::json!({}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+        }
+    })
+    .await;
+    s.print();
+
+    println!("process {}", rss());
+    server.abort();
+    cp.stop().await;
+}

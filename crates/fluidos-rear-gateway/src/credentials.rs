@@ -1,0 +1,391 @@
+//! Peering credentials handed to a buyer in `Contract.peeringTargetCredentials`.
+//!
+//! Upstream shares one near-cluster-admin ServiceAccount with every peer and
+//! never revokes it. Here each buyer gets its own ServiceAccount
+//! `fluidos-peer-<buyerID>`, bound by a RoleBinding to one namespaced Role
+//! (`fluidos-peer`) that carries only what Liqo 1.0's own minimal
+//! "peering user" needs (see [`peer_rules`]), and a bounded token from the
+//! TokenRequest API (no long-lived token Secret). Revoking a buyer is deleting
+//! its ServiceAccount.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use kube::Api;
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use tokio::sync::Mutex;
+
+/// Name of the shared Role every peer is bound to.
+pub const PEER_ROLE: &str = "fluidos-peer";
+/// Field manager of the server-side applies.
+const FIELD_MANAGER: &str = "fluidos-rear-gateway";
+/// Label on everything this module creates.
+const MANAGED_LABEL: (&str, &str) = ("app.kubernetes.io/managed-by", "fluidos-rear-gateway");
+
+/// Why credentials could not be issued.
+#[derive(Debug, thiserror::Error)]
+pub enum CredentialsError {
+    /// A Kubernetes call failed (e.g. missing RBAC to create Roles, or a
+    /// server without the TokenRequest API).
+    #[error("{step}: {source}")]
+    Kube {
+        /// Which step failed.
+        step: &'static str,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The TokenRequest answer had no token.
+    #[error("the TokenRequest for {0} returned no token")]
+    NoToken(String),
+    /// The kubeconfig could not be serialized.
+    #[error("serializing the kubeconfig: {0}")]
+    Yaml(#[from] serde_yaml::Error),
+}
+
+/// Where credentials point and how long they live.
+#[derive(Clone, Debug)]
+pub struct CredentialsConfig {
+    /// Namespace of the ServiceAccounts.
+    pub namespace: String,
+    /// Namespace of the Role and RoleBindings (where the peer acts).
+    pub role_namespace: String,
+    /// `server:` of the kubeconfig.
+    pub api_server_url: String,
+    /// PEM of the API server's CA, inlined as `certificate-authority-data`.
+    pub ca_pem: Option<String>,
+    /// Requested token lifetime.
+    pub token_ttl: Duration,
+}
+
+struct Cached {
+    kubeconfig_b64: String,
+    refresh_at: Instant,
+}
+
+/// Issues (and caches) per-buyer kubeconfigs.
+pub struct Credentials {
+    client: kube::Client,
+    cfg: CredentialsConfig,
+    cache: Mutex<HashMap<String, Cached>>,
+}
+
+/// The Role rules a peer gets: Liqo 1.0's `liqo-peering-user-tenant-ns`
+/// ClusterRole plus the read-only part of `liqo-peering-user-liqo-ns`,
+/// namespaced. No `patch`, no cluster scope, nothing on other Secrets' names
+/// beyond what the tenant flow creates.
+pub fn peer_rules() -> Vec<PolicyRule> {
+    let rule = |groups: &[&str], resources: &[&str], verbs: &[&str]| PolicyRule {
+        api_groups: Some(groups.iter().map(|s| (*s).to_owned()).collect()),
+        resources: Some(resources.iter().map(|s| (*s).to_owned()).collect()),
+        verbs: verbs.iter().map(|s| (*s).to_owned()).collect(),
+        ..Default::default()
+    };
+    vec![
+        rule(&[""], &["configmaps"], &["get", "list", "watch"]),
+        rule(&[""], &["services"], &["get"]),
+        rule(&["apps"], &["deployments"], &["get"]),
+        rule(&[""], &["secrets"], &["create", "delete", "get", "list"]),
+        rule(
+            &["authentication.liqo.io"],
+            &["tenants"],
+            &["create", "delete", "get", "list", "update"],
+        ),
+        rule(
+            &["ipam.liqo.io"],
+            &["ips"],
+            &["create", "delete", "get", "update"],
+        ),
+        rule(
+            &["networking.liqo.io"],
+            &[
+                "configurations",
+                "gatewayclients",
+                "gatewayservers",
+                "publickeys",
+            ],
+            &["create", "delete", "get", "list", "update"],
+        ),
+        rule(&["networking.liqo.io"], &["connections"], &["get", "list"]),
+        rule(
+            &["networking.liqo.io"],
+            &["gatewayservers/status", "gatewayclients/status"],
+            &["get"],
+        ),
+        rule(
+            &["networking.liqo.io"],
+            &["wggatewayclienttemplates", "wggatewayservertemplates"],
+            &["get", "list"],
+        ),
+        rule(&["ipam.liqo.io"], &["networks"], &["get", "list"]),
+    ]
+}
+
+/// `fluidos-peer-<buyer>` as a valid object name (DNS label, ≤ 63 characters).
+pub fn service_account_name(buyer_id: &str) -> String {
+    let clean: String = buyer_id
+        .to_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let clean = clean.trim_matches('-');
+    let name = format!("fluidos-peer-{clean}");
+    if name.len() <= 63 && clean == buyer_id {
+        return name;
+    }
+    // Lossy cleaning could make two buyers collide: a hash keeps them apart.
+    let hash = fluidos_api::naming::hash_prefix(buyer_id, 8);
+    let keep = clean.len().min(63 - "fluidos-peer--".len() - hash.len());
+    let prefix = clean[..keep].trim_end_matches('-');
+    format!("fluidos-peer-{prefix}-{hash}")
+}
+
+fn labels() -> Option<std::collections::BTreeMap<String, String>> {
+    Some([(MANAGED_LABEL.0.to_owned(), MANAGED_LABEL.1.to_owned())].into())
+}
+
+/// A kubeconfig YAML with cluster, user and context named `name`.
+pub fn kubeconfig_yaml(
+    name: &str,
+    server: &str,
+    ca_pem: Option<&str>,
+    token: &str,
+) -> Result<String, serde_yaml::Error> {
+    let mut cluster = serde_json::Map::new();
+    if let Some(ca) = ca_pem {
+        cluster.insert(
+            "certificate-authority-data".into(),
+            base64::engine::general_purpose::STANDARD
+                .encode(ca.as_bytes())
+                .into(),
+        );
+    }
+    cluster.insert("server".into(), server.into());
+    // Keys in client-go's (alphabetical) order.
+    let doc = serde_json::json!({
+        "apiVersion": "v1",
+        "clusters": [{"cluster": cluster, "name": name}],
+        "contexts": [{"context": {"cluster": name, "user": name}, "name": name}],
+        "current-context": name,
+        "kind": "Config",
+        "preferences": {},
+        "users": [{"name": name, "user": {"token": token}}],
+    });
+    serde_yaml::to_string(&doc)
+}
+
+impl Credentials {
+    /// Credentials issued with `client`.
+    pub fn new(client: kube::Client, cfg: CredentialsConfig) -> Self {
+        Credentials {
+            client,
+            cfg,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Base64 (std, padded) kubeconfig for `buyer_id`, named after `provider_liqo_id`.
+    ///
+    /// Reused while more than half of its token lifetime is left.
+    pub async fn kubeconfig_for(
+        &self,
+        buyer_id: &str,
+        provider_liqo_id: &str,
+    ) -> Result<String, CredentialsError> {
+        let key = format!("{buyer_id}\u{0}{provider_liqo_id}");
+        if let Some(c) = self.cache.lock().await.get(&key)
+            && Instant::now() < c.refresh_at
+        {
+            return Ok(c.kubeconfig_b64.clone());
+        }
+        let sa = service_account_name(buyer_id);
+        self.ensure_rbac(&sa).await?;
+        let token = self.token(&sa).await?;
+        let yaml = kubeconfig_yaml(
+            provider_liqo_id,
+            &self.cfg.api_server_url,
+            self.cfg.ca_pem.as_deref(),
+            &token,
+        )?;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(yaml.as_bytes());
+        self.cache.lock().await.insert(
+            key,
+            Cached {
+                kubeconfig_b64: b64.clone(),
+                refresh_at: Instant::now() + self.cfg.token_ttl / 2,
+            },
+        );
+        Ok(b64)
+    }
+
+    /// Server-side applies the ServiceAccount, the shared Role and the buyer's RoleBinding.
+    async fn ensure_rbac(&self, sa: &str) -> Result<(), CredentialsError> {
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        let sa_obj = ServiceAccount {
+            metadata: ObjectMeta {
+                name: Some(sa.to_owned()),
+                namespace: Some(self.cfg.namespace.clone()),
+                labels: labels(),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<ServiceAccount>::namespaced(self.client.clone(), &self.cfg.namespace)
+            .patch(
+                sa,
+                &pp,
+                &Patch::Apply(with_type(&sa_obj, "v1", "ServiceAccount")),
+            )
+            .await
+            .map_err(|source| CredentialsError::Kube {
+                step: "applying the peer ServiceAccount",
+                source,
+            })?;
+        let role = Role {
+            metadata: ObjectMeta {
+                name: Some(PEER_ROLE.to_owned()),
+                namespace: Some(self.cfg.role_namespace.clone()),
+                labels: labels(),
+                ..Default::default()
+            },
+            rules: Some(peer_rules()),
+        };
+        let roles = Api::<Role>::namespaced(self.client.clone(), &self.cfg.role_namespace);
+        roles
+            .patch(
+                PEER_ROLE,
+                &pp,
+                &Patch::Apply(with_type(&role, "rbac.authorization.k8s.io/v1", "Role")),
+            )
+            .await
+            .map_err(|source| CredentialsError::Kube {
+                step: "applying the peer Role (the gateway needs the rules it grants, or `bind`/`escalate`)",
+                source,
+            })?;
+        let binding = RoleBinding {
+            metadata: ObjectMeta {
+                name: Some(sa.to_owned()),
+                namespace: Some(self.cfg.role_namespace.clone()),
+                labels: labels(),
+                ..Default::default()
+            },
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "Role".into(),
+                name: PEER_ROLE.into(),
+            },
+            subjects: Some(vec![Subject {
+                kind: "ServiceAccount".into(),
+                name: sa.to_owned(),
+                namespace: Some(self.cfg.namespace.clone()),
+                ..Default::default()
+            }]),
+        };
+        Api::<RoleBinding>::namespaced(self.client.clone(), &self.cfg.role_namespace)
+            .patch(
+                sa,
+                &pp,
+                &Patch::Apply(with_type(
+                    &binding,
+                    "rbac.authorization.k8s.io/v1",
+                    "RoleBinding",
+                )),
+            )
+            .await
+            .map_err(|source| CredentialsError::Kube {
+                step: "applying the peer RoleBinding",
+                source,
+            })?;
+        Ok(())
+    }
+
+    /// A bound token for `sa` from the TokenRequest API.
+    async fn token(&self, sa: &str) -> Result<String, CredentialsError> {
+        let req = TokenRequest {
+            spec: TokenRequestSpec {
+                audiences: Vec::new(),
+                expiration_seconds: Some(
+                    i64::try_from(self.cfg.token_ttl.as_secs()).unwrap_or(i64::MAX),
+                ),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let answer = Api::<ServiceAccount>::namespaced(self.client.clone(), &self.cfg.namespace)
+            .create_token_request(sa, &PostParams::default(), &req)
+            .await
+            .map_err(|source| CredentialsError::Kube {
+                step: "requesting a ServiceAccount token (TokenRequest API)",
+                source,
+            })?;
+        answer
+            .status
+            .map(|s| s.token)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| CredentialsError::NoToken(sa.to_owned()))
+    }
+}
+
+/// The object as JSON with `apiVersion`/`kind`, which server-side apply requires.
+fn with_type<T: serde::Serialize>(obj: &T, api_version: &str, kind: &str) -> serde_json::Value {
+    let mut v = serde_json::to_value(obj).unwrap_or_default();
+    if let Some(m) = v.as_object_mut() {
+        m.insert("apiVersion".into(), api_version.into());
+        m.insert("kind".into(), kind.into());
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn service_account_names_are_valid_and_distinct() {
+        assert_eq!(
+            service_account_name("rd5ks7x9yz"),
+            "fluidos-peer-rd5ks7x9yz"
+        );
+        let a = service_account_name("Node.A");
+        let b = service_account_name("node-a");
+        assert_ne!(a, b);
+        let long = service_account_name(&"x".repeat(200));
+        assert!(long.len() <= 63, "{long}");
+        for n in [a, b, long, service_account_name("--")] {
+            assert!(
+                n.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'),
+                "{n}"
+            );
+            assert!(!n.ends_with('-'), "{n}");
+        }
+    }
+
+    #[test]
+    fn kubeconfig_shape() {
+        let y = kubeconfig_yaml("prov", "https://h:6443", Some("PEM"), "tok").unwrap();
+        let v: serde_yaml::Value = serde_yaml::from_str(&y).unwrap();
+        assert_eq!(v["current-context"], "prov");
+        assert_eq!(v["clusters"][0]["cluster"]["server"], "https://h:6443");
+        assert_eq!(
+            v["clusters"][0]["cluster"]["certificate-authority-data"],
+            "UEVN"
+        );
+        assert_eq!(v["users"][0]["user"]["token"], "tok");
+        assert!(kube::config::Kubeconfig::from_yaml(&y).is_ok());
+    }
+
+    #[test]
+    fn rules_have_no_patch_and_no_wildcards() {
+        for r in peer_rules() {
+            assert!(!r.verbs.iter().any(|v| v == "patch" || v == "*"));
+            assert!(!r.resources.unwrap().iter().any(|x| x == "*"));
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! Errors: the crate's own [`Error`] and the HTTP error answer [`ApiError`].
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use crate::credentials::CredentialsError;
+
+/// Why the gateway could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Binding or serving the HTTP listener failed.
+    #[error("REAR gateway I/O on {context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The Flavor watch stopped before it ever synced.
+    #[error("the Flavor watch cache never synced: {0}")]
+    WatchNeverSynced(String),
+}
+
+/// JSON body of every error answer: `{"error": "...", "field": "..."}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// What went wrong, for a human.
+    pub error: String,
+    /// The offending request field or query key, when one is to blame.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+/// An HTTP error answer with a JSON [`ErrorBody`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// Status code.
+    pub status: StatusCode,
+    /// Body.
+    pub body: ErrorBody,
+}
+
+impl ApiError {
+    /// An error with `status` and `message`.
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            body: ErrorBody {
+                error: message.into(),
+                field: None,
+            },
+        }
+    }
+
+    /// Names the field at fault.
+    pub fn field(mut self, field: impl Into<String>) -> Self {
+        let f = field.into();
+        self.body.field = (!f.is_empty()).then_some(f);
+        self
+    }
+
+    /// 400 Bad Request.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    /// 404 Not Found.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, message)
+    }
+
+    /// 409 Conflict.
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, message)
+    }
+
+    /// 500: something on our side, never the client's fault.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, message)
+    }
+
+    /// 503: transient; the client may retry.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, message)
+    }
+
+    /// A failed Kubernetes call, logged with its context.
+    pub fn kube(context: &str, e: &kube::Error) -> Self {
+        tracing::warn!(error = %e, "{context}");
+        Self::internal(format!("{context}: {e}"))
+    }
+}
+
+impl From<fluidos_api::DecodeError> for ApiError {
+    fn from(e: fluidos_api::DecodeError) -> Self {
+        ApiError::bad_request(e.message).field(e.field)
+    }
+}
+
+impl From<CredentialsError> for ApiError {
+    fn from(e: CredentialsError) -> Self {
+        tracing::warn!(error = %e, "peering credentials");
+        ApiError::internal(format!("cannot issue peering credentials: {e}"))
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(self.body)).into_response()
+    }
+}
+
+/// True when a Kubernetes error is `404 Not Found`.
+pub(crate) fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+/// True when a Kubernetes error is `409 Conflict` (stale resourceVersion or AlreadyExists).
+pub(crate) fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}

@@ -1,0 +1,278 @@
+//! The axum routes and their OpenAPI description.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, RawQuery, Request, State as AxState};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use fluidos_api::FlavorTypeIdentifier;
+use utoipa::OpenApi;
+
+use crate::State;
+use crate::error::{ApiError, ErrorBody};
+use crate::openapi::{
+    ContractDoc, FlavorDoc, PurchaseRequestDoc, ReserveRequestDoc, TransactionDoc,
+};
+use crate::query;
+
+/// The OpenAPI document of the REAR routes.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "FLUIDOS REAR gateway",
+        description = "REAR v2 as served by the FLUIDOS node (wire-compatible with the Go node)."
+    ),
+    paths(list_flavors, list_k8slice, list_service, reserve, purchase),
+    components(schemas(ErrorBody))
+)]
+pub struct ApiDoc;
+
+fn json_bytes(status: StatusCode, body: Bytes) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+fn wire_response(json: Result<String, serde_json::Error>) -> Result<Response, ApiError> {
+    json.map(|s| json_bytes(StatusCode::OK, Bytes::from(s)))
+        .map_err(|e| ApiError::internal(format!("serializing the answer: {e}")))
+}
+
+/// The body, or the matching 4xx (413 when over the limit) as JSON.
+fn body_or_error(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|r| ApiError::new(r.status(), r.body_text()))
+}
+
+/// Every available flavor.
+#[utoipa::path(get, path = "/api/v2/flavors",
+    responses(
+        (status = 200, description = "Flavors for sale (K8Slice amounts are what remains)", body = [FlavorDoc]),
+        (status = 204, description = "No flavor is for sale (as upstream)"),
+        (status = 503, description = "Watch cache not synced yet", body = ErrorBody),
+    ))]
+async fn list_flavors(AxState(st): AxState<Arc<State>>) -> Response {
+    match st.catalog.list_all() {
+        Some(body) => json_bytes(StatusCode::OK, body),
+        None => StatusCode::NO_CONTENT.into_response(),
+    }
+}
+
+fn list_typed(st: &State, raw: Option<String>, t: FlavorTypeIdentifier) -> Response {
+    match query::parse(raw.as_deref().unwrap_or_default(), t) {
+        Ok(sel) => json_bytes(StatusCode::OK, st.catalog.list_matching(&sel)),
+        Err(e) => ApiError::bad_request(format!(
+            "Error building the selector from the URL query parameters: {}",
+            e.message
+        ))
+        .field(e.key)
+        .into_response(),
+    }
+}
+
+/// K8Slice flavors passing the query filters.
+#[utoipa::path(get, path = "/api/v2/flavors/k8slice",
+    params(("filter[...]" = Option<String>, Query, description = "filter[architecture|cpu|memory|pods|gpu|storage][match]=v, filter[<quantity>][range][min|max]=q")),
+    responses(
+        (status = 200, description = "Matching flavors, maybe []", body = [FlavorDoc]),
+        (status = 400, description = "Bad filter key or value", body = ErrorBody),
+    ))]
+async fn list_k8slice(AxState(st): AxState<Arc<State>>, RawQuery(q): RawQuery) -> Response {
+    list_typed(&st, q, FlavorTypeIdentifier::K8Slice)
+}
+
+/// Service flavors passing the query filters.
+#[utoipa::path(get, path = "/api/v2/flavors/service",
+    params(("filter[...]" = Option<String>, Query, description = "filter[category|tags][match]=v")),
+    responses(
+        (status = 200, description = "Matching flavors, maybe []", body = [FlavorDoc]),
+        (status = 400, description = "Bad filter key", body = ErrorBody),
+    ))]
+async fn list_service(AxState(st): AxState<Arc<State>>, RawQuery(q): RawQuery) -> Response {
+    list_typed(&st, q, FlavorTypeIdentifier::Service)
+}
+
+/// Reserve (part of) a flavor.
+#[utoipa::path(post, path = "/api/v2/reservations",
+    request_body = ReserveRequestDoc,
+    responses(
+        (status = 200, description = "The transaction (the same one for a repeated request of the buyer)", body = TransactionDoc),
+        (status = 400, description = "Malformed body, bad configuration, unsupported type, missing liqoID", body = ErrorBody),
+        (status = 404, description = "Unknown flavor", body = ErrorBody),
+        (status = 409, description = "Not available, or not enough left", body = ErrorBody),
+        (status = 413, description = "Body over the limit", body = ErrorBody),
+    ))]
+async fn reserve(
+    AxState(st): AxState<Arc<State>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body_or_error(body)?;
+    let tx = st.reserve(&body).await?;
+    wire_response(crate::wire_json::transaction(&tx))
+}
+
+/// Buy a reserved transaction.
+#[utoipa::path(post, path = "/api/v2/transactions/{transactionID}/purchase",
+    params(("transactionID" = String, Path, description = "From the RESERVE answer")),
+    request_body = PurchaseRequestDoc,
+    responses(
+        (status = 200, description = "The contract (the same one when bought again)", body = ContractDoc),
+        (status = 400, description = "Malformed body; Service without liqoCredentials", body = ErrorBody),
+        (status = 404, description = "Unknown transaction", body = ErrorBody),
+        (status = 408, description = "The transaction expired (upstream's code)", body = ErrorBody),
+        (status = 413, description = "Body over the limit", body = ErrorBody),
+    ))]
+async fn purchase(
+    AxState(st): AxState<Arc<State>>,
+    Path(tx_id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body_or_error(body)?;
+    let contract = st.purchase(&tx_id, &body).await?;
+    wire_response(crate::wire_json::contract(&contract))
+}
+
+async fn openapi_json() -> Response {
+    match ApiDoc::openapi().to_json() {
+        Ok(s) => json_bytes(StatusCode::OK, Bytes::from(s)),
+        Err(e) => ApiError::internal(e.to_string()).into_response(),
+    }
+}
+
+async fn not_found(req: Request) -> ApiError {
+    ApiError::not_found(format!(
+        "no route for {} {}",
+        req.method(),
+        req.uri().path()
+    ))
+}
+
+async fn method_not_allowed(req: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!(
+            "method {} not allowed on {}",
+            req.method(),
+            req.uri().path()
+        ),
+    )
+}
+
+/// 503 until the watch cache has synced, as upstream answers 503 until it is ready.
+async fn readiness_gate(
+    AxState(st): AxState<Arc<State>>,
+    req: Request<Body>,
+    next: Next,
+) -> Response {
+    if *st.ready.borrow() {
+        next.run(req).await
+    } else {
+        ApiError::unavailable("the REAR gateway is starting (flavor cache not synced)")
+            .into_response()
+    }
+}
+
+/// All REAR routes over `state`.
+pub(crate) fn router(state: Arc<State>) -> Router {
+    let limit = state.cfg.body_limit;
+    Router::new()
+        .route("/api/v2/flavors", get(list_flavors))
+        .route("/api/v2/flavors/k8slice", get(list_k8slice))
+        .route("/api/v2/flavors/service", get(list_service))
+        // `/api/v2/flavors/vm` and `/sensors` are not registered, as upstream: 404.
+        .route("/api/v2/reservations", post(reserve))
+        .route(
+            "/api/v2/transactions/{transactionID}/purchase",
+            post(purchase),
+        )
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            readiness_gate,
+        ))
+        .route("/api/v2/openapi.json", get(openapi_json))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    fn schema_keys(doc: &serde_json::Value, name: &str) -> BTreeSet<String> {
+        doc["components"]["schemas"][name]["properties"]
+            .as_object()
+            .unwrap_or_else(|| panic!("no schema {name}"))
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    fn keys(v: &serde_json::Value) -> BTreeSet<String> {
+        v.as_object().unwrap().keys().cloned().collect()
+    }
+
+    /// The OpenAPI mirrors carry exactly the keys the real wire types write.
+    #[test]
+    fn openapi_schemas_match_the_wire_types() {
+        let doc = serde_json::to_value(ApiDoc::openapi()).unwrap();
+        let identity = serde_json::json!({"ID": "b", "IP": "i", "domain": "d",
+            "additionalInformation": {"liqoID": "l", "kubeconfig": "k"}});
+        let config = serde_json::json!({"type": "k8slice", "data": {"cpu": "1", "memory": "1Gi", "pods": "1"}});
+        let flavor = serde_json::json!({"flavorID": "f", "providerID": "p",
+            "type": {"name": "service", "data": {"name": "n", "description": "d", "category": "c",
+                "tags": [], "hostingPolicies": ["Provider"], "configurationTemplate": {"type": "object"}}},
+            "networkPropertyType": "n", "timestamp": "t", "location": {"city": "Turin"},
+            "price": {"amount": "", "currency": "", "period": ""}, "owner": identity, "availability": true});
+        let wf: fluidos_api::rear::WireFlavor = serde_json::from_value(flavor.clone()).unwrap();
+        assert_eq!(
+            schema_keys(&doc, "Flavor"),
+            keys(&serde_json::to_value(&wf).unwrap())
+        );
+        let tx: fluidos_api::rear::WireTransaction = serde_json::from_value(serde_json::json!({
+            "transactionID": "t", "flavorID": "f", "configuration": config, "buyer": identity,
+            "clusterID": "c", "expirationTime": "e"}))
+        .unwrap();
+        assert_eq!(
+            schema_keys(&doc, "Transaction"),
+            keys(&serde_json::to_value(&tx).unwrap())
+        );
+        let rr: fluidos_api::rear::ReserveRequest = serde_json::from_value(serde_json::json!({
+            "flavorID": "f", "buyerID": identity, "configuration": config}))
+        .unwrap();
+        assert_eq!(
+            schema_keys(&doc, "ReserveRequest"),
+            keys(&serde_json::to_value(&rr).unwrap())
+        );
+        let pr: fluidos_api::rear::PurchaseRequest = serde_json::from_value(serde_json::json!({
+            "liqoCredentials": {"clusterID": "c", "kubeconfig": "k"},
+            "ingressTelemetryEndpoint": {"endpoint": "e", "intents": ["i"]}}))
+        .unwrap();
+        assert_eq!(
+            schema_keys(&doc, "PurchaseRequest"),
+            keys(&serde_json::to_value(&pr).unwrap())
+        );
+        let ct: fluidos_api::rear::WireContract = serde_json::from_value(serde_json::json!({
+            "contractID": "c", "transactionID": "t", "flavor": flavor, "buyerID": identity,
+            "buyerClusterID": "b", "seller": identity,
+            "peeringTargetCredentials": {"clusterID": "c", "kubeconfig": "k"},
+            "expirationTime": "e", "extraInformation": {"k": "v"}, "configuration": config,
+            "networkAuthorizations": "n", "ingressTelemetryEndpoint": {"endpoint": "e", "intents": null}}))
+            .unwrap();
+        assert_eq!(
+            schema_keys(&doc, "Contract"),
+            keys(&serde_json::to_value(&ct).unwrap())
+        );
+        assert_eq!(
+            schema_keys(&doc, "NodeIdentity"),
+            keys(&serde_json::to_value(&wf.owner).unwrap())
+        );
+    }
+}

@@ -1,0 +1,321 @@
+//! The REAR gateway: the provider side of the FLUIDOS REAR protocol.
+//!
+//! - `GET /api/v2/flavors[/k8slice|/service]` answers from a watch cache of
+//!   the namespace's Flavors, showing for each K8Slice what remains for sale.
+//! - `POST /api/v2/reservations` holds capacity atomically on the flavor's
+//!   ledger (`status.ledger`, compare-and-swap on `resourceVersion`) and
+//!   persists a Transaction, so reservations survive restarts and replicas.
+//! - `POST /api/v2/transactions/{id}/purchase` turns the hold into a sale and
+//!   creates the Contract and Allocation, idempotently.
+//!
+//! The JSON is the Go node's, key for key (see `docs/rear-quirks.md`).
+
+mod book;
+mod catalog;
+pub mod credentials;
+pub mod decode;
+mod error;
+mod http;
+mod openapi;
+mod purchase;
+pub mod query;
+mod recent;
+mod reserve;
+mod sweeper;
+mod time;
+mod wire_json;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fluidos_api::{Allocation, Contract, Flavor, NodeIdentity, Transaction};
+use kube::Api;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use error::{ApiError, Error, ErrorBody};
+pub use http::ApiDoc;
+pub use purchase::{allocation_name, contract_name};
+
+use crate::book::Book;
+use crate::catalog::Catalog;
+use crate::credentials::{Credentials, CredentialsConfig};
+
+/// Labels and annotations the gateway puts on what it creates.
+pub mod labels {
+    /// Which side of REAR created the object; ours say `provider`.
+    pub const SIDE: &str = "fluidos.eu/rear-side";
+    /// Value of [`SIDE`] on provider-side objects.
+    pub const PROVIDER: &str = "provider";
+    /// The transaction a Contract or Allocation comes from.
+    pub const TRANSACTION: &str = "fluidos.eu/transaction-id";
+    /// Contract annotation: the sold flavor's creation time (the wire `timestamp`).
+    pub const FLAVOR_TIMESTAMP: &str = "fluidos.eu/flavor-timestamp";
+}
+
+/// Upstream's transaction lifetime (1 h).
+pub const DEFAULT_TRANSACTION_TTL: Duration = Duration::from_secs(3600);
+/// Upstream's contract lifetime (365 days).
+pub const DEFAULT_CONTRACT_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+/// Default request body limit (1 MiB).
+pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
+/// Default interval of the expiry sweeper.
+pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Everything the gateway needs to know besides a Kubernetes client.
+#[derive(Clone, Debug)]
+pub struct GatewayConfig {
+    /// Address to listen on (upstream: `:3004`).
+    pub bind: SocketAddr,
+    /// Namespace of Flavors, Transactions, Contracts, Allocations.
+    pub namespace: String,
+    /// This node's identity (seller when a flavor has no owner).
+    pub identity: NodeIdentity,
+    /// This cluster's Liqo ID; purchases answer 503 until it is known.
+    pub liqo_cluster_id: Option<String>,
+    /// How long a reservation holds capacity.
+    pub transaction_ttl: Duration,
+    /// Lifetime of a sold Contract (and of the peering token).
+    pub contract_ttl: Duration,
+    /// API server URL written into the peering kubeconfig.
+    pub api_server_url: String,
+    /// PEM of the API server CA for the peering kubeconfig, if known.
+    pub api_server_ca_pem: Option<String>,
+    /// Namespace of the peers' Role/RoleBindings (default: `namespace`).
+    pub peering_namespace: Option<String>,
+    /// Largest accepted request body; larger ones get 413.
+    pub body_limit: usize,
+    /// How often expired holds and Transactions are cleaned up.
+    pub sweep_interval: Duration,
+}
+
+impl GatewayConfig {
+    /// A configuration with upstream's defaults (port 3004, 1 h, 365 d, 1 MiB).
+    pub fn new(
+        namespace: impl Into<String>,
+        identity: NodeIdentity,
+        api_server_url: impl Into<String>,
+    ) -> Self {
+        GatewayConfig {
+            bind: SocketAddr::from(([0, 0, 0, 0], 3004)),
+            namespace: namespace.into(),
+            identity,
+            liqo_cluster_id: None,
+            transaction_ttl: DEFAULT_TRANSACTION_TTL,
+            contract_ttl: DEFAULT_CONTRACT_TTL,
+            api_server_url: api_server_url.into(),
+            api_server_ca_pem: None,
+            peering_namespace: None,
+            body_limit: DEFAULT_BODY_LIMIT,
+            sweep_interval: DEFAULT_SWEEP_INTERVAL,
+        }
+    }
+
+    /// Takes the API server URL and CA from a kube client configuration.
+    pub fn with_kube_config(mut self, config: &kube::Config) -> Self {
+        self.api_server_url = config
+            .cluster_url
+            .to_string()
+            .trim_end_matches('/')
+            .to_owned();
+        if let Some(certs) = &config.root_cert {
+            let pem: String = certs.iter().map(|der| der_to_pem(der)).collect();
+            if !pem.is_empty() {
+                self.api_server_ca_pem = Some(pem);
+            }
+        }
+        self
+    }
+}
+
+fn der_to_pem(der: &[u8]) -> String {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut out = String::from("-----BEGIN CERTIFICATE-----\n");
+    for chunk in b64.as_bytes().chunks(64) {
+        out.push_str(&String::from_utf8_lossy(chunk));
+        out.push('\n');
+    }
+    out.push_str("-----END CERTIFICATE-----\n");
+    out
+}
+
+/// Shared state of the handlers.
+pub(crate) struct State {
+    cfg: GatewayConfig,
+    catalog: Arc<Catalog>,
+    book: Book,
+    transactions: Api<Transaction>,
+    contracts: Api<Contract>,
+    allocations: Api<Allocation>,
+    credentials: Credentials,
+    recent: recent::Recent,
+    ready: watch::Receiver<bool>,
+}
+
+/// A started gateway: watch cache and sweeper running, routes ready to serve.
+///
+/// Dropping it stops its background tasks.
+pub struct Gateway {
+    state: Arc<State>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Gateway {
+    /// Starts the Flavor watch and the expiry sweeper (needs a Tokio runtime).
+    pub fn start(client: kube::Client, cfg: GatewayConfig) -> Gateway {
+        let (ready_tx, ready) = watch::channel(false);
+        let (catalog, driver) = Catalog::start(client.clone(), &cfg.namespace, ready_tx);
+        let ns = cfg.namespace.as_str();
+        let credentials = Credentials::new(
+            client.clone(),
+            CredentialsConfig {
+                namespace: cfg.namespace.clone(),
+                role_namespace: cfg
+                    .peering_namespace
+                    .clone()
+                    .unwrap_or_else(|| cfg.namespace.clone()),
+                api_server_url: cfg.api_server_url.clone(),
+                ca_pem: cfg.api_server_ca_pem.clone(),
+                token_ttl: cfg.contract_ttl,
+            },
+        );
+        let state = Arc::new(State {
+            book: Book::new(
+                Api::<Flavor>::namespaced(client.clone(), ns),
+                catalog.clone(),
+            ),
+            transactions: Api::namespaced(client.clone(), ns),
+            contracts: Api::namespaced(client.clone(), ns),
+            allocations: Api::namespaced(client, ns),
+            catalog,
+            credentials,
+            recent: recent::Recent::default(),
+            ready,
+            cfg,
+        });
+        let sweep = tokio::spawn(sweeper::run(state.clone(), state.cfg.sweep_interval));
+        Gateway {
+            tasks: vec![tokio::spawn(driver), sweep],
+            state,
+        }
+    }
+
+    /// The REAR routes, for serving or for in-process tests.
+    pub fn router(&self) -> axum::Router {
+        http::router(self.state.clone())
+    }
+
+    /// Turns `true` once the Flavor watch cache has synced.
+    pub fn readiness(&self) -> watch::Receiver<bool> {
+        self.state.ready.clone()
+    }
+
+    /// Waits until the watch cache has synced, at most `timeout`.
+    pub async fn wait_ready(&self, timeout: Duration) -> Result<(), Error> {
+        let mut rx = self.readiness();
+        match tokio::time::timeout(timeout, rx.wait_for(|r| *r)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(_)) => Err(Error::WatchNeverSynced("the watch task stopped".into())),
+            Err(_) => Err(Error::WatchNeverSynced(format!(
+                "not synced after {timeout:?}"
+            ))),
+        }
+    }
+
+    /// Runs one expiry sweep now (the background sweeper also does, periodically).
+    pub async fn sweep_now(&self) {
+        self.state.sweep().await;
+    }
+
+    /// Serves the routes on `listener` until `shutdown` completes.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), Error> {
+        use axum::serve::ListenerExt;
+        let addr = listener
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        tracing::info!(%addr, namespace = %self.state.cfg.namespace, "REAR gateway serving");
+        // Small request/response pairs: Nagle's delay would dominate latency.
+        let listener = listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::trace!(error = %e, "TCP_NODELAY");
+            }
+        });
+        axum::serve(listener, self.router())
+            .with_graceful_shutdown(shutdown)
+            .await
+            .map_err(|source| Error::Io {
+                context: format!("serving on {addr}"),
+                source,
+            })
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Starts a gateway and serves it on an already bound listener (port 0 in tests).
+pub async fn serve(
+    listener: TcpListener,
+    client: kube::Client,
+    cfg: GatewayConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    Gateway::start(client, cfg).serve(listener, shutdown).await
+}
+
+/// Binds `cfg.bind` and serves until `shutdown` completes.
+pub async fn run(
+    client: kube::Client,
+    cfg: GatewayConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let listener = TcpListener::bind(cfg.bind)
+        .await
+        .map_err(|source| Error::Io {
+            context: format!("binding {}", cfg.bind),
+            source,
+        })?;
+    serve(listener, client, cfg, shutdown).await
+}
+
+/// Like [`run`], reporting readiness (watch cache synced) on `ready`.
+pub async fn run_with_readiness(
+    client: kube::Client,
+    cfg: GatewayConfig,
+    ready: watch::Sender<bool>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let listener = TcpListener::bind(cfg.bind)
+        .await
+        .map_err(|source| Error::Io {
+            context: format!("binding {}", cfg.bind),
+            source,
+        })?;
+    let gateway = Gateway::start(client, cfg);
+    let mut rx = gateway.readiness();
+    let forward = tokio::spawn(async move {
+        loop {
+            ready.send_replace(*rx.borrow_and_update());
+            if rx.changed().await.is_err() {
+                break;
+            }
+        }
+    });
+    let result = gateway.serve(listener, shutdown).await;
+    forward.abort();
+    result
+}

@@ -1,0 +1,411 @@
+//! PURCHASE: turn a live hold into a sale and create the Contract and Allocation.
+//!
+//! Order of effects, each idempotent so a crash anywhere is repaired by the
+//! buyer simply retrying:
+//! 1. issue peering credentials (server-side apply + TokenRequest);
+//! 2. compare-and-swap the ledger entry `Held` → `Sold` with the contract name;
+//! 3. create the Contract (AlreadyExists → read it back);
+//! 4. create the Allocation (AlreadyExists is fine);
+//! 5. delete the Transaction.
+//!
+//! After 5, a repeated purchase finds the Contract by its transaction label.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use fluidos_api::allocation::AllocationSpec;
+use fluidos_api::embedded::EmbeddedFlavor;
+use fluidos_api::flavor::FlavorTypeData;
+use fluidos_api::ledger::{self, LedgerEntry, LedgerState};
+use fluidos_api::naming::hash_prefix;
+use fluidos_api::rear::{PurchaseRequest, WireContract};
+use fluidos_api::reservation::ContractSpec;
+use fluidos_api::{
+    Allocation, Contract, Flavor, GenericRef, LiqoCredentials, NodeIdentity,
+    NodeIdentityAdditionalInfo, TelemetryServer, Transaction,
+};
+use kube::ResourceExt;
+use kube::api::{ListParams, ObjectMeta, PostParams};
+
+use crate::book::Decision;
+use crate::catalog::creation_timestamp;
+use crate::error::{ApiError, is_conflict, is_not_found};
+use crate::reserve::flavor_data;
+use crate::{State, decode, labels, time};
+
+/// `contract-<flavorID>-<sha256(txID)[:n]>`, dots replaced by dashes.
+pub fn contract_name(flavor_id: &str, tx_id: &str, n: usize) -> String {
+    format!("contract-{flavor_id}-{}", hash_prefix(tx_id, n)).replace('.', "-")
+}
+
+/// `allocation-<flavorID>-<sha256(txID)[:n]>` (dots kept, as upstream).
+pub fn allocation_name(flavor_id: &str, tx_id: &str, n: usize) -> String {
+    format!("allocation-{flavor_id}-{}", hash_prefix(tx_id, n))
+}
+
+/// The hash length whose contract name no other sale of this flavor uses.
+///
+/// Four hex characters (upstream's length) collide between two sales of the
+/// same flavor with probability 1/65536; the ledger lists every sale of the
+/// flavor, so a collision is seen here and a longer suffix taken.
+fn suffix_len(flavor_id: &str, tx_id: &str, entries: &[LedgerEntry]) -> usize {
+    let mut n = 4;
+    while n < 64 {
+        let name = contract_name(flavor_id, tx_id, n);
+        let taken = entries
+            .iter()
+            .any(|e| e.transaction_id != tx_id && e.contract.as_deref() == Some(name.as_str()));
+        if !taken {
+            break;
+        }
+        n += 4;
+    }
+    n
+}
+
+/// A transaction ID usable as a label value and object name.
+fn plausible_tx_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 63
+        && id
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !id.starts_with('-')
+        && !id.ends_with('-')
+}
+
+fn tx_not_found(tx_id: &str) -> ApiError {
+    ApiError::not_found(format!("transaction {tx_id:?} not found")).field("transactionID")
+}
+
+impl State {
+    /// Handles a PURCHASE of `tx_id`.
+    pub(crate) async fn purchase(
+        self: &Arc<Self>,
+        tx_id: &str,
+        body: &[u8],
+    ) -> Result<WireContract, ApiError> {
+        let req: PurchaseRequest = decode::json_or_default(body)?;
+        if !plausible_tx_id(tx_id) {
+            return Err(tx_not_found(tx_id));
+        }
+        let fetched = match self.recent.get(tx_id) {
+            Some(t) => Ok((*t).clone()),
+            None => self.transactions.get(tx_id).await,
+        };
+        let tx = match fetched {
+            Ok(t) if t.labels().get(labels::SIDE).map(String::as_str) == Some(labels::PROVIDER) => {
+                t
+            }
+            // A consumer-side Transaction of this node is not ours to sell.
+            Ok(_) => return Err(tx_not_found(tx_id)),
+            Err(e) if is_not_found(&e) => return self.sold_contract(tx_id).await,
+            Err(e) => return Err(ApiError::kube("reading the Transaction", &e)),
+        };
+        let Some(liqo_id) = self.cfg.liqo_cluster_id.clone().filter(|s| !s.is_empty()) else {
+            return Err(ApiError::unavailable(
+                "this node's Liqo cluster ID is not known yet; retry later",
+            ));
+        };
+        let flavor_id = tx.spec.flavor_id.clone();
+        let mut flavor = self.book.cached_or_fetch(&flavor_id).await?;
+        if let FlavorTypeData::Service(_) = flavor_data(&flavor)?
+            && req.liqo_credentials.is_none()
+        {
+            // Upstream requires them for services (and then ignores them).
+            return Err(
+                ApiError::bad_request("Error: Liqo credentials not provided")
+                    .field("liqoCredentials"),
+            );
+        }
+        let entry_of = |f: &Flavor| -> Option<LedgerEntry> {
+            f.status
+                .as_ref()
+                .and_then(|s| s.ledger.as_ref())
+                .and_then(|l| l.iter().find(|e| e.transaction_id == tx_id).cloned())
+        };
+        let mut entry = entry_of(&flavor);
+        if entry.is_none() {
+            // The watch cache may not have seen the hold yet.
+            flavor = self.book.fetch(&flavor_id).await?;
+            entry = entry_of(&flavor);
+        }
+        let sold = entry.as_ref().is_some_and(|e| e.state == LedgerState::Sold);
+        if !sold {
+            let now = time::now_string();
+            // The hold is authoritative (a cached Transaction may predate a
+            // re-reserve that extended both).
+            let expired = match &entry {
+                Some(e) => !ledger::is_live(e, &now),
+                None => tx.spec.expiration_time.as_deref().is_none_or(time::is_past),
+            };
+            if expired {
+                self.delete_transaction(tx_id).await;
+                return Err(ApiError::new(
+                    axum::http::StatusCode::REQUEST_TIMEOUT,
+                    "Error: transaction Timeout",
+                )
+                .field("transactionID"));
+            }
+            if entry.is_none() {
+                return Err(ApiError::conflict(
+                    "the transaction holds no capacity (its hold was released)",
+                )
+                .field("transactionID"));
+            }
+        }
+
+        let buyer_id = tx.spec.buyer.node_id.clone();
+        let kubeconfig = self.credentials.kubeconfig_for(&buyer_id, &liqo_id).await?;
+
+        let id = tx_id.to_owned();
+        let fid = flavor_id.clone();
+        // Decide on the copy that showed the entry (the cache may lag).
+        let contract = self
+            .book
+            .update_from(&flavor_id, flavor.clone(), move |_, entries, now| {
+                let n = suffix_len(&fid, &id, entries);
+                match entries.iter_mut().find(|e| e.transaction_id == id) {
+                    Some(e) if e.state == LedgerState::Sold => Ok(Decision::Keep(
+                        e.contract
+                            .clone()
+                            .unwrap_or_else(|| contract_name(&fid, &id, 4)),
+                    )),
+                    Some(e) if ledger::is_live(e, now) => {
+                        let name = contract_name(&fid, &id, n);
+                        e.state = LedgerState::Sold;
+                        e.contract = Some(name.clone());
+                        e.expiration_time = None;
+                        Ok(Decision::Write(name))
+                    }
+                    _ => Err(ApiError::new(
+                        axum::http::StatusCode::REQUEST_TIMEOUT,
+                        "Error: transaction Timeout",
+                    )
+                    .field("transactionID")),
+                }
+            })
+            .await?;
+        let suffix = contract.rsplit('-').next().map(str::len).unwrap_or(4);
+
+        let spec = self.contract_spec(&flavor, &tx, &liqo_id, kubeconfig, &req);
+        // Independent objects: created concurrently to save a round trip.
+        let (stored, ()) = tokio::try_join!(
+            self.ensure_contract(&contract, &flavor, spec),
+            self.ensure_allocation(&flavor_id, tx_id, suffix, &contract)
+        )?;
+        // The sale is complete; consuming the Transaction need not delay the
+        // answer (if this process dies first, the sweeper deletes it).
+        self.recent.forget(tx_id);
+        let me = self.clone();
+        let id = tx_id.to_owned();
+        tokio::spawn(async move { me.delete_transaction(&id).await });
+        tracing::info!(transaction = %tx_id, contract = %contract, buyer = %buyer_id, "sold");
+        self.wire_contract(&stored)
+    }
+
+    fn contract_spec(
+        &self,
+        flavor: &Flavor,
+        tx: &Transaction,
+        liqo_id: &str,
+        kubeconfig: String,
+        req: &PurchaseRequest,
+    ) -> ContractSpec {
+        let buyer = NodeIdentity {
+            additional_information: Some(NodeIdentityAdditionalInfo {
+                liqo_id: Some(tx.spec.cluster_id.clone()),
+            }),
+            ..tx.spec.buyer.clone()
+        };
+        let owner = &flavor.spec.owner;
+        let seller_base = if owner.node_id.is_empty() {
+            &self.cfg.identity
+        } else {
+            owner
+        };
+        let seller = NodeIdentity {
+            additional_information: Some(NodeIdentityAdditionalInfo {
+                liqo_id: Some(liqo_id.to_owned()),
+            }),
+            ..seller_base.clone()
+        };
+        ContractSpec {
+            flavor: EmbeddedFlavor::from(flavor),
+            transaction_id: tx.name_any(),
+            configuration: tx.spec.configuration.clone(),
+            buyer,
+            buyer_cluster_id: tx.spec.cluster_id.clone(),
+            seller,
+            peering_target_credentials: LiqoCredentials {
+                liqo_id: liqo_id.to_owned(),
+                kubeconfig,
+            },
+            expiration_time: Some(time::expiry_after(self.cfg.contract_ttl)),
+            extra_information: None,
+            network_requests: None,
+            ingress_telemetry_endpoint: req
+                .ingress_telemetry_endpoint
+                .as_ref()
+                .map(TelemetryServer::from),
+        }
+    }
+
+    async fn ensure_contract(
+        &self,
+        name: &str,
+        flavor: &Flavor,
+        spec: ContractSpec,
+    ) -> Result<Contract, ApiError> {
+        let tx_id = spec.transaction_id.clone();
+        let contract = Contract {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some(self.cfg.namespace.clone()),
+                labels: Some(BTreeMap::from([
+                    (labels::SIDE.to_owned(), labels::PROVIDER.to_owned()),
+                    (labels::TRANSACTION.to_owned(), tx_id.clone()),
+                ])),
+                annotations: Some(BTreeMap::from([(
+                    labels::FLAVOR_TIMESTAMP.to_owned(),
+                    creation_timestamp(flavor),
+                )])),
+                ..Default::default()
+            },
+            spec,
+            status: None,
+        };
+        match self
+            .contracts
+            .create(&PostParams::default(), &contract)
+            .await
+        {
+            Ok(c) => Ok(c),
+            Err(e) if is_conflict(&e) => {
+                let existing = self
+                    .contracts
+                    .get(name)
+                    .await
+                    .map_err(|e| ApiError::kube("reading the existing Contract", &e))?;
+                if existing.spec.transaction_id != tx_id {
+                    return Err(ApiError::internal(format!(
+                        "contract name {name} is taken by transaction {}",
+                        existing.spec.transaction_id
+                    )));
+                }
+                Ok(existing)
+            }
+            Err(e) => Err(ApiError::kube("creating the Contract", &e)),
+        }
+    }
+
+    async fn ensure_allocation(
+        &self,
+        flavor_id: &str,
+        tx_id: &str,
+        suffix: usize,
+        contract: &str,
+    ) -> Result<(), ApiError> {
+        let allocation = Allocation {
+            metadata: ObjectMeta {
+                name: Some(allocation_name(flavor_id, tx_id, suffix)),
+                namespace: Some(self.cfg.namespace.clone()),
+                labels: Some(BTreeMap::from([
+                    (labels::SIDE.to_owned(), labels::PROVIDER.to_owned()),
+                    (labels::TRANSACTION.to_owned(), tx_id.to_owned()),
+                ])),
+                ..Default::default()
+            },
+            spec: AllocationSpec {
+                forwarding: Some(false),
+                contract: Some(GenericRef::named(self.cfg.namespace.clone(), contract)),
+            },
+            status: None,
+        };
+        match self
+            .allocations
+            .create(&PostParams::default(), &allocation)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_conflict(&e) => Ok(()),
+            Err(e) => Err(ApiError::kube(
+                "Contract created but we ran into an error while allocating the resources",
+                &e,
+            )),
+        }
+    }
+
+    /// A purchase repeated after the Transaction was consumed: the same Contract.
+    async fn sold_contract(&self, tx_id: &str) -> Result<WireContract, ApiError> {
+        let lp = ListParams::default().labels(&format!(
+            "{}={tx_id},{}={}",
+            labels::TRANSACTION,
+            labels::SIDE,
+            labels::PROVIDER
+        ));
+        let list = self
+            .contracts
+            .list(&lp)
+            .await
+            .map_err(|e| ApiError::kube("looking up the Contract of a transaction", &e))?;
+        match list.items.first() {
+            Some(c) => self.wire_contract(c),
+            None => Err(tx_not_found(tx_id)),
+        }
+    }
+
+    fn wire_contract(&self, c: &Contract) -> Result<WireContract, ApiError> {
+        let ts = c
+            .annotations()
+            .get(labels::FLAVOR_TIMESTAMP)
+            .cloned()
+            .unwrap_or_default();
+        WireContract::from_crd(&c.name_any(), &c.spec, ts)
+            .map_err(|e| ApiError::internal(format!("the stored Contract does not convert: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_derive_from_the_transaction() {
+        let tx = "abababababababababababababababab-1715790000123456789";
+        let h = hash_prefix(tx, 4);
+        assert_eq!(
+            contract_name("fluidos.eu-k8slice-3f9a", tx, 4),
+            format!("contract-fluidos-eu-k8slice-3f9a-{h}")
+        );
+        assert_eq!(
+            allocation_name("fluidos.eu-k8slice-3f9a", tx, 4),
+            format!("allocation-fluidos.eu-k8slice-3f9a-{h}")
+        );
+    }
+
+    #[test]
+    fn a_colliding_name_takes_a_longer_suffix() {
+        let tx = "t-1";
+        let taken = LedgerEntry {
+            transaction_id: "other".into(),
+            buyer_id: "b".into(),
+            state: LedgerState::Sold,
+            resources: None,
+            expiration_time: None,
+            contract: Some(contract_name("f", tx, 4)),
+        };
+        assert_eq!(suffix_len("f", tx, &[]), 4);
+        assert_eq!(suffix_len("f", tx, &[taken]), 8);
+    }
+
+    #[test]
+    fn transaction_ids_are_checked_before_use() {
+        assert!(plausible_tx_id(
+            "abababababababababababababababab-1715790000123456789"
+        ));
+        for bad in ["", "a/b", "A", "-a", &"a".repeat(64)] {
+            assert!(!plausible_tx_id(bad), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! Background expiry: drops expired holds from ledgers and deletes expired
+//! provider-side Transactions, so held capacity returns by itself.
+//!
+//! Listing already ignores expired holds (they are dead by time), so the
+//! sweeper is housekeeping: it keeps ledgers short and the namespace clean.
+
+use std::sync::Arc;
+
+use fluidos_api::ledger::{self, LedgerState};
+use kube::ResourceExt;
+use kube::api::ListParams;
+
+use crate::book::Decision;
+use crate::{State, labels, time};
+
+impl State {
+    /// One sweep; errors are logged, the next tick retries.
+    pub(crate) async fn sweep(&self) {
+        let now = time::now_string();
+        for f in self.catalog.all() {
+            let stale = f
+                .status
+                .as_ref()
+                .and_then(|s| s.ledger.as_ref())
+                .is_some_and(|l| l.iter().any(|e| !ledger::is_live(e, &now)));
+            if !stale {
+                continue;
+            }
+            let name = f.name_any();
+            let result = self
+                .book
+                .update(&name, |_, entries, now| {
+                    let before = entries.len();
+                    entries.retain(|e| ledger::is_live(e, now));
+                    Ok(if entries.len() == before {
+                        Decision::Keep(())
+                    } else {
+                        Decision::Write(())
+                    })
+                })
+                .await;
+            match result {
+                Ok(()) => tracing::debug!(flavor = %name, "expired holds released"),
+                Err(e) => {
+                    tracing::warn!(flavor = %name, error = ?e.body, "releasing expired holds")
+                }
+            }
+        }
+
+        let lp = ListParams::default().labels(&format!("{}={}", labels::SIDE, labels::PROVIDER));
+        let txs = match self.transactions.list(&lp).await {
+            Ok(l) => l.items,
+            Err(e) => {
+                tracing::warn!(error = %e, "listing Transactions for expiry");
+                return;
+            }
+        };
+        for tx in txs {
+            let expired = tx
+                .spec
+                .expiration_time
+                .as_deref()
+                .is_some_and(time::is_past);
+            if !expired {
+                continue;
+            }
+            let id = tx.name_any();
+            let sold_as = self.catalog.get(&tx.spec.flavor_id).and_then(|f| {
+                f.status
+                    .as_ref()
+                    .and_then(|s| s.ledger.as_ref())
+                    .and_then(|l| {
+                        l.iter()
+                            .find(|e| e.transaction_id == id && e.state == LedgerState::Sold)
+                            .map(|e| e.contract.clone().unwrap_or_default())
+                    })
+            });
+            match sold_as {
+                None => {
+                    tracing::info!(transaction = %id, "transaction expired");
+                    self.delete_transaction(&id).await;
+                }
+                // Sold: only once its Contract exists (until then a purchase
+                // retry still needs the Transaction to finish the sale).
+                Some(contract) => {
+                    if let Ok(Some(_)) = self.contracts.get_opt(&contract).await {
+                        self.delete_transaction(&id).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Sweeps every `interval` until the task is dropped.
+pub(crate) async fn run(state: Arc<State>, interval: std::time::Duration) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        state.sweep().await;
+    }
+}
