@@ -399,8 +399,11 @@ impl ControlPlane {
             wait_for(&mut processes, &client, Probe::DefaultServiceAccount).await?;
         }
 
-        eprintln!(
-            "fluidos-testenv: control plane ready at {server_url} in {:.1?} ({}; logs in {})",
+        // Written to the process's stderr directly, not through `eprintln!`,
+        // which the test harness captures: CI logs should show that every
+        // integration test ran against a real kube-apiserver.
+        let line = format!(
+            "fluidos-testenv: real kube-apiserver ready at {server_url} in {:.1?} ({}; logs in {})\n",
             started.elapsed(),
             processes
                 .iter()
@@ -409,6 +412,7 @@ impl ControlPlane {
                 .join(", "),
             dir.path().display()
         );
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
         Ok(ControlPlane {
             processes,
             client,
