@@ -97,6 +97,13 @@ impl Context {
 /// Retry transient failures with a short backoff: the API server or a
 /// provider may be briefly unavailable.
 pub(crate) fn backoff(err: &Error) -> kube::runtime::controller::Action {
+    // A write conflict only means our read was stale: retry at once.
+    if let Error::Kube(kube::Error::Api(e)) = err
+        && e.code == 409
+    {
+        tracing::debug!(error = %err, "write conflict; retrying with fresh data");
+        return kube::runtime::controller::Action::requeue(Duration::from_millis(20));
+    }
     tracing::warn!(error = %err, "reconcile failed; retrying");
     kube::runtime::controller::Action::requeue(Duration::from_secs(2))
 }

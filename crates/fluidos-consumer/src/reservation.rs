@@ -42,10 +42,15 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     crate::drain(stream).await;
 }
 
-async fn reconcile(r: Arc<Reservation>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let ns = r.namespace().ok_or(Error::Incomplete("namespace"))?;
-    let name = r.name_any();
+async fn reconcile(cached: Arc<Reservation>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = cached.namespace().ok_or(Error::Incomplete("namespace"))?;
+    let name = cached.name_any();
     let api: Api<Reservation> = Api::namespaced(ctx.client.clone(), &ns);
+    // Decide on the stored status, not on a watch cache that may predate our
+    // last write (which would reserve again or purchase twice).
+    let Some(r) = api.get_opt(&name).await? else {
+        return Ok(Action::await_change());
+    };
     let mut st = r.status.clone().unwrap_or_default();
     let reserve = r.spec.reserve.unwrap_or(false);
     let purchase = r.spec.purchase.unwrap_or(false);

@@ -66,9 +66,15 @@ struct Solve<'a> {
     selector: Option<FlavorSelector>,
 }
 
-async fn reconcile(s: Arc<Solver>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let ns = s.namespace().ok_or(Error::Incomplete("namespace"))?;
+async fn reconcile(cached: Arc<Solver>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = cached.namespace().ok_or(Error::Incomplete("namespace"))?;
     let api: Api<Solver> = Api::namespaced(ctx.client.clone(), &ns);
+    // The watch cache may not have seen our last status write yet; deciding
+    // on a stale status would repeat (or undo) a step. Read it fresh, and
+    // write it back with this resourceVersion as a precondition.
+    let Some(s) = api.get_opt(&cached.name_any()).await? else {
+        return Ok(Action::await_change());
+    };
     let mut st = s.status.clone().unwrap_or_default();
     let phase = st
         .solver_phase
@@ -88,7 +94,7 @@ async fn reconcile(s: Arc<Solver>, ctx: Arc<Context>) -> Result<Action, Error> {
                 Phase::Failed,
                 &format!("Error when finding a candidate: invalid selector: {e}"),
             );
-            save(&api, &s.name_any(), &st).await?;
+            save(&api, &s, &st).await?;
             return Ok(Action::await_change());
         }
     };
@@ -112,7 +118,7 @@ async fn reconcile(s: Arc<Solver>, ctx: Arc<Context>) -> Result<Action, Error> {
             }
             Err(StepError::Kube(e)) => {
                 if s.status.as_ref() != Some(&solve.st) {
-                    save(&api, &s.name_any(), &solve.st).await?;
+                    save(&api, &s, &solve.st).await?;
                 }
                 return Err(e);
             }
@@ -122,7 +128,7 @@ async fn reconcile(s: Arc<Solver>, ctx: Arc<Context>) -> Result<Action, Error> {
         }
     }
     if s.status.as_ref() != Some(&solve.st) {
-        save(&api, &s.name_any(), &solve.st).await?;
+        save(&api, &s, &solve.st).await?;
     }
     Ok(action)
 }
@@ -690,11 +696,16 @@ fn set_if_changed(st: &mut SolverStatus, phase: Phase, msg: &str) {
     }
 }
 
-async fn save(api: &Api<Solver>, name: &str, st: &SolverStatus) -> Result<(), Error> {
+async fn save(api: &Api<Solver>, solver: &Solver, st: &SolverStatus) -> Result<(), Error> {
+    // A conflict (409) means someone wrote since we read: retried with fresh data.
+    let body = json!({
+        "metadata": {"resourceVersion": solver.resource_version()},
+        "status": st,
+    });
     api.patch_status(
-        name,
+        &solver.name_any(),
         &PatchParams::default(),
-        &Patch::Merge(json!({ "status": st })),
+        &Patch::Merge(body),
     )
     .await?;
     Ok(())
