@@ -118,7 +118,9 @@ async fn expiry_replicas_and_restart() {
     let (s, body) = post(&c, &reserve(&a), &k8s_reserve("f2", "b3", "1", "1Gi", "1")).await;
     assert_eq!(s, 200, "{body}");
     let tx3 = json(&body)["transactionID"].as_str().unwrap().to_owned();
-    tokio::time::sleep(Duration::from_millis(2600)).await;
+    // Expiry times have whole-second precision (RFC 3339, as upstream), so a
+    // 2 s TTL can take up to 3 s to pass.
+    tokio::time::sleep(Duration::from_millis(3600)).await;
     let (s, body) = post(
         &c,
         &a.url(&format!("/api/v2/transactions/{tx3}/purchase")),
