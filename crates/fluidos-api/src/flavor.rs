@@ -88,9 +88,12 @@ pub struct FlavorStatus {
 /// `flavorType`: a type identifier and its raw payload.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = kube::core::Rule::new("self.typeIdentifier in ['K8Slice', 'Service']").message("flavorType.typeIdentifier must be K8Slice or Service (VM and Sensor flavors are not implemented)"))]
 pub struct FlavorType {
     /// `K8Slice`, `Service` (`VM`, `Sensor` exist upstream but are rejected).
+    // An `enum` rather than a CEL rule: the same check, but CEL costs the API
+    // server about a millisecond on every write of a Flavor (and of the
+    // Contracts and candidates embedding one), which sits on REAR's hot path.
+    #[schemars(extend("enum" = ["K8Slice", "Service"]))]
     pub type_identifier: String,
     /// Payload selected by `typeIdentifier`.
     #[schemars(schema_with = "raw::preserve_unknown_object")]

@@ -131,9 +131,9 @@ pub struct ChosenCandidate {
 /// Flavor type plus raw filters, shared by Solver and Discovery.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = kube::core::Rule::new("self.flavorType in ['K8Slice', 'Service']").message("selector.flavorType must be K8Slice or Service"))]
 pub struct Selector {
     /// `K8Slice` or `Service`.
+    #[schemars(extend("enum" = ["K8Slice", "Service"]))]
     pub flavor_type: String,
     /// `K8SliceSelector` or `ServiceSelector`, by `flavorType`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -604,3 +604,93 @@ async fn objects_we_write_are_accepted_by_upstream_and_our_crds() {
     upstream.stop().await;
     ours.stop().await;
 }
+
+/// The checks that replace upstream's validating webhooks refuse bad objects
+/// at admission, with an error that names the field.
+#[tokio::test]
+async fn admission_refuses_unimplemented_types_and_reservations_without_candidate() {
+    let cp = ControlPlane::start(ControlPlaneOptions {
+        workloads: false,
+        crd_dirs: vec![fluidos_testenv::crds_dir()],
+    })
+    .await
+    .unwrap();
+    let client = cp.client();
+    ensure_namespace(&client, NS).await;
+    let refused = |r: Result<DynamicObject, kube::Error>| match r {
+        Err(kube::Error::Api(e)) => {
+            assert_eq!(e.code, 422, "{e:?}");
+            e.message
+        }
+        other => panic!("expected a 422, got {other:?}"),
+    };
+
+    let flavors: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NS,
+        &kube::discovery::ApiResource::erase::<Flavor>(&()),
+    );
+    let mut vm = serde_json::to_value(Flavor::new("vm", k8slice_flavor_spec())).unwrap();
+    vm["spec"]["flavorType"]["typeIdentifier"] = json!("VM");
+    let msg = refused(
+        flavors
+            .create(&PostParams::default(), &serde_json::from_value(vm).unwrap())
+            .await,
+    );
+    assert!(
+        msg.contains("spec.flavorType.typeIdentifier") && msg.contains("\"K8Slice\""),
+        "{msg}"
+    );
+    let ok = serde_json::to_value(Flavor::new("k8s", k8slice_flavor_spec())).unwrap();
+    flavors
+        .create(&PostParams::default(), &serde_json::from_value(ok).unwrap())
+        .await
+        .unwrap();
+
+    let solvers: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NS,
+        &kube::discovery::ApiResource::erase::<Solver>(&()),
+    );
+    let solver = json!({
+        "apiVersion": "nodecore.fluidos.eu/v1alpha1", "kind": "Solver",
+        "metadata": {"name": "sensor"},
+        "spec": {"intentID": "i", "findCandidate": true,
+                 "selector": {"flavorType": "Sensor"}}
+    });
+    let msg = refused(
+        solvers
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(solver).unwrap(),
+            )
+            .await,
+    );
+    assert!(msg.contains("spec.selector.flavorType"), "{msg}");
+
+    let reservations: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NS,
+        &kube::discovery::ApiResource::erase::<Reservation>(&()),
+    );
+    let reservation = json!({
+        "apiVersion": "reservation.fluidos.eu/v1alpha1", "kind": "Reservation",
+        "metadata": {"name": "no-candidate"},
+        "spec": {"solverID": "s", "buyer": {"domain": "d", "nodeID": "b", "ip": "i"},
+                 "seller": {"domain": "d", "nodeID": "s", "ip": "i"},
+                 "reserve": true, "purchase": true}
+    });
+    let msg = refused(
+        reservations
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(reservation).unwrap(),
+            )
+            .await,
+    );
+    assert!(
+        msg.contains("spec.peeringCandidate.name is required"),
+        "{msg}"
+    );
+    cp.stop().await;
+}

@@ -139,6 +139,9 @@ impl Book {
                 Decision::Write(v) => v,
             };
             let mut updated = flavor.clone();
+            // Absent managedFields are kept as they are by the API server,
+            // which then need not decode and compare them: a cheaper write.
+            updated.metadata.managed_fields = None;
             let status = updated.status.get_or_insert_with(|| FlavorStatus {
                 creation_time: creation_timestamp(&flavor),
                 ..FlavorStatus::default()
