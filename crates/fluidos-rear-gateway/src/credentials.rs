@@ -24,7 +24,10 @@ pub const PEER_ROLE: &str = "fluidos-peer";
 /// Field manager of the server-side applies.
 const FIELD_MANAGER: &str = "fluidos-rear-gateway";
 /// Label on everything this module creates.
-const MANAGED_LABEL: (&str, &str) = ("app.kubernetes.io/managed-by", "fluidos-rear-gateway");
+pub const MANAGED_LABEL: (&str, &str) = ("app.kubernetes.io/managed-by", "fluidos-rear-gateway");
+/// ServiceAccount annotation naming the buyer it was issued for (names may
+/// be hashed, so the buyer cannot always be read back from the name).
+pub const BUYER_ANNOTATION: &str = "fluidos.eu/buyer-id";
 
 /// Why credentials could not be issued.
 #[derive(Debug, thiserror::Error)]
@@ -203,7 +206,7 @@ impl Credentials {
             return Ok(c.kubeconfig_b64.clone());
         }
         let sa = service_account_name(buyer_id);
-        self.ensure_rbac(&sa).await?;
+        self.ensure_rbac(&sa, buyer_id).await?;
         let token = self.token(&sa).await?;
         let yaml = kubeconfig_yaml(
             provider_liqo_id,
@@ -223,13 +226,14 @@ impl Credentials {
     }
 
     /// Server-side applies the ServiceAccount, the shared Role and the buyer's RoleBinding.
-    async fn ensure_rbac(&self, sa: &str) -> Result<(), CredentialsError> {
+    async fn ensure_rbac(&self, sa: &str, buyer_id: &str) -> Result<(), CredentialsError> {
         let pp = PatchParams::apply(FIELD_MANAGER).force();
         let sa_obj = ServiceAccount {
             metadata: ObjectMeta {
                 name: Some(sa.to_owned()),
                 namespace: Some(self.cfg.namespace.clone()),
                 labels: labels(),
+                annotations: Some([(BUYER_ANNOTATION.to_owned(), buyer_id.to_owned())].into()),
                 ..Default::default()
             },
             ..Default::default()
@@ -303,6 +307,16 @@ impl Credentials {
         Ok(())
     }
 
+    /// Holds off credential issuing until the returned guard is dropped, so a
+    /// caller can check that a buyer is unused and revoke it without a
+    /// purchase taking its cached kubeconfig in between.
+    pub async fn begin_revocation(&self) -> Revocation<'_> {
+        Revocation {
+            credentials: self,
+            cache: self.cache.lock().await,
+        }
+    }
+
     /// A bound token for `sa` from the TokenRequest API.
     async fn token(&self, sa: &str) -> Result<String, CredentialsError> {
         let req = TokenRequest {
@@ -327,6 +341,43 @@ impl Credentials {
             .map(|s| s.token)
             .filter(|t| !t.is_empty())
             .ok_or_else(|| CredentialsError::NoToken(sa.to_owned()))
+    }
+}
+
+/// Exclusive access to the credential cache, for revoking buyers.
+pub struct Revocation<'a> {
+    credentials: &'a Credentials,
+    cache: tokio::sync::MutexGuard<'a, HashMap<String, Cached>>,
+}
+
+impl Revocation<'_> {
+    /// Deletes the buyer's RoleBinding and ServiceAccount (which invalidates
+    /// every token issued for it) and forgets its cached kubeconfigs.
+    pub async fn revoke(&mut self, buyer_id: &str) -> Result<(), CredentialsError> {
+        let c = self.credentials;
+        let sa = service_account_name(buyer_id);
+        let absent_ok = |r: Result<(), kube::Error>, step| match r {
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(source) => Err(CredentialsError::Kube { step, source }),
+            Ok(()) => Ok(()),
+        };
+        absent_ok(
+            Api::<RoleBinding>::namespaced(c.client.clone(), &c.cfg.role_namespace)
+                .delete(&sa, &Default::default())
+                .await
+                .map(|_| ()),
+            "deleting the peer RoleBinding",
+        )?;
+        absent_ok(
+            Api::<ServiceAccount>::namespaced(c.client.clone(), &c.cfg.namespace)
+                .delete(&sa, &Default::default())
+                .await
+                .map(|_| ()),
+            "deleting the peer ServiceAccount",
+        )?;
+        let prefix = format!("{buyer_id}\u{0}");
+        self.cache.retain(|k, _| !k.starts_with(&prefix));
+        Ok(())
     }
 }
 

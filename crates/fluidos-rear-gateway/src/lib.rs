@@ -12,6 +12,7 @@
 
 mod book;
 mod catalog;
+mod contract_end;
 pub mod credentials;
 pub mod decode;
 mod error;
@@ -60,6 +61,8 @@ pub mod labels {
 pub const DEFAULT_TRANSACTION_TTL: Duration = Duration::from_secs(3600);
 /// Upstream's contract lifetime (365 days).
 pub const DEFAULT_CONTRACT_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+/// Shortest token lifetime the TokenRequest API grants.
+const MIN_TOKEN_TTL: Duration = Duration::from_secs(600);
 /// Default request body limit (1 MiB).
 pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
 /// Default interval of the expiry sweeper.
@@ -88,7 +91,8 @@ pub struct GatewayConfig {
     pub peering_namespace: Option<String>,
     /// Largest accepted request body; larger ones get 413.
     pub body_limit: usize,
-    /// How often expired holds and Transactions are cleaned up.
+    /// How often expired holds and Transactions are cleaned up, and ended
+    /// Contracts settled (capacity released, credentials revoked).
     pub sweep_interval: Duration,
 }
 
@@ -152,6 +156,7 @@ pub(crate) struct State {
     contracts: Api<Contract>,
     allocations: Api<Allocation>,
     credentials: Credentials,
+    client: kube::Client,
     recent: recent::Recent,
     ready: watch::Receiver<bool>,
 }
@@ -180,7 +185,9 @@ impl Gateway {
                     .unwrap_or_else(|| cfg.namespace.clone()),
                 api_server_url: cfg.api_server_url.clone(),
                 ca_pem: cfg.api_server_ca_pem.clone(),
-                token_ttl: cfg.contract_ttl,
+                // The TokenRequest API refuses lifetimes under 10 minutes;
+                // a shorter contract is ended by revocation instead.
+                token_ttl: cfg.contract_ttl.max(MIN_TOKEN_TTL),
             },
         );
         let state = Arc::new(State {
@@ -190,7 +197,8 @@ impl Gateway {
             ),
             transactions: Api::namespaced(client.clone(), ns),
             contracts: Api::namespaced(client.clone(), ns),
-            allocations: Api::namespaced(client, ns),
+            allocations: Api::namespaced(client.clone(), ns),
+            client,
             catalog,
             credentials,
             recent: recent::Recent::default(),

@@ -1,5 +1,6 @@
 //! Background expiry: drops expired holds from ledgers and deletes expired
-//! provider-side Transactions, so held capacity returns by itself.
+//! provider-side Transactions, so held capacity returns by itself; then ends
+//! expired or deleted Contracts (see `contract_end`).
 //!
 //! Listing already ignores expired holds (they are dead by time), so the
 //! sweeper is housekeeping: it keeps ledgers short and the namespace clean.
@@ -16,6 +17,11 @@ use crate::{State, labels, time};
 impl State {
     /// One sweep; errors are logged, the next tick retries.
     pub(crate) async fn sweep(&self) {
+        self.expire_holds_and_transactions().await;
+        self.end_contracts().await;
+    }
+
+    async fn expire_holds_and_transactions(&self) {
         let now = time::now_string();
         for f in self.catalog.all() {
             let stale = f

@@ -1,0 +1,341 @@
+//! Ending sales: a provider-side Contract ends when it expires or is deleted.
+//!
+//! Upstream never ends anything: sold capacity is gone for good and every
+//! peer keeps its credentials. Here each sweep
+//! 1. notes the Sold ledger entries and the peer ServiceAccounts that exist;
+//! 2. lists the Transactions, then the Contracts;
+//! 3. deletes expired Contracts and their Allocations;
+//! 4. releases the Sold entries whose Contract is gone and whose Transaction
+//!    is gone too (a Transaction left means the sale may still be finishing);
+//! 5. revokes the credentials of buyers left with neither a Contract nor a
+//!    Transaction.
+//!
+//! The order is what makes this safe against purchases in flight: a purchase
+//! keeps its Transaction until its Contract exists, so anything noted in
+//! step 1 that belongs to a sale in progress is covered either by a
+//! Transaction in the first list of step 2 or by a Contract in the second.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use fluidos_api::Contract;
+use fluidos_api::Transaction;
+use fluidos_api::ledger::LedgerState;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{DeleteParams, ListParams};
+use kube::{Api, ResourceExt};
+
+use crate::book::Decision;
+use crate::credentials::{BUYER_ANNOTATION, MANAGED_LABEL};
+use crate::error::is_not_found;
+use crate::{State, labels, time};
+
+/// Sold entries per flavor: transaction ID → contract name.
+type SoldEntries = BTreeMap<String, BTreeMap<String, String>>;
+
+/// What ends in one sweep, decided from three listings (pure).
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Endings {
+    /// Expired Contracts to delete: (contract name, transaction ID).
+    pub expired: Vec<(String, String)>,
+    /// Sold entries to release: flavor → transaction IDs.
+    pub release: BTreeMap<String, BTreeSet<String>>,
+    /// Buyers whose credentials to revoke.
+    pub revoke: BTreeSet<String>,
+}
+
+/// Decides what ends, given what was noted first (`sold`, `peers`) and what
+/// was listed after (`transactions`, then `contracts`: (name, transaction
+/// ID, buyer, expired)).
+pub(crate) fn decide(
+    sold: &SoldEntries,
+    peers: &BTreeSet<String>,
+    transactions: &[(String, String)],
+    contracts: &[(String, String, String, bool)],
+) -> Endings {
+    let mut out = Endings::default();
+    let tx_ids: BTreeSet<&str> = transactions.iter().map(|(id, _)| id.as_str()).collect();
+    let mut live_contracts = BTreeSet::new();
+    let mut busy_buyers: BTreeSet<&str> = transactions.iter().map(|(_, b)| b.as_str()).collect();
+    for (name, tx, buyer, expired) in contracts {
+        if *expired {
+            out.expired.push((name.clone(), tx.clone()));
+        } else {
+            live_contracts.insert(name.as_str());
+            busy_buyers.insert(buyer.as_str());
+        }
+    }
+    for (flavor, entries) in sold {
+        let ended: BTreeSet<String> = entries
+            .iter()
+            .filter(|(tx, contract)| {
+                !tx_ids.contains(tx.as_str()) && !live_contracts.contains(contract.as_str())
+            })
+            .map(|(tx, _)| tx.clone())
+            .collect();
+        if !ended.is_empty() {
+            out.release.insert(flavor.clone(), ended);
+        }
+    }
+    out.revoke = peers
+        .iter()
+        .filter(|b| !busy_buyers.contains(b.as_str()))
+        .cloned()
+        .collect();
+    out
+}
+
+impl State {
+    /// One pass of contract ending; errors are logged, the next sweep retries.
+    pub(crate) async fn end_contracts(&self) {
+        // 1. What exists before the listings.
+        let sold = self.sold_entries();
+        let peers = match self.peer_buyers().await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "listing peer ServiceAccounts");
+                return;
+            }
+        };
+        // 2. Transactions, then Contracts.
+        let provider =
+            ListParams::default().labels(&format!("{}={}", labels::SIDE, labels::PROVIDER));
+        let transactions: Vec<(String, String)> = match self.transactions.list(&provider).await {
+            Ok(l) => l.items.iter().map(tx_key).collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "listing Transactions");
+                return;
+            }
+        };
+        let contracts: Vec<(String, String, String, bool)> =
+            match self.contracts.list(&provider).await {
+                Ok(l) => l.items.iter().map(contract_key).collect(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "listing Contracts");
+                    return;
+                }
+            };
+        let endings = decide(&sold, &peers, &transactions, &contracts);
+
+        // 3. Expired Contracts go, with their Allocations.
+        for (name, tx) in &endings.expired {
+            self.delete_contract(name, tx).await;
+        }
+        // 4. Capacity returns (a deleted Contract's Allocation goes first).
+        for (flavor, txs) in &endings.release {
+            for tx in txs {
+                if let Err(e) = self.delete_allocations(tx).await {
+                    tracing::warn!(transaction = %tx, error = %e, "deleting the Allocation of an ended Contract");
+                }
+            }
+            let result = self
+                .book
+                .update(flavor, |_, entries, _| {
+                    let before = entries.len();
+                    entries.retain(|e| {
+                        !(e.state == LedgerState::Sold && txs.contains(&e.transaction_id))
+                    });
+                    Ok(if entries.len() == before {
+                        Decision::Keep(())
+                    } else {
+                        Decision::Write(())
+                    })
+                })
+                .await;
+            match result {
+                Ok(()) => {
+                    tracing::info!(%flavor, transactions = ?txs, "contract ended: sold capacity released")
+                }
+                Err(e) => {
+                    tracing::warn!(%flavor, error = ?e.body, "releasing the capacity of ended contracts")
+                }
+            }
+        }
+        // 5. Credentials of buyers with nothing left.
+        if !endings.revoke.is_empty() {
+            self.revoke_unused(&endings.revoke).await;
+        }
+    }
+
+    /// Sold entries per flavor, from the watch cache.
+    fn sold_entries(&self) -> SoldEntries {
+        let mut out = SoldEntries::new();
+        for f in self.catalog.all() {
+            let entries: BTreeMap<String, String> = f
+                .status
+                .as_ref()
+                .and_then(|s| s.ledger.as_ref())
+                .into_iter()
+                .flatten()
+                .filter(|e| e.state == LedgerState::Sold)
+                .map(|e| {
+                    (
+                        e.transaction_id.clone(),
+                        e.contract.clone().unwrap_or_default(),
+                    )
+                })
+                .collect();
+            if !entries.is_empty() {
+                out.insert(f.name_any(), entries);
+            }
+        }
+        out
+    }
+
+    /// Buyers that hold peer credentials issued by this gateway.
+    async fn peer_buyers(&self) -> Result<BTreeSet<String>, kube::Error> {
+        let api: Api<ServiceAccount> = Api::namespaced(self.client.clone(), &self.cfg.namespace);
+        let lp = ListParams::default().labels(&format!("{}={}", MANAGED_LABEL.0, MANAGED_LABEL.1));
+        Ok(api
+            .list(&lp)
+            .await?
+            .items
+            .iter()
+            .filter_map(|sa| sa.annotations().get(BUYER_ANNOTATION).cloned())
+            .collect())
+    }
+
+    /// Deletes the provider-side Allocation made with the sale of `tx`.
+    async fn delete_allocations(&self, tx: &str) -> Result<(), kube::Error> {
+        let lp = ListParams::default().labels(&format!(
+            "{}={tx},{}={}",
+            labels::TRANSACTION,
+            labels::SIDE,
+            labels::PROVIDER
+        ));
+        self.allocations
+            .delete_collection(&DeleteParams::default(), &lp)
+            .await
+            .map(|_| ())
+    }
+
+    /// Deletes an ended Contract and the Allocation made beside it.
+    async fn delete_contract(&self, name: &str, tx: &str) {
+        if let Err(e) = self.delete_allocations(tx).await {
+            tracing::warn!(contract = name, error = %e, "deleting the Allocation of an expired Contract");
+            return;
+        }
+        match self.contracts.delete(name, &DeleteParams::default()).await {
+            Ok(_) => tracing::info!(contract = name, "contract expired and deleted"),
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => tracing::warn!(contract = name, error = %e, "deleting an expired Contract"),
+        }
+    }
+
+    /// Revokes each buyer that, checked again while no credentials can be
+    /// issued, still has neither a Transaction nor a live Contract.
+    async fn revoke_unused(&self, buyers: &BTreeSet<String>) {
+        let mut revocation = self.credentials.begin_revocation().await;
+        let provider =
+            ListParams::default().labels(&format!("{}={}", labels::SIDE, labels::PROVIDER));
+        let (txs, contracts) = tokio::join!(
+            self.transactions.list(&provider),
+            self.contracts.list(&provider)
+        );
+        let (Ok(txs), Ok(contracts)) = (txs, contracts) else {
+            tracing::warn!("listing Transactions and Contracts before revoking credentials failed");
+            return;
+        };
+        let busy: BTreeSet<String> = txs
+            .items
+            .iter()
+            .map(|t| t.spec.buyer.node_id.clone())
+            .chain(
+                contracts
+                    .items
+                    .iter()
+                    .map(contract_key)
+                    .filter(|c| !c.3)
+                    .map(|c| c.2),
+            )
+            .collect();
+        for buyer in buyers.difference(&busy) {
+            match revocation.revoke(buyer).await {
+                Ok(()) => tracing::info!(%buyer, "no contract left: peering credentials revoked"),
+                Err(e) => tracing::warn!(%buyer, error = %e, "revoking peering credentials"),
+            }
+        }
+    }
+}
+
+fn tx_key(t: &Transaction) -> (String, String) {
+    (t.name_any(), t.spec.buyer.node_id.clone())
+}
+
+fn contract_key(c: &Contract) -> (String, String, String, bool) {
+    (
+        c.name_any(),
+        c.spec.transaction_id.clone(),
+        c.spec.buyer.node_id.clone(),
+        c.spec.expiration_time.as_deref().is_some_and(time::is_past),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sold(entries: &[(&str, &str, &str)]) -> SoldEntries {
+        let mut out = SoldEntries::new();
+        for (flavor, tx, contract) in entries {
+            out.entry((*flavor).to_owned())
+                .or_default()
+                .insert((*tx).to_owned(), (*contract).to_owned());
+        }
+        out
+    }
+
+    fn s(v: &str) -> String {
+        v.to_owned()
+    }
+
+    #[test]
+    fn a_sale_ends_when_its_contract_and_transaction_are_gone() {
+        let sold = sold(&[("f", "t1", "c1"), ("f", "t2", "c2"), ("g", "t3", "c3")]);
+        let peers = BTreeSet::from([s("b1"), s("b2"), s("b3")]);
+        // t1: contract live. t2: contract deleted. t3: contract not created
+        // yet, its Transaction still there (a purchase in flight).
+        let txs = [(s("t3"), s("b3"))];
+        let contracts = [(s("c1"), s("t1"), s("b1"), false)];
+        let e = decide(&sold, &peers, &txs, &contracts);
+        assert!(e.expired.is_empty());
+        assert_eq!(
+            e.release,
+            BTreeMap::from([(s("f"), BTreeSet::from([s("t2")]))])
+        );
+        assert_eq!(e.revoke, BTreeSet::from([s("b2")]));
+    }
+
+    #[test]
+    fn an_expired_contract_is_deleted_and_its_capacity_released() {
+        let sold = sold(&[("f", "t1", "c1")]);
+        let peers = BTreeSet::from([s("b1")]);
+        let contracts = [(s("c1"), s("t1"), s("b1"), true)];
+        let e = decide(&sold, &peers, &[], &contracts);
+        assert_eq!(e.expired, vec![(s("c1"), s("t1"))]);
+        assert_eq!(
+            e.release,
+            BTreeMap::from([(s("f"), BTreeSet::from([s("t1")]))])
+        );
+        assert_eq!(e.revoke, BTreeSet::from([s("b1")]));
+    }
+
+    #[test]
+    fn a_buyer_with_another_live_contract_keeps_its_credentials() {
+        let sold = sold(&[("f", "t1", "c1"), ("f", "t2", "c2")]);
+        let peers = BTreeSet::from([s("b1")]);
+        let contracts = [
+            (s("c1"), s("t1"), s("b1"), true),
+            (s("c2"), s("t2"), s("b1"), false),
+        ];
+        let e = decide(&sold, &peers, &[], &contracts);
+        assert_eq!(e.release[&s("f")], BTreeSet::from([s("t1")]));
+        assert!(e.revoke.is_empty());
+    }
+
+    #[test]
+    fn a_buyer_mid_reservation_keeps_its_credentials() {
+        let peers = BTreeSet::from([s("b1")]);
+        let e = decide(&SoldEntries::new(), &peers, &[(s("t9"), s("b1"))], &[]);
+        assert_eq!(e, Endings::default());
+    }
+}

@@ -1,0 +1,239 @@
+//! A sale ends when its Contract is deleted or expires: the sold capacity is
+//! for sale again, the Allocation goes, and the buyer's peering token stops
+//! working once it has no Contract left.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use base64::Engine;
+use common::*;
+use fluidos_api::flavor::FlavorType;
+use fluidos_api::{Allocation, Contract, Flavor};
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use kube::Api;
+use kube::api::DeleteParams;
+
+fn json(body: &str) -> serde_json::Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+/// Reserves `cpu` of `flavor` for `buyer_id` and buys it; returns the Contract name.
+async fn buy(c: &reqwest::Client, g: &Served, flavor: &str, buyer_id: &str, cpu: &str) -> String {
+    let (s, body) = post(
+        c,
+        &g.url("/api/v2/reservations"),
+        &k8s_reserve(flavor, buyer_id, cpu, "1Gi", "1"),
+    )
+    .await;
+    assert_eq!(s, 200, "{body}");
+    let tx = json(&body)["transactionID"].as_str().unwrap().to_owned();
+    let (s, body) = post(
+        c,
+        &g.url(&format!("/api/v2/transactions/{tx}/purchase")),
+        &serde_json::json!({}),
+    )
+    .await;
+    assert_eq!(s, 200, "{body}");
+    json(&body)["contractID"].as_str().unwrap().to_owned()
+}
+
+/// A client acting with the peering kubeconfig stored in the Contract.
+async fn peer_client(contract: &Contract) -> kube::Client {
+    let yaml = base64::engine::general_purpose::STANDARD
+        .decode(&contract.spec.peering_target_credentials.kubeconfig)
+        .unwrap();
+    let kc = kube::config::Kubeconfig::from_yaml(std::str::from_utf8(&yaml).unwrap()).unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(cfg).unwrap()
+}
+
+/// The peer's credentials grant what its Role does (listing ConfigMaps).
+///
+/// A revoked token is refused with 401, or with 403 while the API server's
+/// ServiceAccount cache still knows the deleted account but RBAC no longer
+/// binds it; both mean no access.
+async fn token_works(peer: &kube::Client, ns: &str) -> bool {
+    match Api::<ConfigMap>::namespaced(peer.clone(), ns)
+        .list(&Default::default())
+        .await
+    {
+        Ok(_) => true,
+        Err(kube::Error::Api(e)) if e.code == 401 || e.code == 403 => false,
+        Err(e) => panic!("unexpected answer to the peer: {e}"),
+    }
+}
+
+/// RBAC grants take effect through the API server's caches: wait for them.
+async fn wait_token_works(peer: &kube::Client, ns: &str, what: &str) {
+    wait_until(what, Duration::from_secs(10), || token_works(peer, ns)).await;
+}
+
+fn cpu_listed(body: &str) -> Option<String> {
+    if body.is_empty() {
+        return None;
+    }
+    json(body).as_array().unwrap().first().map(|f| {
+        f["type"]["data"]["charateristics"]["cpu"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_and_expired_contracts_release_capacity_and_credentials() {
+    let cp = control_plane().await;
+    let client = cp.client();
+    let c = http();
+    let p = partition(("1", "1"), ("0", "0"), ("0", "0"));
+    let two_cpus = k8slice("amd64", "2", "4Gi", "20", None, None, p);
+
+    // ---------------- A Contract deleted by the provider's operator.
+    let ns = "ended";
+    namespace(&client, ns).await;
+    create_flavor(&client, ns, "f", spec(FlavorType::k8slice(&two_cpus), true)).await;
+    let mut cfg = config(&cp, ns);
+    cfg.sweep_interval = Duration::from_millis(300);
+    let g = serve(&client, cfg).await;
+    let contracts: Api<Contract> = Api::namespaced(client.clone(), ns);
+    let allocations: Api<Allocation> = Api::namespaced(client.clone(), ns);
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+
+    let c1 = buy(&c, &g, "f", "buyer-one", "1").await;
+    let c2 = buy(&c, &g, "f", "buyer-two", "1").await;
+    let (s, body) = get(&c, &g.url("/api/v2/flavors/k8slice")).await;
+    assert!(s == 204 || cpu_listed(&body).is_none(), "sold out: {body}");
+    let first = contracts.get(&c1).await.unwrap();
+    let peer_one = peer_client(&first).await;
+    let peer_two = peer_client(&contracts.get(&c2).await.unwrap()).await;
+    wait_token_works(&peer_one, ns, "buyer-one's credentials to work").await;
+    assert_eq!(
+        allocations
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        2
+    );
+
+    contracts
+        .delete(&c1, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_until(
+        "the deleted contract's CPU to be for sale again",
+        Duration::from_secs(15),
+        || async {
+            cpu_listed(&get(&c, &g.url("/api/v2/flavors/k8slice")).await.1).as_deref() == Some("1")
+        },
+    )
+    .await;
+    let f = Api::<Flavor>::namespaced(client.clone(), ns)
+        .get("f")
+        .await
+        .unwrap();
+    let ledger = f.status.and_then(|s| s.ledger).unwrap_or_default();
+    assert_eq!(ledger.len(), 1, "only buyer-two's sale is left: {ledger:?}");
+    assert_eq!(ledger[0].contract.as_deref(), Some(c2.as_str()));
+    wait_until(
+        "buyer-one's credentials to be revoked",
+        Duration::from_secs(15),
+        || async {
+            sas.get_opt("fluidos-peer-buyer-one")
+                .await
+                .unwrap()
+                .is_none()
+        },
+    )
+    .await;
+    wait_until(
+        "buyer-one's token to be refused",
+        Duration::from_secs(10),
+        || async { !token_works(&peer_one, ns).await },
+    )
+    .await;
+    // buyer-two still has its Contract, its Allocation and working credentials.
+    wait_token_works(&peer_two, ns, "buyer-two's credentials to keep working").await;
+    assert!(
+        sas.get_opt("fluidos-peer-buyer-two")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let left: Vec<String> = allocations
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|a| a.spec.contract.as_ref().unwrap().name.clone().unwrap())
+        .collect();
+    assert_eq!(left, vec![c2]);
+    // The freed CPU sells again, to the revoked buyer too, with fresh credentials.
+    let c3 = buy(&c, &g, "f", "buyer-one", "1").await;
+    let again = peer_client(&contracts.get(&c3).await.unwrap()).await;
+    wait_token_works(&again, ns, "new credentials after a revocation to work").await;
+    g.shutdown().await;
+
+    // ---------------- Contracts that expire on their own.
+    let ns = "expiring";
+    namespace(&client, ns).await;
+    create_flavor(&client, ns, "f", spec(FlavorType::k8slice(&two_cpus), true)).await;
+    let mut cfg = config(&cp, ns);
+    cfg.sweep_interval = Duration::from_millis(300);
+    cfg.contract_ttl = Duration::from_secs(3);
+    let g = serve(&client, cfg).await;
+    let contracts: Api<Contract> = Api::namespaced(client.clone(), ns);
+    let allocations: Api<Allocation> = Api::namespaced(client.clone(), ns);
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    let name = buy(&c, &g, "f", "buyer-three", "2").await;
+    let peer = peer_client(&contracts.get(&name).await.unwrap()).await;
+    wait_token_works(&peer, ns, "buyer-three's credentials to work").await;
+    wait_until(
+        "the contract to expire and go",
+        Duration::from_secs(20),
+        || async {
+            contracts.get_opt(&name).await.unwrap().is_none()
+                && allocations
+                    .list(&Default::default())
+                    .await
+                    .unwrap()
+                    .items
+                    .is_empty()
+        },
+    )
+    .await;
+    wait_until(
+        "the capacity to return",
+        Duration::from_secs(15),
+        || async {
+            cpu_listed(&get(&c, &g.url("/api/v2/flavors/k8slice")).await.1).as_deref() == Some("2")
+        },
+    )
+    .await;
+    wait_until(
+        "the credentials to be revoked",
+        Duration::from_secs(15),
+        || async {
+            sas.get_opt("fluidos-peer-buyer-three")
+                .await
+                .unwrap()
+                .is_none()
+        },
+    )
+    .await;
+    wait_until(
+        "buyer-three's token to be refused",
+        Duration::from_secs(10),
+        || async { !token_works(&peer, ns).await },
+    )
+    .await;
+    g.shutdown().await;
+    cp.stop().await;
+}
