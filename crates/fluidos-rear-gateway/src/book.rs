@@ -31,6 +31,22 @@ pub(crate) enum Decision<T> {
     Keep(T),
 }
 
+impl Decision<()> {
+    /// Keeps only the entries `keep` accepts: `Write` if any went, else `Keep`.
+    pub(crate) fn retain(
+        entries: &mut Vec<LedgerEntry>,
+        keep: impl FnMut(&LedgerEntry) -> bool,
+    ) -> Decision<()> {
+        let before = entries.len();
+        entries.retain(keep);
+        if entries.len() == before {
+            Decision::Keep(())
+        } else {
+            Decision::Write(())
+        }
+    }
+}
+
 /// Ledger access for one namespace.
 #[derive(Clone)]
 pub(crate) struct Book {

@@ -130,15 +130,9 @@ impl State {
             let result = self
                 .book
                 .update(flavor, |_, entries, _| {
-                    let before = entries.len();
-                    entries.retain(|e| {
+                    Ok(Decision::retain(entries, |e| {
                         !(e.state == LedgerState::Sold && txs.contains(&e.transaction_id))
-                    });
-                    Ok(if entries.len() == before {
-                        Decision::Keep(())
-                    } else {
-                        Decision::Write(())
-                    })
+                    }))
                 })
                 .await;
             match result {

@@ -12,11 +12,14 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
+use futures::StreamExt;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
-use kube::Api;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, ResourceExt};
 use tokio::sync::Mutex;
 
 /// Name of the shared Role every peer is bound to.
@@ -68,6 +71,8 @@ pub struct CredentialsConfig {
 struct Cached {
     kubeconfig_b64: String,
     refresh_at: Instant,
+    /// UID of the ServiceAccount the token was minted for.
+    sa_uid: String,
 }
 
 /// Issues (and caches) per-buyer kubeconfigs.
@@ -75,6 +80,10 @@ pub struct Credentials {
     client: kube::Client,
     cfg: CredentialsConfig,
     cache: Mutex<HashMap<String, Cached>>,
+    /// Watch cache of the peer ServiceAccounts: a cached token is reused only
+    /// while its account still exists, so a revocation by another replica is
+    /// seen here within the watch's latency.
+    accounts: Store<ServiceAccount>,
 }
 
 /// The Role rules a peer gets: Liqo 1.0's `liqo-peering-user-tenant-ns`
@@ -182,13 +191,41 @@ pub fn kubeconfig_yaml(
 }
 
 impl Credentials {
-    /// Credentials issued with `client`.
-    pub fn new(client: kube::Client, cfg: CredentialsConfig) -> Self {
-        Credentials {
+    /// Credentials issued with `client`; the returned future drives the
+    /// watch of the peer ServiceAccounts and must be spawned.
+    pub fn new(
+        client: kube::Client,
+        cfg: CredentialsConfig,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        let api: Api<ServiceAccount> = Api::namespaced(client.clone(), &cfg.namespace);
+        let (accounts, writer) = reflector::store();
+        let selector = format!("{}={}", MANAGED_LABEL.0, MANAGED_LABEL.1);
+        let driver = async move {
+            let stream = watcher(api, watcher::Config::default().labels(&selector))
+                .default_backoff()
+                .reflect(writer);
+            futures::pin_mut!(stream);
+            while let Some(event) = stream.next().await {
+                if let Err(e) = event {
+                    // Without the watch, cached tokens are simply not reused.
+                    tracing::warn!(error = %e, "peer ServiceAccount watch error; retrying");
+                }
+            }
+        };
+        let credentials = Credentials {
             client,
             cfg,
             cache: Mutex::new(HashMap::new()),
-        }
+            accounts,
+        };
+        (credentials, driver)
+    }
+
+    /// True while the ServiceAccount `name` exists with `uid`, as the watch sees it.
+    fn account_is(&self, name: &str, uid: &str) -> bool {
+        self.accounts
+            .get(&ObjectRef::new(name).within(&self.cfg.namespace))
+            .is_some_and(|sa| sa.uid().as_deref() == Some(uid))
     }
 
     /// Base64 (std, padded) kubeconfig for `buyer_id`, named after `provider_liqo_id`.
@@ -200,13 +237,14 @@ impl Credentials {
         provider_liqo_id: &str,
     ) -> Result<String, CredentialsError> {
         let key = format!("{buyer_id}\u{0}{provider_liqo_id}");
+        let sa = service_account_name(buyer_id);
         if let Some(c) = self.cache.lock().await.get(&key)
             && Instant::now() < c.refresh_at
+            && self.account_is(&sa, &c.sa_uid)
         {
             return Ok(c.kubeconfig_b64.clone());
         }
-        let sa = service_account_name(buyer_id);
-        self.ensure_rbac(&sa, buyer_id).await?;
+        let sa_uid = self.ensure_rbac(&sa, buyer_id).await?;
         let token = self.token(&sa).await?;
         let yaml = kubeconfig_yaml(
             provider_liqo_id,
@@ -220,13 +258,15 @@ impl Credentials {
             Cached {
                 kubeconfig_b64: b64.clone(),
                 refresh_at: Instant::now() + self.cfg.token_ttl / 2,
+                sa_uid,
             },
         );
         Ok(b64)
     }
 
-    /// Server-side applies the ServiceAccount, the shared Role and the buyer's RoleBinding.
-    async fn ensure_rbac(&self, sa: &str, buyer_id: &str) -> Result<(), CredentialsError> {
+    /// Server-side applies the ServiceAccount, the shared Role and the
+    /// buyer's RoleBinding; returns the ServiceAccount's UID.
+    async fn ensure_rbac(&self, sa: &str, buyer_id: &str) -> Result<String, CredentialsError> {
         let pp = PatchParams::apply(FIELD_MANAGER).force();
         let sa_obj = ServiceAccount {
             metadata: ObjectMeta {
@@ -238,7 +278,7 @@ impl Credentials {
             },
             ..Default::default()
         };
-        Api::<ServiceAccount>::namespaced(self.client.clone(), &self.cfg.namespace)
+        let applied = Api::<ServiceAccount>::namespaced(self.client.clone(), &self.cfg.namespace)
             .patch(
                 sa,
                 &pp,
@@ -304,7 +344,7 @@ impl Credentials {
                 step: "applying the peer RoleBinding",
                 source,
             })?;
-        Ok(())
+        Ok(applied.uid().unwrap_or_default())
     }
 
     /// Holds off credential issuing until the returned guard is dropped, so a

@@ -175,7 +175,7 @@ impl Gateway {
         let (ready_tx, ready) = watch::channel(false);
         let (catalog, driver) = Catalog::start(client.clone(), &cfg.namespace, ready_tx);
         let ns = cfg.namespace.as_str();
-        let credentials = Credentials::new(
+        let (credentials, accounts_driver) = Credentials::new(
             client.clone(),
             CredentialsConfig {
                 namespace: cfg.namespace.clone(),
@@ -207,7 +207,7 @@ impl Gateway {
         });
         let sweep = tokio::spawn(sweeper::run(state.clone(), state.cfg.sweep_interval));
         Gateway {
-            tasks: vec![tokio::spawn(driver), sweep],
+            tasks: vec![tokio::spawn(driver), tokio::spawn(accounts_driver), sweep],
             state,
         }
     }

@@ -436,13 +436,9 @@ impl State {
         let tx = tx_id.to_owned();
         self.book
             .update_from(&flavor.name_any(), flavor.clone(), move |_, entries, _| {
-                let before = entries.len();
-                entries.retain(|e| !(e.transaction_id == tx && e.state == LedgerState::Held));
-                Ok(if entries.len() == before {
-                    Decision::Keep(())
-                } else {
-                    Decision::Write(())
-                })
+                Ok(Decision::retain(entries, |e| {
+                    !(e.transaction_id == tx && e.state == LedgerState::Held)
+                }))
             })
             .await
     }

@@ -36,13 +36,7 @@ impl State {
             let result = self
                 .book
                 .update(&name, |_, entries, now| {
-                    let before = entries.len();
-                    entries.retain(|e| ledger::is_live(e, now));
-                    Ok(if entries.len() == before {
-                        Decision::Keep(())
-                    } else {
-                        Decision::Write(())
-                    })
+                    Ok(Decision::retain(entries, |e| ledger::is_live(e, now)))
                 })
                 .await;
             match result {

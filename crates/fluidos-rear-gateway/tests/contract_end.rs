@@ -99,12 +99,15 @@ async fn deleted_and_expired_contracts_release_capacity_and_credentials() {
     create_flavor(&client, ns, "f", spec(FlavorType::k8slice(&two_cpus), true)).await;
     let mut cfg = config(&cp, ns);
     cfg.sweep_interval = Duration::from_millis(300);
-    let g = serve(&client, cfg).await;
+    let g = serve(&client, cfg.clone()).await;
+    // A second replica that never sweeps: it sells, the other one revokes.
+    cfg.sweep_interval = Duration::from_secs(3600);
+    let replica = serve(&client, cfg).await;
     let contracts: Api<Contract> = Api::namespaced(client.clone(), ns);
     let allocations: Api<Allocation> = Api::namespaced(client.clone(), ns);
     let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
 
-    let c1 = buy(&c, &g, "f", "buyer-one", "1").await;
+    let c1 = buy(&c, &replica, "f", "buyer-one", "1").await;
     let c2 = buy(&c, &g, "f", "buyer-two", "1").await;
     let (s, body) = get(&c, &g.url("/api/v2/flavors/k8slice")).await;
     assert!(s == 204 || cpu_listed(&body).is_none(), "sold out: {body}");
@@ -175,10 +178,14 @@ async fn deleted_and_expired_contracts_release_capacity_and_credentials() {
         .map(|a| a.spec.contract.as_ref().unwrap().name.clone().unwrap())
         .collect();
     assert_eq!(left, vec![c2]);
-    // The freed CPU sells again, to the revoked buyer too, with fresh credentials.
-    let c3 = buy(&c, &g, "f", "buyer-one", "1").await;
+    // The freed CPU sells again to the revoked buyer, on the replica that
+    // cached its old token: the replica sees the account is gone (within its
+    // watch's latency) and issues fresh credentials.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let c3 = buy(&c, &replica, "f", "buyer-one", "1").await;
     let again = peer_client(&contracts.get(&c3).await.unwrap()).await;
     wait_token_works(&again, ns, "new credentials after a revocation to work").await;
+    replica.shutdown().await;
     g.shutdown().await;
 
     // ---------------- Contracts that expire on their own.
