@@ -4,7 +4,8 @@
 //! peer keeps its credentials. Here each sweep
 //! 1. notes the Sold ledger entries and the peer ServiceAccounts that exist;
 //! 2. lists the Transactions, then the Contracts;
-//! 3. deletes expired Contracts and their Allocations;
+//! 3. deletes expired Contracts and their Allocations (looked for every
+//!    tenth sweep: it takes whole Contracts, the rest needs only metadata);
 //! 4. releases the Sold entries whose Contract is gone and whose Transaction
 //!    is gone too (a Transaction left means the sale may still be finishing);
 //! 5. revokes the credentials of buyers left with neither a Contract nor a
@@ -16,6 +17,7 @@
 //! Transaction in the first list of step 2 or by a Contract in the second.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
 
 use fluidos_api::Contract;
 use fluidos_api::Transaction;
@@ -28,6 +30,9 @@ use crate::book::Decision;
 use crate::credentials::{BUYER_ANNOTATION, MANAGED_LABEL};
 use crate::error::is_not_found;
 use crate::{State, labels, time};
+
+/// Every how many sweeps expired Contracts are looked for.
+const EXPIRY_EVERY: u64 = 10;
 
 /// Sold entries per flavor: transaction ID → contract name.
 type SoldEntries = BTreeMap<String, BTreeMap<String, String>>;
@@ -106,14 +111,16 @@ impl State {
                 return;
             }
         };
-        let contracts: Vec<(String, String, String, bool)> =
-            match self.contracts.list(&provider).await {
-                Ok(l) => l.items.iter().map(contract_key).collect(),
-                Err(e) => {
-                    tracing::warn!(error = %e, "listing Contracts");
-                    return;
-                }
-            };
+        // Expiry is checked on every `EXPIRY_EVERY`th sweep only: contracts
+        // last days, and a whole listing costs the API server far more.
+        let round = self.sweeps.fetch_add(1, Ordering::Relaxed);
+        let contracts = match self.contract_keys(round.is_multiple_of(EXPIRY_EVERY)).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "listing Contracts");
+                return;
+            }
+        };
         let endings = decide(&sold, &peers, &transactions, &contracts);
 
         // 3. Expired Contracts go, with their Allocations.
@@ -215,16 +222,47 @@ impl State {
         }
     }
 
+    /// Every provider Contract as (name, transaction ID, buyer, expired),
+    /// fresh from the API server.
+    ///
+    /// Whole Contracts are large (an embedded flavor and a kubeconfig), so
+    /// unless `with_expiry` a metadata-only listing is used: the transaction
+    /// label and buyer annotation this gateway writes say all but the expiry
+    /// (reported as not expired). Contracts without them are read whole.
+    async fn contract_keys(
+        &self,
+        with_expiry: bool,
+    ) -> Result<Vec<(String, String, String, bool)>, kube::Error> {
+        let provider =
+            ListParams::default().labels(&format!("{}={}", labels::SIDE, labels::PROVIDER));
+        if with_expiry {
+            let list = self.contracts.list(&provider).await?;
+            return Ok(list.items.iter().map(contract_key).collect());
+        }
+        let mut keys = Vec::new();
+        for meta in self.contracts.list_metadata(&provider).await?.items {
+            let name = meta.name_any();
+            let tx = meta.labels().get(labels::TRANSACTION);
+            match (tx, meta.annotations().get(labels::BUYER)) {
+                (Some(tx), Some(buyer)) => keys.push((name, tx.clone(), buyer.clone(), false)),
+                _ => {
+                    if let Some(c) = self.contracts.get_opt(&name).await? {
+                        keys.push(contract_key(&c));
+                    }
+                }
+            }
+        }
+        Ok(keys)
+    }
+
     /// Revokes each buyer that, checked again while no credentials can be
     /// issued, still has neither a Transaction nor a live Contract.
     async fn revoke_unused(&self, buyers: &BTreeSet<String>) {
         let mut revocation = self.credentials.begin_revocation().await;
         let provider =
             ListParams::default().labels(&format!("{}={}", labels::SIDE, labels::PROVIDER));
-        let (txs, contracts) = tokio::join!(
-            self.transactions.list(&provider),
-            self.contracts.list(&provider)
-        );
+        let (txs, contracts) =
+            tokio::join!(self.transactions.list(&provider), self.contract_keys(false));
         let (Ok(txs), Ok(contracts)) = (txs, contracts) else {
             tracing::warn!("listing Transactions and Contracts before revoking credentials failed");
             return;
@@ -233,14 +271,7 @@ impl State {
             .items
             .iter()
             .map(|t| t.spec.buyer.node_id.clone())
-            .chain(
-                contracts
-                    .items
-                    .iter()
-                    .map(contract_key)
-                    .filter(|c| !c.3)
-                    .map(|c| c.2),
-            )
+            .chain(contracts.into_iter().filter(|c| !c.3).map(|c| c.2))
             .collect();
         for buyer in buyers.difference(&busy) {
             match revocation.revoke(buyer).await {

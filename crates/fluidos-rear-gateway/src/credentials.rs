@@ -30,7 +30,7 @@ const FIELD_MANAGER: &str = "fluidos-rear-gateway";
 pub const MANAGED_LABEL: (&str, &str) = ("app.kubernetes.io/managed-by", "fluidos-rear-gateway");
 /// ServiceAccount annotation naming the buyer it was issued for (names may
 /// be hashed, so the buyer cannot always be read back from the name).
-pub const BUYER_ANNOTATION: &str = "fluidos.eu/buyer-id";
+pub const BUYER_ANNOTATION: &str = crate::labels::BUYER;
 
 /// Why credentials could not be issued.
 #[derive(Debug, thiserror::Error)]

@@ -55,6 +55,8 @@ pub mod labels {
     pub const TRANSACTION: &str = "fluidos.eu/transaction-id";
     /// Contract annotation: the sold flavor's creation time (the wire `timestamp`).
     pub const FLAVOR_TIMESTAMP: &str = "fluidos.eu/flavor-timestamp";
+    /// Contract (and peer ServiceAccount) annotation: the buyer's node ID.
+    pub const BUYER: &str = "fluidos.eu/buyer-id";
 }
 
 /// Upstream's transaction lifetime (1 h).
@@ -157,6 +159,8 @@ pub(crate) struct State {
     allocations: Api<Allocation>,
     credentials: Credentials,
     client: kube::Client,
+    /// Sweeps done so far (some checks run every few sweeps only).
+    sweeps: std::sync::atomic::AtomicU64,
     recent: recent::Recent,
     ready: watch::Receiver<bool>,
 }
@@ -199,6 +203,7 @@ impl Gateway {
             contracts: Api::namespaced(client.clone(), ns),
             allocations: Api::namespaced(client.clone(), ns),
             client,
+            sweeps: Default::default(),
             catalog,
             credentials,
             recent: recent::Recent::default(),

@@ -266,10 +266,13 @@ impl State {
                     (labels::SIDE.to_owned(), labels::PROVIDER.to_owned()),
                     (labels::TRANSACTION.to_owned(), tx_id.clone()),
                 ])),
-                annotations: Some(BTreeMap::from([(
-                    labels::FLAVOR_TIMESTAMP.to_owned(),
-                    creation_timestamp(flavor),
-                )])),
+                annotations: Some(BTreeMap::from([
+                    (
+                        labels::FLAVOR_TIMESTAMP.to_owned(),
+                        creation_timestamp(flavor),
+                    ),
+                    (labels::BUYER.to_owned(), spec.buyer.node_id.clone()),
+                ])),
                 ..Default::default()
             },
             spec,
