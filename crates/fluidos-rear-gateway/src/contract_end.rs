@@ -37,6 +37,12 @@ const EXPIRY_EVERY: u64 = 10;
 /// Sold entries per flavor: transaction ID → contract name.
 type SoldEntries = BTreeMap<String, BTreeMap<String, String>>;
 
+/// Step 1: what existed before the listings.
+pub(crate) struct Noted {
+    sold: SoldEntries,
+    peers: BTreeSet<String>,
+}
+
 /// What ends in one sweep, decided from three listings (pure).
 #[derive(Debug, Default, PartialEq)]
 pub(crate) struct Endings {
@@ -90,27 +96,25 @@ pub(crate) fn decide(
 }
 
 impl State {
-    /// One pass of contract ending; errors are logged, the next sweep retries.
-    pub(crate) async fn end_contracts(&self) {
-        // 1. What exists before the listings.
+    /// Step 1: the Sold entries and peer buyers that exist now; `None` (and
+    /// a warning) when the peer ServiceAccounts cannot be listed.
+    pub(crate) async fn note_sales(&self) -> Option<Noted> {
         let sold = self.sold_entries();
-        let peers = match self.peer_buyers().await {
-            Ok(p) => p,
+        match self.peer_buyers().await {
+            Ok(peers) => Some(Noted { sold, peers }),
             Err(e) => {
                 tracing::warn!(error = %e, "listing peer ServiceAccounts");
-                return;
+                None
             }
-        };
-        // 2. Transactions, then Contracts.
-        let provider =
-            ListParams::default().labels(&format!("{}={}", labels::SIDE, labels::PROVIDER));
-        let transactions: Vec<(String, String)> = match self.transactions.list(&provider).await {
-            Ok(l) => l.items.iter().map(tx_key).collect(),
-            Err(e) => {
-                tracing::warn!(error = %e, "listing Transactions");
-                return;
-            }
-        };
+        }
+    }
+
+    /// Steps 2 to 5, given what `note_sales` noted and the provider
+    /// Transactions listed after it; errors are logged, the next sweep retries.
+    pub(crate) async fn end_contracts(&self, noted: Noted, transactions: &[Transaction]) {
+        let Noted { sold, peers } = noted;
+        // 2. Transactions (listed by the caller after `note_sales`), then Contracts.
+        let transactions: Vec<(String, String)> = transactions.iter().map(tx_key).collect();
         // Expiry is checked on every `EXPIRY_EVERY`th sweep only: contracts
         // last days, and a whole listing costs the API server far more.
         let round = self.sweeps.fetch_add(1, Ordering::Relaxed);

@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use fluidos_api::Transaction;
 use fluidos_api::ledger::{self, LedgerState};
 use kube::ResourceExt;
 use kube::api::ListParams;
@@ -17,11 +18,24 @@ use crate::{State, labels, time};
 impl State {
     /// One sweep; errors are logged, the next tick retries.
     pub(crate) async fn sweep(&self) {
-        self.expire_holds_and_transactions().await;
-        self.end_contracts().await;
+        self.release_expired_holds().await;
+        // Noted before the Transactions are listed (see `contract_end`).
+        let noted = self.note_sales().await;
+        let lp = ListParams::default().labels(&format!("{}={}", labels::SIDE, labels::PROVIDER));
+        let txs = match self.transactions.list(&lp).await {
+            Ok(l) => l.items,
+            Err(e) => {
+                tracing::warn!(error = %e, "listing Transactions for expiry");
+                return;
+            }
+        };
+        self.delete_expired_transactions(&txs).await;
+        if let Some(noted) = noted {
+            self.end_contracts(noted, &txs).await;
+        }
     }
 
-    async fn expire_holds_and_transactions(&self) {
+    async fn release_expired_holds(&self) {
         let now = time::now_string();
         for f in self.catalog.all() {
             let stale = f
@@ -46,15 +60,9 @@ impl State {
                 }
             }
         }
+    }
 
-        let lp = ListParams::default().labels(&format!("{}={}", labels::SIDE, labels::PROVIDER));
-        let txs = match self.transactions.list(&lp).await {
-            Ok(l) => l.items,
-            Err(e) => {
-                tracing::warn!(error = %e, "listing Transactions for expiry");
-                return;
-            }
-        };
+    async fn delete_expired_transactions(&self, txs: &[Transaction]) {
         for tx in txs {
             let expired = tx
                 .spec
