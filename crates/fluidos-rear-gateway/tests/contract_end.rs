@@ -109,8 +109,13 @@ async fn deleted_and_expired_contracts_release_capacity_and_credentials() {
 
     let c1 = buy(&c, &replica, "f", "buyer-one", "1").await;
     let c2 = buy(&c, &g, "f", "buyer-two", "1").await;
-    let (s, body) = get(&c, &g.url("/api/v2/flavors/k8slice")).await;
-    assert!(s == 204 || cpu_listed(&body).is_none(), "sold out: {body}");
+    // The listing follows the ledger through a watch: it may lag a moment.
+    wait_until(
+        "the flavor to be sold out",
+        Duration::from_secs(10),
+        || async { cpu_listed(&get(&c, &g.url("/api/v2/flavors/k8slice")).await.1).is_none() },
+    )
+    .await;
     let first = contracts.get(&c1).await.unwrap();
     let peer_one = peer_client(&first).await;
     let peer_two = peer_client(&contracts.get(&c2).await.unwrap()).await;
