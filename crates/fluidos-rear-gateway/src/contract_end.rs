@@ -19,15 +19,17 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 
-use fluidos_api::Contract;
 use fluidos_api::Transaction;
 use fluidos_api::ledger::LedgerState;
+use fluidos_api::{Contract, Flavor};
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{DeleteParams, ListParams};
+use kube::runtime::events::{Event, EventType};
 use kube::{Api, ResourceExt};
 
 use crate::book::Decision;
-use crate::credentials::{BUYER_ANNOTATION, MANAGED_LABEL};
+use crate::credentials::{BUYER_ANNOTATION, MANAGED_LABEL, service_account_name};
 use crate::error::is_not_found;
 use crate::{State, labels, time};
 
@@ -113,6 +115,7 @@ impl State {
     /// Transactions listed after it; errors are logged, the next sweep retries.
     pub(crate) async fn end_contracts(&self, noted: Noted, transactions: &[Transaction]) {
         let Noted { sold, peers } = noted;
+        let noted_sold = &sold;
         // 2. Transactions (listed by the caller after `note_sales`), then Contracts.
         let transactions: Vec<(String, String)> = transactions.iter().map(tx_key).collect();
         // Expiry is checked on every `EXPIRY_EVERY`th sweep only: contracts
@@ -148,7 +151,21 @@ impl State {
                 .await;
             match result {
                 Ok(()) => {
-                    tracing::info!(%flavor, transactions = ?txs, "contract ended: sold capacity released")
+                    tracing::info!(%flavor, transactions = ?txs, "contract ended: sold capacity released");
+                    let contracts: Vec<&str> = txs
+                        .iter()
+                        .filter_map(|tx| noted_sold.get(flavor).and_then(|m| m.get(tx)))
+                        .map(String::as_str)
+                        .collect();
+                    self.event(
+                        self.reference::<Flavor>(flavor),
+                        "SoldCapacityReleased",
+                        format!(
+                            "Contract {} ended (deleted or expired): its capacity is for sale again",
+                            contracts.join(", ")
+                        ),
+                    )
+                    .await;
                 }
                 Err(e) => {
                     tracing::warn!(%flavor, error = ?e.body, "releasing the capacity of ended contracts")
@@ -199,6 +216,31 @@ impl State {
             .collect())
     }
 
+    /// A reference to the object `name` of kind `K` in the gateway's namespace.
+    fn reference<K: kube::Resource<DynamicType = ()>>(&self, name: &str) -> ObjectReference {
+        ObjectReference {
+            api_version: Some(K::api_version(&()).into_owned()),
+            kind: Some(K::kind(&()).into_owned()),
+            name: Some(name.to_owned()),
+            namespace: Some(self.cfg.namespace.clone()),
+            ..Default::default()
+        }
+    }
+
+    /// Publishes a Normal event about `regarding`; a failure is only logged.
+    async fn event(&self, regarding: ObjectReference, reason: &str, note: String) {
+        let ev = Event {
+            type_: EventType::Normal,
+            reason: reason.to_owned(),
+            note: Some(note),
+            action: "EndContract".to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &regarding).await {
+            tracing::warn!(reason, error = %e, "publishing an event failed");
+        }
+    }
+
     /// Deletes the provider-side Allocation made with the sale of `tx`.
     async fn delete_allocations(&self, tx: &str) -> Result<(), kube::Error> {
         let lp = ListParams::default().labels(&format!(
@@ -220,7 +262,18 @@ impl State {
             return;
         }
         match self.contracts.delete(name, &DeleteParams::default()).await {
-            Ok(_) => tracing::info!(contract = name, "contract expired and deleted"),
+            Ok(_) => {
+                tracing::info!(contract = name, "contract expired and deleted");
+                let regarding = self.reference::<Contract>(name);
+                self.event(
+                    regarding,
+                    "ContractExpired",
+                    format!(
+                        "Contract {name} passed its expirationTime: deleted with its Allocation"
+                    ),
+                )
+                .await;
+            }
             Err(e) if is_not_found(&e) => {}
             Err(e) => tracing::warn!(contract = name, error = %e, "deleting an expired Contract"),
         }
@@ -279,7 +332,15 @@ impl State {
             .collect();
         for buyer in buyers.difference(&busy) {
             match revocation.revoke(buyer).await {
-                Ok(()) => tracing::info!(%buyer, "no contract left: peering credentials revoked"),
+                Ok(()) => {
+                    tracing::info!(%buyer, "no contract left: peering credentials revoked");
+                    self.event(
+                        self.reference::<ServiceAccount>(&service_account_name(buyer)),
+                        "PeerCredentialsRevoked",
+                        format!("Buyer {buyer} has no Contract left: its ServiceAccount, RoleBinding and tokens are revoked"),
+                    )
+                    .await;
+                }
                 Err(e) => tracing::warn!(%buyer, error = %e, "revoking peering credentials"),
             }
         }

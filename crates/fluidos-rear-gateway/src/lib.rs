@@ -159,6 +159,8 @@ pub(crate) struct State {
     allocations: Api<Allocation>,
     credentials: Credentials,
     client: kube::Client,
+    /// Publishes the Events of contract endings.
+    recorder: kube::runtime::events::Recorder,
     /// Sweeps done so far (some checks run every few sweeps only).
     sweeps: std::sync::atomic::AtomicU64,
     recent: recent::Recent,
@@ -179,6 +181,7 @@ impl Gateway {
         let (ready_tx, ready) = watch::channel(false);
         let (catalog, driver) = Catalog::start(client.clone(), &cfg.namespace, ready_tx);
         let ns = cfg.namespace.as_str();
+        let client_for_events = client.clone();
         let (credentials, accounts_driver) = Credentials::new(
             client.clone(),
             CredentialsConfig {
@@ -204,6 +207,13 @@ impl Gateway {
             allocations: Api::namespaced(client.clone(), ns),
             client,
             sweeps: Default::default(),
+            recorder: kube::runtime::events::Recorder::new(
+                client_for_events,
+                kube::runtime::events::Reporter {
+                    controller: "fluidos-rear-gateway".into(),
+                    instance: std::env::var("POD_NAME").ok(),
+                },
+            ),
             catalog,
             credentials,
             recent: recent::Recent::default(),

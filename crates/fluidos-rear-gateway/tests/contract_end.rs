@@ -68,6 +68,38 @@ async fn token_works(peer: &kube::Client, ns: &str) -> bool {
     }
 }
 
+/// The reasons of the Events about `kind`/`name` in `ns`.
+async fn event_reasons(client: &kube::Client, ns: &str, kind: &str, name: &str) -> Vec<String> {
+    Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), ns)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding
+                .as_ref()
+                .is_some_and(|r| r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name))
+        })
+        .filter_map(|e| e.reason)
+        .collect()
+}
+
+/// Waits for an Event `reason` about `kind`/`name`.
+async fn wait_event(client: &kube::Client, ns: &str, kind: &str, name: &str, reason: &str) {
+    wait_until(
+        &format!("a {reason} event about {kind} {name}"),
+        Duration::from_secs(10),
+        || async {
+            event_reasons(client, ns, kind, name)
+                .await
+                .iter()
+                .any(|r| r == reason)
+        },
+    )
+    .await;
+}
+
 /// RBAC grants take effect through the API server's caches: wait for them.
 async fn wait_token_works(peer: &kube::Client, ns: &str, what: &str) {
     wait_until(what, Duration::from_secs(10), || token_works(peer, ns)).await;
@@ -168,6 +200,16 @@ async fn deleted_and_expired_contracts_release_capacity_and_credentials() {
     .await;
     // buyer-two still has its Contract, its Allocation and working credentials.
     wait_token_works(&peer_two, ns, "buyer-two's credentials to keep working").await;
+    // Operators see what happened on the objects.
+    wait_event(&client, ns, "Flavor", "f", "SoldCapacityReleased").await;
+    wait_event(
+        &client,
+        ns,
+        "ServiceAccount",
+        "fluidos-peer-buyer-one",
+        "PeerCredentialsRevoked",
+    )
+    .await;
     assert!(
         sas.get_opt("fluidos-peer-buyer-two")
             .await
@@ -221,6 +263,7 @@ async fn deleted_and_expired_contracts_release_capacity_and_credentials() {
         },
     )
     .await;
+    wait_event(&client, ns, "Contract", &name, "ContractExpired").await;
     wait_until(
         "the capacity to return",
         Duration::from_secs(15),
