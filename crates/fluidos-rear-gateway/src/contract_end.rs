@@ -70,7 +70,8 @@ pub(crate) fn decide(
     let mut live_contracts = BTreeSet::new();
     let mut busy_buyers: BTreeSet<&str> = transactions.iter().map(|(_, b)| b.as_str()).collect();
     for (name, tx, buyer, expired) in contracts {
-        if *expired {
+        // A Transaction left means the sale may still be finishing.
+        if *expired && !tx_ids.contains(tx.as_str()) {
             out.expired.push((name.clone(), tx.clone()));
         } else {
             live_contracts.insert(name.as_str());
@@ -131,15 +132,25 @@ impl State {
         let endings = decide(&sold, &peers, &transactions, &contracts);
 
         // 3. Expired Contracts go, with their Allocations.
+        let mut not_gone = BTreeSet::new();
         for (name, tx) in &endings.expired {
-            self.delete_contract(name, tx).await;
+            if !self.delete_contract(name, tx).await {
+                not_gone.insert(tx.clone());
+            }
         }
-        // 4. Capacity returns (a deleted Contract's Allocation goes first).
+        // 4. Capacity returns, once the Contract and its Allocation are gone
+        // (else the next sweep tries again).
         for (flavor, txs) in &endings.release {
-            for tx in txs {
-                if let Err(e) = self.delete_allocations(tx).await {
+            let mut txs = txs.clone();
+            txs.retain(|tx| !not_gone.contains(tx));
+            for tx in txs.clone() {
+                if let Err(e) = self.delete_allocations(&tx).await {
                     tracing::warn!(transaction = %tx, error = %e, "deleting the Allocation of an ended Contract");
+                    txs.remove(&tx);
                 }
+            }
+            if txs.is_empty() {
+                continue;
             }
             let result = self
                 .book
@@ -255,11 +266,12 @@ impl State {
             .map(|_| ())
     }
 
-    /// Deletes an ended Contract and the Allocation made beside it.
-    async fn delete_contract(&self, name: &str, tx: &str) {
+    /// Deletes an ended Contract and the Allocation made beside it; true
+    /// when both are gone.
+    async fn delete_contract(&self, name: &str, tx: &str) -> bool {
         if let Err(e) = self.delete_allocations(tx).await {
             tracing::warn!(contract = name, error = %e, "deleting the Allocation of an expired Contract");
-            return;
+            return false;
         }
         match self.contracts.delete(name, &DeleteParams::default()).await {
             Ok(_) => {
@@ -273,9 +285,13 @@ impl State {
                     ),
                 )
                 .await;
+                true
             }
-            Err(e) if is_not_found(&e) => {}
-            Err(e) => tracing::warn!(contract = name, error = %e, "deleting an expired Contract"),
+            Err(e) if is_not_found(&e) => true,
+            Err(e) => {
+                tracing::warn!(contract = name, error = %e, "deleting an expired Contract");
+                false
+            }
         }
     }
 
@@ -420,6 +436,15 @@ mod tests {
         let e = decide(&sold, &peers, &[], &contracts);
         assert_eq!(e.release[&s("f")], BTreeSet::from([s("t1")]));
         assert!(e.revoke.is_empty());
+    }
+
+    #[test]
+    fn an_expired_contract_whose_sale_is_still_finishing_is_left_alone() {
+        let sold = sold(&[("f", "t1", "c1")]);
+        let txs = [(s("t1"), s("b1"))];
+        let contracts = [(s("c1"), s("t1"), s("b1"), true)];
+        let e = decide(&sold, &BTreeSet::from([s("b1")]), &txs, &contracts);
+        assert_eq!(e, Endings::default());
     }
 
     #[test]

@@ -89,7 +89,9 @@ impl State {
         if !plausible_tx_id(tx_id) {
             return Err(tx_not_found(tx_id));
         }
-        let fetched = match self.recent.get(tx_id) {
+        let remembered = self.recent.get(tx_id);
+        let from_memory = remembered.is_some();
+        let fetched = match remembered {
             Some(t) => Ok((*t).clone()),
             None => self.transactions.get(tx_id).await,
         };
@@ -125,12 +127,28 @@ impl State {
                 .and_then(|l| l.iter().find(|e| e.transaction_id == tx_id).cloned())
         };
         let mut entry = entry_of(&flavor);
-        if entry.is_none() {
-            // The watch cache may not have seen the hold yet.
+        let now = time::now_string();
+        if entry.as_ref().is_none_or(|e| !ledger::is_live(e, &now)) {
+            // The watch cache may not have seen the hold yet, or not the sale
+            // that another replica made of it just before it expired.
             flavor = self.book.fetch(&flavor_id).await?;
             entry = entry_of(&flavor);
         }
         let sold = entry.as_ref().is_some_and(|e| e.state == LedgerState::Sold);
+        if sold && from_memory {
+            // A repeated purchase: this process remembers the Transaction,
+            // but another replica may have consumed it since (and its
+            // Contract may have ended). Only a Transaction still stored
+            // may (re)create the Contract.
+            match self.transactions.get_opt(tx_id).await {
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    self.recent.forget(tx_id);
+                    return self.sold_contract(tx_id).await;
+                }
+                Err(e) => return Err(ApiError::kube("reading the Transaction", &e)),
+            }
+        }
         if !sold {
             let now = time::now_string();
             // The hold is authoritative (a cached Transaction may predate a

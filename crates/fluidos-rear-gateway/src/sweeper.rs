@@ -15,6 +15,10 @@ use kube::api::ListParams;
 use crate::book::Decision;
 use crate::{State, labels, time};
 
+/// How long after its expiry a sold Transaction without a Contract is kept
+/// for the buyer to retry the purchase that would create it.
+const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
+
 impl State {
     /// One sweep; errors are logged, the next tick retries.
     pub(crate) async fn sweep(&self) {
@@ -64,37 +68,48 @@ impl State {
 
     async fn delete_expired_transactions(&self, txs: &[Transaction]) {
         for tx in txs {
-            let expired = tx
-                .spec
-                .expiration_time
-                .as_deref()
-                .is_some_and(time::is_past);
-            if !expired {
+            let Some(expiry) = tx.spec.expiration_time.as_deref() else {
+                continue;
+            };
+            if !time::is_past(expiry) {
                 continue;
             }
             let id = tx.name_any();
-            let sold_as = self.catalog.get(&tx.spec.flavor_id).and_then(|f| {
-                f.status
+            // Read fresh: a stale cache could show an expired hold that a
+            // purchase has just turned into a sale.
+            let sold_as = match self.book.fetch(&tx.spec.flavor_id).await {
+                Ok(f) => f
+                    .status
                     .as_ref()
                     .and_then(|s| s.ledger.as_ref())
                     .and_then(|l| {
                         l.iter()
                             .find(|e| e.transaction_id == id && e.state == LedgerState::Sold)
                             .map(|e| e.contract.clone().unwrap_or_default())
-                    })
-            });
+                    }),
+                // The flavor is gone: nothing can be sold from it any more.
+                Err(e) if e.status == axum::http::StatusCode::NOT_FOUND => None,
+                Err(e) => {
+                    tracing::warn!(transaction = %id, error = ?e.body, "reading the flavor of an expired Transaction");
+                    continue;
+                }
+            };
             match sold_as {
                 None => {
                     tracing::info!(transaction = %id, "transaction expired");
                     self.delete_transaction(&id).await;
                 }
-                // Sold: only once its Contract exists (until then a purchase
-                // retry still needs the Transaction to finish the sale).
-                Some(contract) => {
-                    if let Ok(Some(_)) = self.contracts.get_opt(&contract).await {
+                // Sold: once its Contract exists (until then a purchase retry
+                // still needs the Transaction to finish the sale), or once
+                // the buyer has had ample time to retry and has not.
+                Some(contract) => match self.contracts.get_opt(&contract).await {
+                    Ok(Some(_)) => self.delete_transaction(&id).await,
+                    Ok(None) if time::is_past_by(expiry, ABANDONED_AFTER) => {
+                        tracing::warn!(transaction = %id, %contract, "sale abandoned before its Contract was made; the Transaction goes and the capacity returns");
                         self.delete_transaction(&id).await;
                     }
-                }
+                    _ => {}
+                },
             }
         }
     }

@@ -44,6 +44,15 @@ pub(crate) fn is_past(expiry: &str) -> bool {
         .unwrap_or(true)
 }
 
+/// True when an RFC 3339 expiry passed more than `grace` ago; unparsable means so.
+pub(crate) fn is_past_by(expiry: &str, grace: Duration) -> bool {
+    let grace = SignedDuration::try_from(grace).unwrap_or(SignedDuration::MAX);
+    expiry
+        .parse::<Timestamp>()
+        .map(|t| t.saturating_add(grace).unwrap_or(Timestamp::MAX) <= now())
+        .unwrap_or(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -58,5 +67,7 @@ mod tests {
         assert!(!is_past(&later));
         assert!(is_past("2000-01-01T00:00:00Z"));
         assert!(is_past("garbage"));
+        assert!(is_past_by("2000-01-01T00:00:00Z", Duration::from_secs(600)));
+        assert!(!is_past_by(&now_string(), Duration::from_secs(600)));
     }
 }
