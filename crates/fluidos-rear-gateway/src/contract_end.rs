@@ -18,6 +18,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use fluidos_api::Transaction;
 use fluidos_api::ledger::LedgerState;
@@ -29,7 +30,9 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Api, ResourceExt};
 
 use crate::book::Decision;
-use crate::credentials::{BUYER_ANNOTATION, MANAGED_LABEL, service_account_name};
+use crate::credentials::{
+    BUYER_ANNOTATION, MANAGED_LABEL, REVOKING_ANNOTATION, service_account_name,
+};
 use crate::error::is_not_found;
 use crate::{State, labels, time};
 
@@ -39,10 +42,19 @@ const EXPIRY_EVERY: u64 = 10;
 /// Sold entries per flavor: transaction ID → contract name.
 type SoldEntries = BTreeMap<String, BTreeMap<String, String>>;
 
+/// A peer ServiceAccount as listed in step 1.
+#[derive(Clone, Debug)]
+pub(crate) struct PeerAccount {
+    uid: String,
+    resource_version: String,
+    /// When a revocation was marked pending, if it was.
+    revoking_since: Option<String>,
+}
+
 /// Step 1: what existed before the listings.
 pub(crate) struct Noted {
     sold: SoldEntries,
-    peers: BTreeSet<String>,
+    peers: BTreeMap<String, PeerAccount>,
 }
 
 /// What ends in one sweep, decided from three listings (pure).
@@ -115,7 +127,11 @@ impl State {
     /// Steps 2 to 5, given what `note_sales` noted and the provider
     /// Transactions listed after it; errors are logged, the next sweep retries.
     pub(crate) async fn end_contracts(&self, noted: Noted, transactions: &[Transaction]) {
-        let Noted { sold, peers } = noted;
+        let Noted {
+            sold,
+            peers: accounts,
+        } = noted;
+        let peers: BTreeSet<String> = accounts.keys().cloned().collect();
         let noted_sold = &sold;
         // 2. Transactions (listed by the caller after `note_sales`), then Contracts.
         let transactions: Vec<(String, String)> = transactions.iter().map(tx_key).collect();
@@ -183,9 +199,11 @@ impl State {
                 }
             }
         }
-        // 5. Credentials of buyers with nothing left.
-        if !endings.revoke.is_empty() {
-            self.revoke_unused(&endings.revoke).await;
+        // 5. Credentials of buyers with nothing left (and pending
+        // revocations of buyers who came back, to be cancelled).
+        let pending = accounts.values().any(|a| a.revoking_since.is_some());
+        if !endings.revoke.is_empty() || pending {
+            self.revoke_unused(&endings.revoke, &accounts).await;
         }
     }
 
@@ -214,8 +232,8 @@ impl State {
         out
     }
 
-    /// Buyers that hold peer credentials issued by this gateway.
-    async fn peer_buyers(&self) -> Result<BTreeSet<String>, kube::Error> {
+    /// The peer ServiceAccounts issued by this gateway, by buyer.
+    async fn peer_buyers(&self) -> Result<BTreeMap<String, PeerAccount>, kube::Error> {
         let api: Api<ServiceAccount> = Api::namespaced(self.client.clone(), &self.cfg.namespace);
         let lp = ListParams::default().labels(&format!("{}={}", MANAGED_LABEL.0, MANAGED_LABEL.1));
         Ok(api
@@ -223,7 +241,17 @@ impl State {
             .await?
             .items
             .iter()
-            .filter_map(|sa| sa.annotations().get(BUYER_ANNOTATION).cloned())
+            .filter_map(|sa| {
+                let buyer = sa.annotations().get(BUYER_ANNOTATION)?.clone();
+                Some((
+                    buyer,
+                    PeerAccount {
+                        uid: sa.uid()?,
+                        resource_version: sa.resource_version()?,
+                        revoking_since: sa.annotations().get(REVOKING_ANNOTATION).cloned(),
+                    },
+                ))
+            })
             .collect())
     }
 
@@ -328,9 +356,16 @@ impl State {
         Ok(keys)
     }
 
-    /// Revokes each buyer that, checked again while no credentials can be
-    /// issued, still has neither a Transaction nor a live Contract.
-    async fn revoke_unused(&self, buyers: &BTreeSet<String>) {
+    /// Two-phase revocation (see [`REVOKING_ANNOTATION`]) of each buyer
+    /// that, checked again while this replica issues no credentials, still
+    /// has neither a Transaction nor a live Contract: mark it, and after
+    /// `revoke_grace` delete it unless credentials were issued since. A
+    /// marked buyer that is busy again is unmarked.
+    async fn revoke_unused(
+        &self,
+        buyers: &BTreeSet<String>,
+        accounts: &BTreeMap<String, PeerAccount>,
+    ) {
         let mut revocation = self.credentials.begin_revocation().await;
         let provider =
             ListParams::default().labels(&format!("{}={}", labels::SIDE, labels::PROVIDER));
@@ -346,19 +381,54 @@ impl State {
             .map(|t| t.spec.buyer.node_id.clone())
             .chain(contracts.into_iter().filter(|c| !c.3).map(|c| c.2))
             .collect();
-        for buyer in buyers.difference(&busy) {
-            match revocation.revoke(buyer).await {
-                Ok(()) => {
-                    tracing::info!(%buyer, "no contract left: peering credentials revoked");
-                    self.event(
-                        self.reference::<ServiceAccount>(&service_account_name(buyer)),
-                        "PeerCredentialsRevoked",
-                        format!("Buyer {buyer} has no Contract left: its ServiceAccount, RoleBinding and tokens are revoked"),
-                    )
-                    .await;
+        let mut revoked = Vec::new();
+        for (buyer, account) in accounts {
+            let unused = buyers.contains(buyer) && !busy.contains(buyer);
+            let result = match (&account.revoking_since, unused) {
+                (Some(_), false) => self.credentials.set_revoking(buyer, None, None).await,
+                (None, true) => {
+                    let now = time::now_string();
+                    self.credentials
+                        .set_revoking(buyer, Some(&now), Some(&account.resource_version))
+                        .await
                 }
-                Err(e) => tracing::warn!(%buyer, error = %e, "revoking peering credentials"),
+                // The mark has whole-second precision: a second more keeps the grace whole.
+                (Some(since), true)
+                    if time::is_past_by(since, self.cfg.revoke_grace + Duration::from_secs(1)) =>
+                {
+                    match revocation
+                        .revoke(buyer, &account.uid, &account.resource_version)
+                        .await
+                    {
+                        Ok(true) => revoked.push(buyer.clone()),
+                        Ok(false) => {
+                            tracing::info!(%buyer, "credentials issued meanwhile: revocation cancelled")
+                        }
+                        Err(e) => {
+                            tracing::warn!(%buyer, error = %e, "revoking peering credentials")
+                        }
+                    }
+                    Ok(())
+                }
+                _ => Ok(()),
+            };
+            match result {
+                Ok(()) => {}
+                // The account changed or went meanwhile: the next sweep sees how.
+                Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {}
+                Err(e) => tracing::warn!(%buyer, error = %e, "marking a pending revocation"),
             }
+        }
+        // Purchases may issue credentials again from here on.
+        drop(revocation);
+        for buyer in revoked {
+            tracing::info!(%buyer, "no contract left: peering credentials revoked");
+            self.event(
+                self.reference::<ServiceAccount>(&service_account_name(&buyer)),
+                "PeerCredentialsRevoked",
+                format!("Buyer {buyer} has no Contract left: its ServiceAccount, RoleBinding and tokens are revoked"),
+            )
+            .await;
         }
     }
 }

@@ -16,7 +16,7 @@ use futures::StreamExt;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
@@ -31,6 +31,15 @@ pub const MANAGED_LABEL: (&str, &str) = ("app.kubernetes.io/managed-by", "fluido
 /// ServiceAccount annotation naming the buyer it was issued for (names may
 /// be hashed, so the buyer cannot always be read back from the name).
 pub const BUYER_ANNOTATION: &str = crate::labels::BUYER;
+/// ServiceAccount annotation set when a revocation is pending (RFC 3339 time).
+///
+/// Revocation is two-phase so that no replica hands out a token that is about
+/// to die: the account is marked, every replica stops reusing cached tokens
+/// of a marked account (issuing anew clears the mark, which changes the
+/// account's `resourceVersion`), and only after a grace period is the account
+/// deleted, with a `resourceVersion` precondition that fails if anybody
+/// issued credentials since.
+pub const REVOKING_ANNOTATION: &str = "fluidos.eu/revoking-since";
 
 /// Why credentials could not be issued.
 #[derive(Debug, thiserror::Error)]
@@ -221,11 +230,37 @@ impl Credentials {
         (credentials, driver)
     }
 
-    /// True while the ServiceAccount `name` exists with `uid`, as the watch sees it.
+    /// True while the ServiceAccount `name` exists with `uid` and no
+    /// revocation is pending on it, as the watch sees it.
     fn account_is(&self, name: &str, uid: &str) -> bool {
         self.accounts
             .get(&ObjectRef::new(name).within(&self.cfg.namespace))
-            .is_some_and(|sa| sa.uid().as_deref() == Some(uid))
+            .is_some_and(|sa| {
+                sa.uid().as_deref() == Some(uid)
+                    && !sa.annotations().contains_key(REVOKING_ANNOTATION)
+            })
+    }
+
+    /// Sets or clears the revocation mark of `buyer_id`'s account; with
+    /// `resource_version`, only if the account has not changed since.
+    pub async fn set_revoking(
+        &self,
+        buyer_id: &str,
+        since: Option<&str>,
+        resource_version: Option<&str>,
+    ) -> Result<(), kube::Error> {
+        let mut meta = serde_json::json!({"annotations": {REVOKING_ANNOTATION: since}});
+        if let Some(rv) = resource_version {
+            meta["resourceVersion"] = rv.into();
+        }
+        Api::<ServiceAccount>::namespaced(self.client.clone(), &self.cfg.namespace)
+            .patch(
+                &service_account_name(buyer_id),
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({ "metadata": meta })),
+            )
+            .await
+            .map(|_| ())
     }
 
     /// Base64 (std, padded) kubeconfig for `buyer_id`, named after `provider_liqo_id`.
@@ -344,6 +379,16 @@ impl Credentials {
                 step: "applying the peer RoleBinding",
                 source,
             })?;
+        if applied.annotations().contains_key(REVOKING_ANNOTATION) {
+            // Issuing cancels a pending revocation; the write also changes
+            // the resourceVersion the revoker's delete is conditioned on.
+            self.set_revoking(buyer_id, None, None)
+                .await
+                .map_err(|source| CredentialsError::Kube {
+                    step: "cancelling a pending revocation of the peer ServiceAccount",
+                    source,
+                })?;
+        }
         Ok(applied.uid().unwrap_or_default())
     }
 
@@ -391,33 +436,52 @@ pub struct Revocation<'a> {
 }
 
 impl Revocation<'_> {
-    /// Deletes the buyer's RoleBinding and ServiceAccount (which invalidates
-    /// every token issued for it) and forgets its cached kubeconfigs.
-    pub async fn revoke(&mut self, buyer_id: &str) -> Result<(), CredentialsError> {
+    /// Deletes the buyer's ServiceAccount, which invalidates every token
+    /// issued for it, unless it changed since `resource_version` (somebody
+    /// issued credentials: `Ok(false)`); then its RoleBinding, which binds
+    /// nothing any more, and its cached kubeconfigs.
+    pub async fn revoke(
+        &mut self,
+        buyer_id: &str,
+        uid: &str,
+        resource_version: &str,
+    ) -> Result<bool, CredentialsError> {
         let c = self.credentials;
         let sa = service_account_name(buyer_id);
-        let absent_ok = |r: Result<(), kube::Error>, step| match r {
-            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-            Err(source) => Err(CredentialsError::Kube { step, source }),
-            Ok(()) => Ok(()),
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: Some(resource_version.to_owned()),
+            }),
+            ..Default::default()
         };
-        absent_ok(
-            Api::<RoleBinding>::namespaced(c.client.clone(), &c.cfg.role_namespace)
-                .delete(&sa, &Default::default())
-                .await
-                .map(|_| ()),
-            "deleting the peer RoleBinding",
-        )?;
-        absent_ok(
-            Api::<ServiceAccount>::namespaced(c.client.clone(), &c.cfg.namespace)
-                .delete(&sa, &Default::default())
-                .await
-                .map(|_| ()),
-            "deleting the peer ServiceAccount",
-        )?;
+        match Api::<ServiceAccount>::namespaced(c.client.clone(), &c.cfg.namespace)
+            .delete(&sa, &dp)
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => return Ok(false),
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(source) => {
+                return Err(CredentialsError::Kube {
+                    step: "deleting the peer ServiceAccount",
+                    source,
+                });
+            }
+        }
         let prefix = format!("{buyer_id}\u{0}");
         self.cache.retain(|k, _| !k.starts_with(&prefix));
-        Ok(())
+        match Api::<RoleBinding>::namespaced(c.client.clone(), &c.cfg.role_namespace)
+            .delete(&sa, &Default::default())
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(true),
+            Err(source) => Err(CredentialsError::Kube {
+                step: "deleting the peer RoleBinding",
+                source,
+            }),
+        }
     }
 }
 

@@ -63,6 +63,8 @@ pub mod labels {
 pub const DEFAULT_TRANSACTION_TTL: Duration = Duration::from_secs(3600);
 /// Upstream's contract lifetime (365 days).
 pub const DEFAULT_CONTRACT_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+/// Default time a revocation stays pending before the account is deleted.
+pub const DEFAULT_REVOKE_GRACE: Duration = Duration::from_secs(10);
 /// Shortest token lifetime the TokenRequest API grants.
 const MIN_TOKEN_TTL: Duration = Duration::from_secs(600);
 /// Default request body limit (1 MiB).
@@ -93,6 +95,10 @@ pub struct GatewayConfig {
     pub peering_namespace: Option<String>,
     /// Largest accepted request body; larger ones get 413.
     pub body_limit: usize,
+    /// How long a revocation stays pending (marked) before the buyer's
+    /// ServiceAccount is deleted; longer than a purchase takes and than the
+    /// replicas' watch latency.
+    pub revoke_grace: Duration,
     /// How often expired holds and Transactions are cleaned up, and ended
     /// Contracts settled (capacity released, credentials revoked).
     pub sweep_interval: Duration,
@@ -117,6 +123,7 @@ impl GatewayConfig {
             peering_namespace: None,
             body_limit: DEFAULT_BODY_LIMIT,
             sweep_interval: DEFAULT_SWEEP_INTERVAL,
+            revoke_grace: DEFAULT_REVOKE_GRACE,
         }
     }
 

@@ -131,6 +131,7 @@ async fn deleted_and_expired_contracts_release_capacity_and_credentials() {
     create_flavor(&client, ns, "f", spec(FlavorType::k8slice(&two_cpus), true)).await;
     let mut cfg = config(&cp, ns);
     cfg.sweep_interval = Duration::from_millis(300);
+    cfg.revoke_grace = Duration::from_secs(1);
     let g = serve(&client, cfg.clone()).await;
     // A second replica that never sweeps: it sells, the other one revokes.
     cfg.sweep_interval = Duration::from_secs(3600);
@@ -242,6 +243,7 @@ async fn deleted_and_expired_contracts_release_capacity_and_credentials() {
     let mut cfg = config(&cp, ns);
     cfg.sweep_interval = Duration::from_millis(300);
     cfg.contract_ttl = Duration::from_secs(3);
+    cfg.revoke_grace = Duration::from_secs(1);
     let g = serve(&client, cfg).await;
     let contracts: Api<Contract> = Api::namespaced(client.clone(), ns);
     let allocations: Api<Allocation> = Api::namespaced(client.clone(), ns);
@@ -289,6 +291,61 @@ async fn deleted_and_expired_contracts_release_capacity_and_credentials() {
         || async { !token_works(&peer, ns).await },
     )
     .await;
+    g.shutdown().await;
+
+    // ---------------- A buyer who comes back while its revocation is pending.
+    let ns = "comeback";
+    namespace(&client, ns).await;
+    create_flavor(&client, ns, "f", spec(FlavorType::k8slice(&two_cpus), true)).await;
+    let mut cfg = config(&cp, ns);
+    cfg.sweep_interval = Duration::from_millis(300);
+    cfg.revoke_grace = Duration::from_secs(4);
+    let g = serve(&client, cfg).await;
+    let contracts: Api<Contract> = Api::namespaced(client.clone(), ns);
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    let first = buy(&c, &g, "f", "buyer-four", "1").await;
+    contracts
+        .delete(&first, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_until(
+        "the revocation to be pending",
+        Duration::from_secs(15),
+        || async {
+            sas.get("fluidos-peer-buyer-four")
+                .await
+                .unwrap()
+                .metadata
+                .annotations
+                .unwrap_or_default()
+                .contains_key("fluidos.eu/revoking-since")
+        },
+    )
+    .await;
+    // Buying again cancels it: no cached token of the marked account is reused.
+    let second = buy(&c, &g, "f", "buyer-four", "1").await;
+    let peer = peer_client(&contracts.get(&second).await.unwrap()).await;
+    wait_token_works(&peer, ns, "the returning buyer's credentials to work").await;
+    let account = sas.get("fluidos-peer-buyer-four").await.unwrap();
+    assert!(
+        !account
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("fluidos.eu/revoking-since"),
+        "issuing clears the pending revocation"
+    );
+    // Past the grace period the account, and the token, are still there.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let still = sas.get("fluidos-peer-buyer-four").await.unwrap();
+    assert_eq!(still.metadata.uid, account.metadata.uid);
+    assert!(token_works(&peer, ns).await);
+    assert!(
+        !event_reasons(&client, ns, "ServiceAccount", "fluidos-peer-buyer-four")
+            .await
+            .iter()
+            .any(|r| r == "PeerCredentialsRevoked")
+    );
     g.shutdown().await;
     cp.stop().await;
 }
