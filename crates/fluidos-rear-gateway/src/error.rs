@@ -108,7 +108,18 @@ impl From<CredentialsError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(self.body)).into_response()
+        let status = self.status;
+        let mut response = (status, axum::Json(self.body)).into_response();
+        if status == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+            // The rest of the body was never read, so the connection cannot
+            // carry another request; saying so keeps clients from reusing it
+            // (and failing their next request on it).
+            response.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+        }
+        response
     }
 }
 

@@ -423,6 +423,11 @@ async fn rear_routes_on_a_real_api_server() {
     let huge = "x".repeat(2 << 20);
     let r = c.post(&reserve).body(huge).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 413);
+    assert_eq!(
+        r.headers().get("connection").map(|v| v.as_bytes()),
+        Some(&b"close"[..]),
+        "an unread body leaves the connection unusable: say so"
+    );
     assert!(json(&r.text().await.unwrap())["error"].is_string());
 
     // ---- RESERVE a partition: golden Transaction, idempotent re-reserve.
