@@ -31,18 +31,19 @@ pub(crate) enum Decision<T> {
     Keep(T),
 }
 
-impl Decision<()> {
-    /// Keeps only the entries `keep` accepts: `Write` if any went, else `Keep`.
+impl Decision<bool> {
+    /// Keeps only the entries `keep` accepts: `Write(true)` if any went,
+    /// else `Keep(false)`.
     pub(crate) fn retain(
         entries: &mut Vec<LedgerEntry>,
         keep: impl FnMut(&LedgerEntry) -> bool,
-    ) -> Decision<()> {
+    ) -> Decision<bool> {
         let before = entries.len();
         entries.retain(keep);
         if entries.len() == before {
-            Decision::Keep(())
+            Decision::Keep(false)
         } else {
-            Decision::Write(())
+            Decision::Write(true)
         }
     }
 }

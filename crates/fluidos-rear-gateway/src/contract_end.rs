@@ -177,7 +177,9 @@ impl State {
                 })
                 .await;
             match result {
-                Ok(()) => {
+                // Another replica released them first.
+                Ok(false) => {}
+                Ok(true) => {
                     tracing::info!(%flavor, transactions = ?txs, "contract ended: sold capacity released");
                     let contracts: Vec<&str> = txs
                         .iter()

@@ -441,6 +441,7 @@ impl State {
                 }))
             })
             .await
+            .map(|_| ())
     }
 
     /// Idempotent re-reserve: extend the buyer's existing transaction.

@@ -58,7 +58,7 @@ impl State {
                 })
                 .await;
             match result {
-                Ok(()) => tracing::debug!(flavor = %name, "expired holds released"),
+                Ok(_) => tracing::debug!(flavor = %name, "expired holds released"),
                 Err(e) => {
                     tracing::warn!(flavor = %name, error = ?e.body, "releasing expired holds")
                 }
