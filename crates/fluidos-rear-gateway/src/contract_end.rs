@@ -8,8 +8,8 @@
 //!    tenth sweep: it takes whole Contracts, the rest needs only metadata);
 //! 4. releases the Sold entries whose Contract is gone and whose Transaction
 //!    is gone too (a Transaction left means the sale may still be finishing);
-//! 5. revokes the credentials of buyers left with neither a Contract nor a
-//!    Transaction.
+//! 5. revokes, in two phases (see [`revocations`]), the credentials of
+//!    buyers left with neither a Contract nor a Transaction.
 //!
 //! The order is what makes this safe against purchases in flight: a purchase
 //! keeps its Transaction until its Contract exists, so anything noted in
@@ -45,10 +45,10 @@ type SoldEntries = BTreeMap<String, BTreeMap<String, String>>;
 /// A peer ServiceAccount as listed in step 1.
 #[derive(Clone, Debug)]
 pub(crate) struct PeerAccount {
-    uid: String,
-    resource_version: String,
+    pub uid: String,
+    pub resource_version: String,
     /// When a revocation was marked pending, if it was.
-    revoking_since: Option<String>,
+    pub revoking_since: Option<String>,
 }
 
 /// Step 1: what existed before the listings.
@@ -64,8 +64,46 @@ pub(crate) struct Endings {
     pub expired: Vec<(String, String)>,
     /// Sold entries to release: flavor → transaction IDs.
     pub release: BTreeMap<String, BTreeSet<String>>,
-    /// Buyers whose credentials to revoke.
-    pub revoke: BTreeSet<String>,
+    /// Buyers with neither a Transaction nor a live Contract.
+    pub unused: BTreeSet<String>,
+}
+
+/// What to do with a peer account this sweep (see [`REVOKING_ANNOTATION`]).
+#[derive(Debug, PartialEq)]
+pub(crate) enum Revocation {
+    /// Unused and unmarked: mark the revocation pending.
+    Mark,
+    /// Marked, but busy again: cancel.
+    Unmark,
+    /// Marked, still unused, grace period over: delete the account.
+    Delete,
+}
+
+/// The revocation step of each peer account (pure): `grace_over(since)`
+/// says whether a mark set at `since` is old enough to act on.
+///
+/// No re-check is needed before deleting: a purchase that issues credentials
+/// clears the mark, changing the `resourceVersion` the delete is conditioned
+/// on, and one that reused a cached token before the mark was visible has
+/// made its Contract long before the grace period ends, so this sweep's
+/// listing already shows the buyer busy.
+pub(crate) fn revocations(
+    unused: &BTreeSet<String>,
+    accounts: &BTreeMap<String, PeerAccount>,
+    grace_over: impl Fn(&str) -> bool,
+) -> Vec<(String, Revocation)> {
+    accounts
+        .iter()
+        .filter_map(|(buyer, account)| {
+            let step = match (&account.revoking_since, unused.contains(buyer)) {
+                (None, true) => Revocation::Mark,
+                (Some(_), false) => Revocation::Unmark,
+                (Some(since), true) if grace_over(since) => Revocation::Delete,
+                _ => return None,
+            };
+            Some((buyer.clone(), step))
+        })
+        .collect()
 }
 
 /// Decides what ends, given what was noted first (`sold`, `peers`) and what
@@ -102,7 +140,7 @@ pub(crate) fn decide(
             out.release.insert(flavor.clone(), ended);
         }
     }
-    out.revoke = peers
+    out.unused = peers
         .iter()
         .filter(|b| !busy_buyers.contains(b.as_str()))
         .cloned()
@@ -203,9 +241,13 @@ impl State {
         }
         // 5. Credentials of buyers with nothing left (and pending
         // revocations of buyers who came back, to be cancelled).
-        let pending = accounts.values().any(|a| a.revoking_since.is_some());
-        if !endings.revoke.is_empty() || pending {
-            self.revoke_unused(&endings.revoke, &accounts).await;
+        // The mark has whole-second precision: a second more keeps the grace whole.
+        let grace = self.cfg.revoke_grace + Duration::from_secs(1);
+        let steps = revocations(&endings.unused, &accounts, |since| {
+            time::is_past_by(since, grace)
+        });
+        for (buyer, step) in steps {
+            self.revoke(&buyer, &accounts[&buyer], step).await;
         }
     }
 
@@ -284,12 +326,7 @@ impl State {
 
     /// Deletes the provider-side Allocation made with the sale of `tx`.
     async fn delete_allocations(&self, tx: &str) -> Result<(), kube::Error> {
-        let lp = ListParams::default().labels(&format!(
-            "{}={tx},{}={}",
-            labels::TRANSACTION,
-            labels::SIDE,
-            labels::PROVIDER
-        ));
+        let lp = labels::sale(tx);
         self.allocations
             .delete_collection(&DeleteParams::default(), &lp)
             .await
@@ -336,8 +373,7 @@ impl State {
         &self,
         with_expiry: bool,
     ) -> Result<Vec<(String, String, String, bool)>, kube::Error> {
-        let provider =
-            ListParams::default().labels(&format!("{}={}", labels::SIDE, labels::PROVIDER));
+        let provider = labels::provider();
         if with_expiry {
             let list = self.contracts.list(&provider).await?;
             return Ok(list.items.iter().map(contract_key).collect());
@@ -358,79 +394,45 @@ impl State {
         Ok(keys)
     }
 
-    /// Two-phase revocation (see [`REVOKING_ANNOTATION`]) of each buyer
-    /// that, checked again while this replica issues no credentials, still
-    /// has neither a Transaction nor a live Contract: mark it, and after
-    /// `revoke_grace` delete it unless credentials were issued since. A
-    /// marked buyer that is busy again is unmarked.
-    async fn revoke_unused(
-        &self,
-        buyers: &BTreeSet<String>,
-        accounts: &BTreeMap<String, PeerAccount>,
-    ) {
-        let mut revocation = self.credentials.begin_revocation().await;
-        let provider =
-            ListParams::default().labels(&format!("{}={}", labels::SIDE, labels::PROVIDER));
-        let (txs, contracts) =
-            tokio::join!(self.transactions.list(&provider), self.contract_keys(false));
-        let (Ok(txs), Ok(contracts)) = (txs, contracts) else {
-            tracing::warn!("listing Transactions and Contracts before revoking credentials failed");
-            return;
-        };
-        let busy: BTreeSet<String> = txs
-            .items
-            .iter()
-            .map(|t| t.spec.buyer.node_id.clone())
-            .chain(contracts.into_iter().filter(|c| !c.3).map(|c| c.2))
-            .collect();
-        let mut revoked = Vec::new();
-        for (buyer, account) in accounts {
-            let unused = buyers.contains(buyer) && !busy.contains(buyer);
-            let result = match (&account.revoking_since, unused) {
-                (Some(_), false) => self.credentials.set_revoking(buyer, None, None).await,
-                (None, true) => {
-                    let now = time::now_string();
-                    self.credentials
-                        .set_revoking(buyer, Some(&now), Some(&account.resource_version))
-                        .await
-                }
-                // The mark has whole-second precision: a second more keeps the grace whole.
-                (Some(since), true)
-                    if time::is_past_by(since, self.cfg.revoke_grace + Duration::from_secs(1)) =>
-                {
-                    match revocation
-                        .revoke(buyer, &account.uid, &account.resource_version)
-                        .await
-                    {
-                        Ok(true) => revoked.push(buyer.clone()),
-                        Ok(false) => {
-                            tracing::info!(%buyer, "credentials issued meanwhile: revocation cancelled")
-                        }
-                        Err(e) => {
-                            tracing::warn!(%buyer, error = %e, "revoking peering credentials")
-                        }
-                    }
-                    Ok(())
-                }
-                _ => Ok(()),
-            };
-            match result {
-                Ok(()) => {}
-                // The account changed or went meanwhile: the next sweep sees how.
-                Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {}
-                Err(e) => tracing::warn!(%buyer, error = %e, "marking a pending revocation"),
+    /// Carries out one revocation step for `buyer`; errors are logged and
+    /// the next sweep decides again.
+    async fn revoke(&self, buyer: &str, account: &PeerAccount, step: Revocation) {
+        let result = match step {
+            Revocation::Unmark => self.credentials.set_revoking(buyer, None, None).await,
+            Revocation::Mark => {
+                let now = time::now_string();
+                self.credentials
+                    .set_revoking(buyer, Some(&now), Some(&account.resource_version))
+                    .await
             }
-        }
-        // Purchases may issue credentials again from here on.
-        drop(revocation);
-        for buyer in revoked {
-            tracing::info!(%buyer, "no contract left: peering credentials revoked");
-            self.event(
-                self.reference::<ServiceAccount>(&service_account_name(&buyer)),
-                "PeerCredentialsRevoked",
-                format!("Buyer {buyer} has no Contract left: its ServiceAccount, RoleBinding and tokens are revoked"),
-            )
-            .await;
+            Revocation::Delete => {
+                match self
+                    .credentials
+                    .revoke(buyer, &account.uid, &account.resource_version)
+                    .await
+                {
+                    Ok(true) => {
+                        tracing::info!(%buyer, "no contract left: peering credentials revoked");
+                        self.event(
+                            self.reference::<ServiceAccount>(&service_account_name(buyer)),
+                            "PeerCredentialsRevoked",
+                            format!("Buyer {buyer} has no Contract left: its ServiceAccount, RoleBinding and tokens are revoked"),
+                        )
+                        .await;
+                    }
+                    Ok(false) => {
+                        tracing::info!(%buyer, "credentials issued meanwhile: revocation cancelled")
+                    }
+                    Err(e) => tracing::warn!(%buyer, error = %e, "revoking peering credentials"),
+                }
+                Ok(())
+            }
+        };
+        match result {
+            Ok(()) => {}
+            // The account changed or went meanwhile: the next sweep sees how.
+            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {}
+            Err(e) => tracing::warn!(%buyer, error = %e, "marking a pending revocation"),
         }
     }
 }
@@ -480,7 +482,7 @@ mod tests {
             e.release,
             BTreeMap::from([(s("f"), BTreeSet::from([s("t2")]))])
         );
-        assert_eq!(e.revoke, BTreeSet::from([s("b2")]));
+        assert_eq!(e.unused, BTreeSet::from([s("b2")]));
     }
 
     #[test]
@@ -494,7 +496,7 @@ mod tests {
             e.release,
             BTreeMap::from([(s("f"), BTreeSet::from([s("t1")]))])
         );
-        assert_eq!(e.revoke, BTreeSet::from([s("b1")]));
+        assert_eq!(e.unused, BTreeSet::from([s("b1")]));
     }
 
     #[test]
@@ -507,7 +509,7 @@ mod tests {
         ];
         let e = decide(&sold, &peers, &[], &contracts);
         assert_eq!(e.release[&s("f")], BTreeSet::from([s("t1")]));
-        assert!(e.revoke.is_empty());
+        assert!(e.unused.is_empty());
     }
 
     #[test]
@@ -517,6 +519,35 @@ mod tests {
         let contracts = [(s("c1"), s("t1"), s("b1"), true)];
         let e = decide(&sold, &BTreeSet::from([s("b1")]), &txs, &contracts);
         assert_eq!(e, Endings::default());
+    }
+
+    fn account(since: Option<&str>) -> PeerAccount {
+        PeerAccount {
+            uid: s("u"),
+            resource_version: s("7"),
+            revoking_since: since.map(s),
+        }
+    }
+
+    #[test]
+    fn revocation_marks_first_and_deletes_only_after_the_grace_period() {
+        let accounts = BTreeMap::from([
+            (s("new"), account(None)),
+            (s("recent"), account(Some("t-recent"))),
+            (s("old"), account(Some("t-old"))),
+            (s("back"), account(Some("t-old"))),
+            (s("busy"), account(None)),
+        ]);
+        let unused = BTreeSet::from([s("new"), s("recent"), s("old")]);
+        let steps = revocations(&unused, &accounts, |since| since == "t-old");
+        assert_eq!(
+            steps,
+            vec![
+                (s("back"), Revocation::Unmark),
+                (s("new"), Revocation::Mark),
+                (s("old"), Revocation::Delete),
+            ]
+        );
     }
 
     #[test]

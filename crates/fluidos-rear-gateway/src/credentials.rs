@@ -392,16 +392,6 @@ impl Credentials {
         Ok(applied.uid().unwrap_or_default())
     }
 
-    /// Holds off credential issuing until the returned guard is dropped, so a
-    /// caller can check that a buyer is unused and revoke it without a
-    /// purchase taking its cached kubeconfig in between.
-    pub async fn begin_revocation(&self) -> Revocation<'_> {
-        Revocation {
-            credentials: self,
-            cache: self.cache.lock().await,
-        }
-    }
-
     /// A bound token for `sa` from the TokenRequest API.
     async fn token(&self, sa: &str) -> Result<String, CredentialsError> {
         let req = TokenRequest {
@@ -427,26 +417,17 @@ impl Credentials {
             .filter(|t| !t.is_empty())
             .ok_or_else(|| CredentialsError::NoToken(sa.to_owned()))
     }
-}
 
-/// Exclusive access to the credential cache, for revoking buyers.
-pub struct Revocation<'a> {
-    credentials: &'a Credentials,
-    cache: tokio::sync::MutexGuard<'a, HashMap<String, Cached>>,
-}
-
-impl Revocation<'_> {
     /// Deletes the buyer's ServiceAccount, which invalidates every token
     /// issued for it, unless it changed since `resource_version` (somebody
     /// issued credentials: `Ok(false)`); then its RoleBinding, which binds
     /// nothing any more, and its cached kubeconfigs.
     pub async fn revoke(
-        &mut self,
+        &self,
         buyer_id: &str,
         uid: &str,
         resource_version: &str,
     ) -> Result<bool, CredentialsError> {
-        let c = self.credentials;
         let sa = service_account_name(buyer_id);
         let dp = DeleteParams {
             preconditions: Some(Preconditions {
@@ -455,7 +436,7 @@ impl Revocation<'_> {
             }),
             ..Default::default()
         };
-        match Api::<ServiceAccount>::namespaced(c.client.clone(), &c.cfg.namespace)
+        match Api::<ServiceAccount>::namespaced(self.client.clone(), &self.cfg.namespace)
             .delete(&sa, &dp)
             .await
         {
@@ -470,8 +451,11 @@ impl Revocation<'_> {
             }
         }
         let prefix = format!("{buyer_id}\u{0}");
-        self.cache.retain(|k, _| !k.starts_with(&prefix));
-        match Api::<RoleBinding>::namespaced(c.client.clone(), &c.cfg.role_namespace)
+        self.cache
+            .lock()
+            .await
+            .retain(|k, _| !k.starts_with(&prefix));
+        match Api::<RoleBinding>::namespaced(self.client.clone(), &self.cfg.role_namespace)
             .delete(&sa, &Default::default())
             .await
         {

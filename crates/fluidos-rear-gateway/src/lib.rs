@@ -57,6 +57,16 @@ pub mod labels {
     pub const FLAVOR_TIMESTAMP: &str = "fluidos.eu/flavor-timestamp";
     /// Contract (and peer ServiceAccount) annotation: the buyer's node ID.
     pub const BUYER: &str = "fluidos.eu/buyer-id";
+
+    /// Selects the provider-side objects of this gateway.
+    pub(crate) fn provider() -> kube::api::ListParams {
+        kube::api::ListParams::default().labels(&format!("{SIDE}={PROVIDER}"))
+    }
+
+    /// Selects the provider-side objects made for the sale of `tx`.
+    pub(crate) fn sale(tx: &str) -> kube::api::ListParams {
+        kube::api::ListParams::default().labels(&format!("{TRANSACTION}={tx},{SIDE}={PROVIDER}"))
+    }
 }
 
 /// Upstream's transaction lifetime (1 h).

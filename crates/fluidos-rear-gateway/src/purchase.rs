@@ -25,7 +25,7 @@ use fluidos_api::{
     NodeIdentityAdditionalInfo, TelemetryServer, Transaction,
 };
 use kube::ResourceExt;
-use kube::api::{ListParams, ObjectMeta, PostParams};
+use kube::api::{ObjectMeta, PostParams};
 
 use crate::book::Decision;
 use crate::catalog::creation_timestamp;
@@ -359,12 +359,7 @@ impl State {
 
     /// A purchase repeated after the Transaction was consumed: the same Contract.
     async fn sold_contract(&self, tx_id: &str) -> Result<WireContract, ApiError> {
-        let lp = ListParams::default().labels(&format!(
-            "{}={tx_id},{}={}",
-            labels::TRANSACTION,
-            labels::SIDE,
-            labels::PROVIDER
-        ));
+        let lp = labels::sale(tx_id);
         let list = self
             .contracts
             .list(&lp)

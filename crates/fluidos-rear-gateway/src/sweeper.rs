@@ -10,7 +10,6 @@ use std::sync::Arc;
 use fluidos_api::Transaction;
 use fluidos_api::ledger::{self, LedgerState};
 use kube::ResourceExt;
-use kube::api::ListParams;
 
 use crate::book::Decision;
 use crate::{State, labels, time};
@@ -25,8 +24,7 @@ impl State {
         self.release_expired_holds().await;
         // Noted before the Transactions are listed (see `contract_end`).
         let noted = self.note_sales().await;
-        let lp = ListParams::default().labels(&format!("{}={}", labels::SIDE, labels::PROVIDER));
-        let txs = match self.transactions.list(&lp).await {
+        let txs = match self.transactions.list(&labels::provider()).await {
             Ok(l) => l.items,
             Err(e) => {
                 tracing::warn!(error = %e, "listing Transactions for expiry");
