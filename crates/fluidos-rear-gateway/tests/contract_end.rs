@@ -117,20 +117,31 @@ fn cpu_listed(body: &str) -> Option<String> {
     })
 }
 
+/// A namespace selling one 2-CPU flavor `f` (1 CPU partitions), and a
+/// gateway configuration that sweeps every 300 ms.
+async fn market(
+    cp: &fluidos_testenv::ControlPlane,
+    ns: &str,
+) -> fluidos_rear_gateway::GatewayConfig {
+    let client = cp.client();
+    namespace(&client, ns).await;
+    let p = partition(("1", "1"), ("0", "0"), ("0", "0"));
+    let two_cpus = k8slice("amd64", "2", "4Gi", "20", None, None, p);
+    create_flavor(&client, ns, "f", spec(FlavorType::k8slice(&two_cpus), true)).await;
+    let mut cfg = config(cp, ns);
+    cfg.sweep_interval = Duration::from_millis(300);
+    cfg
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleted_and_expired_contracts_release_capacity_and_credentials() {
     let cp = control_plane().await;
     let client = cp.client();
     let c = http();
-    let p = partition(("1", "1"), ("0", "0"), ("0", "0"));
-    let two_cpus = k8slice("amd64", "2", "4Gi", "20", None, None, p);
 
     // ---------------- A Contract deleted by the provider's operator.
     let ns = "ended";
-    namespace(&client, ns).await;
-    create_flavor(&client, ns, "f", spec(FlavorType::k8slice(&two_cpus), true)).await;
-    let mut cfg = config(&cp, ns);
-    cfg.sweep_interval = Duration::from_millis(300);
+    let mut cfg = market(&cp, ns).await;
     cfg.revoke_grace = Duration::from_secs(1);
     let g = serve(&client, cfg.clone()).await;
     // A second replica that never sweeps: it sells, the other one revokes.
@@ -238,10 +249,7 @@ async fn deleted_and_expired_contracts_release_capacity_and_credentials() {
 
     // ---------------- Contracts that expire on their own.
     let ns = "expiring";
-    namespace(&client, ns).await;
-    create_flavor(&client, ns, "f", spec(FlavorType::k8slice(&two_cpus), true)).await;
-    let mut cfg = config(&cp, ns);
-    cfg.sweep_interval = Duration::from_millis(300);
+    let mut cfg = market(&cp, ns).await;
     cfg.contract_ttl = Duration::from_secs(3);
     cfg.revoke_grace = Duration::from_secs(1);
     let g = serve(&client, cfg).await;
@@ -295,10 +303,7 @@ async fn deleted_and_expired_contracts_release_capacity_and_credentials() {
 
     // ---------------- A buyer who comes back while its revocation is pending.
     let ns = "comeback";
-    namespace(&client, ns).await;
-    create_flavor(&client, ns, "f", spec(FlavorType::k8slice(&two_cpus), true)).await;
-    let mut cfg = config(&cp, ns);
-    cfg.sweep_interval = Duration::from_millis(300);
+    let mut cfg = market(&cp, ns).await;
     cfg.revoke_grace = Duration::from_secs(4);
     let g = serve(&client, cfg).await;
     let contracts: Api<Contract> = Api::namespaced(client.clone(), ns);
