@@ -183,6 +183,18 @@ async fn reserve(c: &reqwest::Client, base: &str, flavor: usize, buyer: &str) ->
     v["transactionID"].as_str().unwrap().to_owned()
 }
 
+/// Reserves a partition of `flavor` for `buyer` and buys it.
+async fn sell(c: &reqwest::Client, base: &str, flavor: usize, buyer: &str) {
+    let tx = reserve(c, base, flavor, buyer).await;
+    let r = c
+        .post(format!("{base}/api/v2/transactions/{tx}/purchase"))
+        .json(&serde_json::json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
+}
+
 /// Reserve then purchase, one buyer request after the other, `total` times.
 async fn sequential_sales(
     name: &'static str,
@@ -193,16 +205,7 @@ async fn sequential_sales(
     let (cc, b) = (c.clone(), base.clone());
     load(name, total, 1, move |i| {
         let (c, b) = (cc.clone(), b.clone());
-        async move {
-            let tx = reserve(&c, &b, (i * 7) % FLAVORS, &format!("buyer-{}", i % 10)).await;
-            let r = c
-                .post(format!("{b}/api/v2/transactions/{tx}/purchase"))
-                .json(&serde_json::json!({}))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status(), 200);
-        }
+        async move { sell(&c, &b, (i * 7) % FLAVORS, &format!("buyer-{}", i % 10)).await }
     })
     .await
 }
@@ -406,16 +409,7 @@ async fn bench() {
     let (cc, b) = (c.clone(), base.clone());
     let mut s = load("reserve+purchase", 500, 4, move |i| {
         let (c, b) = (cc.clone(), b.clone());
-        async move {
-            let tx = reserve(&c, &b, i % FLAVORS, &format!("buyer-{}", i % 10)).await;
-            let r = c
-                .post(format!("{b}/api/v2/transactions/{tx}/purchase"))
-                .json(&serde_json::json!({}))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
-        }
+        async move { sell(&c, &b, i % FLAVORS, &format!("buyer-{}", i % 10)).await }
     })
     .await;
     s.print();
