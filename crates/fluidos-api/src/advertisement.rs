@@ -62,6 +62,24 @@ pub struct DiscoveryStatus {
     pub providers: Option<Vec<ProviderQueryStatus>>,
 }
 
+crate::string_enum::string_enum! {
+    /// What came of asking one provider for flavors.
+    pub enum ProviderOutcome {
+        /// The provider listed its flavors (possibly none).
+        Answered => "Answered",
+        /// The provider could not be reached or answered with an error.
+        Failed => "Failed",
+        /// No answer within the per-provider timeout.
+        TimedOut => "TimedOut",
+    }
+}
+
+impl Default for ProviderOutcome {
+    fn default() -> Self {
+        ProviderOutcome::Other(String::new())
+    }
+}
+
 /// What one provider answered.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
@@ -69,7 +87,7 @@ pub struct ProviderQueryStatus {
     /// `host:port` queried.
     pub address: String,
     /// `Answered`, `Failed` or `TimedOut`.
-    pub outcome: String,
+    pub outcome: ProviderOutcome,
     /// Matching flavors returned.
     #[serde(default)]
     pub flavors: i64,

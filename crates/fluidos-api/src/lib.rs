@@ -23,6 +23,7 @@ pub mod rear;
 pub mod reservation;
 pub mod service_blueprint;
 pub mod solver;
+mod string_enum;
 
 pub use advertisement::{Discovery, PeeringCandidate};
 pub use allocation::Allocation;

@@ -118,6 +118,7 @@ async fn scenario(providers: usize, rounds: usize) -> Vec<Duration> {
         ccp.client(),
         ConsumerConfig::new(CONSUMER_NS, me),
         ClientConfig::default(),
+        fluidos_controller::metrics::Metrics::new(),
     )
     .unwrap();
     let consumer = tokio::spawn(fluidos_consumer::run(ctx, std::future::pending()));

@@ -13,13 +13,17 @@ pub mod reservation;
 pub mod solver;
 mod status;
 
+#[cfg(test)]
+mod fixtures;
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use fluidos_api::NodeIdentity;
+pub use fluidos_controller::metrics::Metrics;
+use fluidos_controller::reconcile::{ReconcileError, Reconciler};
 use fluidos_rear_client::{ClientConfig, RearClient, RearError};
-use futures::StreamExt;
 
 /// Field manager for server-side apply.
 pub const MANAGER: &str = "fluidos-consumer";
@@ -63,17 +67,124 @@ pub struct Context {
     pub cfg: ConsumerConfig,
     /// REAR client.
     pub rear: RearClient,
+    /// The node's metrics.
+    pub metrics: Metrics,
 }
 
-/// What can go wrong in a reconcile.
+/// A step of a reconcile, named in errors, logs and the failure metric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Reading the Solver.
+    ReadSolver,
+    /// Listing PeeringCandidates.
+    ListCandidates,
+    /// Reading the Solver's Discovery.
+    ReadDiscovery,
+    /// Reading a Reservation.
+    ReadReservation,
+    /// Listing Allocations.
+    ListAllocations,
+    /// Deleting an object left by an earlier Solver of the same name.
+    DeleteStaleChild,
+    /// Creating the Discovery.
+    CreateDiscovery,
+    /// Adding the Solver to a candidate's interested solvers.
+    MarkInterest,
+    /// Applying the Reservation.
+    ApplyReservation,
+    /// Applying the Allocation.
+    ApplyAllocation,
+    /// Writing the Solver status.
+    WriteSolverStatus,
+    /// Reading the PeeringCandidate a Reservation names.
+    ReadCandidate,
+    /// Marking the candidate held or free.
+    UpdateCandidate,
+    /// The REAR reserve call.
+    Reserve,
+    /// The REAR purchase call.
+    Purchase,
+    /// Applying the consumer's Transaction record.
+    ApplyTransaction,
+    /// Applying the consumer's Contract.
+    ApplyContract,
+    /// Deleting the spent Transaction record.
+    DeleteTransaction,
+    /// Writing the Reservation status.
+    WriteReservationStatus,
+    /// Listing KnownClusters.
+    ListKnownClusters,
+    /// Creating or refreshing a PeeringCandidate.
+    UpsertCandidate,
+    /// Marking a candidate its provider no longer lists.
+    WithdrawCandidate,
+    /// Writing the Discovery status.
+    WriteDiscoveryStatus,
+}
+
+impl Step {
+    /// snake_case name, the `reason` label of the failure metric.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Step::ReadSolver => "read_solver",
+            Step::ListCandidates => "list_candidates",
+            Step::ReadDiscovery => "read_discovery",
+            Step::ReadReservation => "read_reservation",
+            Step::ListAllocations => "list_allocations",
+            Step::DeleteStaleChild => "delete_stale_child",
+            Step::CreateDiscovery => "create_discovery",
+            Step::MarkInterest => "mark_interest",
+            Step::ApplyReservation => "apply_reservation",
+            Step::ApplyAllocation => "apply_allocation",
+            Step::WriteSolverStatus => "write_solver_status",
+            Step::ReadCandidate => "read_candidate",
+            Step::UpdateCandidate => "update_candidate",
+            Step::Reserve => "reserve",
+            Step::Purchase => "purchase",
+            Step::ApplyTransaction => "apply_transaction",
+            Step::ApplyContract => "apply_contract",
+            Step::DeleteTransaction => "delete_transaction",
+            Step::WriteReservationStatus => "write_reservation_status",
+            Step::ListKnownClusters => "list_known_clusters",
+            Step::UpsertCandidate => "upsert_candidate",
+            Step::WithdrawCandidate => "withdraw_candidate",
+            Step::WriteDiscoveryStatus => "write_discovery_status",
+        }
+    }
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What can go wrong in a reconcile; every variant says which step failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Talking to the API server failed; retried with backoff.
-    #[error("kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    /// Talking to a provider failed; retried with backoff.
-    #[error(transparent)]
-    Rear(#[from] RearError),
+    /// An API-server call failed; retried with backoff (at once after a conflict).
+    #[error("{step}: kubernetes API")]
+    Kube {
+        /// The step.
+        step: Step,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// A provider could not be reached; retried with backoff.
+    #[error("{step}: provider {provider}")]
+    Rear {
+        /// The step.
+        step: Step,
+        /// The provider's `host:port`.
+        provider: String,
+        /// The REAR error.
+        #[source]
+        source: RearError,
+    },
+    /// A PeeringCandidate kept changing under our writes.
+    #[error("upsert_candidate: {0} still changing after 5 conflicting writes")]
+    UnstableCandidate(String),
     /// An object is missing a name or namespace.
     #[error("object has no {0}")]
     Incomplete(&'static str),
@@ -82,30 +193,52 @@ pub enum Error {
     Setup(String),
 }
 
+impl Error {
+    /// Wraps an API error of `step` (for `map_err`).
+    pub fn kube(step: Step) -> impl FnOnce(kube::Error) -> Error {
+        move |source| Error::Kube { step, source }
+    }
+}
+
+impl ReconcileError for Error {
+    fn step(&self) -> &'static str {
+        match self {
+            Error::Kube { step, .. } | Error::Rear { step, .. } => step.as_str(),
+            Error::UnstableCandidate(_) => Step::UpsertCandidate.as_str(),
+            Error::Incomplete(_) => "read_object",
+            Error::Setup(_) => "setup",
+        }
+    }
+
+    fn api_error(&self) -> Option<&kube::Error> {
+        match self {
+            Error::Kube { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
 impl Context {
     /// A context with a REAR client using `rear_cfg`.
     pub fn new(
         client: kube::Client,
         cfg: ConsumerConfig,
         rear_cfg: ClientConfig,
+        metrics: Metrics,
     ) -> Result<Arc<Self>, Error> {
         let rear = RearClient::new(rear_cfg).map_err(|e| Error::Setup(e.to_string()))?;
-        Ok(Arc::new(Context { client, cfg, rear }))
+        Ok(Arc::new(Context {
+            client,
+            cfg,
+            rear,
+            metrics,
+        }))
     }
-}
 
-/// Retry transient failures with a short backoff: the API server or a
-/// provider may be briefly unavailable.
-pub(crate) fn backoff(err: &Error) -> kube::runtime::controller::Action {
-    // A write conflict only means our read was stale: retry at once.
-    if let Error::Kube(kube::Error::Api(e)) = err
-        && e.code == 409
-    {
-        tracing::debug!(error = %err, "write conflict; retrying with fresh data");
-        return kube::runtime::controller::Action::requeue(Duration::from_millis(20));
+    /// Reconcile bookkeeping (metrics, backoff, logs) for one controller.
+    pub(crate) fn reconciler(&self, controller: &'static str) -> Reconciler {
+        Reconciler::new(controller, &self.metrics)
     }
-    tracing::warn!(error = %err, "reconcile failed; retrying");
-    kube::runtime::controller::Action::requeue(Duration::from_secs(2))
 }
 
 /// Runs the Solver, Discovery and Reservation controllers until `shutdown`.
@@ -125,21 +258,4 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         _ = controllers => {}
         _ = shutdown => {}
     }
-}
-
-/// Drains a controller stream, logging failed reconciles at debug level
-/// (the reconcilers already record failures on the objects).
-pub(crate) async fn drain<S, T, E>(stream: S)
-where
-    S: futures::Stream<Item = Result<T, E>>,
-    E: std::fmt::Debug,
-{
-    stream
-        .for_each(|r| {
-            if let Err(e) = r {
-                tracing::debug!(error = ?e, "controller event");
-            }
-            futures::future::ready(())
-        })
-        .await;
 }

@@ -1,32 +1,21 @@
-//! Timestamps and phase setters with the Go node's semantics.
+//! Phase setters with the Go node's semantics, at a given time so that the
+//! state machines stay pure.
 
 use fluidos_api::{Phase, PhaseStatus};
 
-/// Now, RFC 3339 with second precision in UTC, as upstream writes it.
-pub fn now() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
-}
+pub use fluidos_controller::time::{format, now_string, seconds_between};
 
-/// Seconds elapsed since an RFC 3339 time; `None` when it does not parse.
-pub fn seconds_since(rfc3339: &str) -> Option<i64> {
-    let t: jiff::Timestamp = rfc3339.parse().ok()?;
-    Some(jiff::Timestamp::now().as_second() - t.as_second())
-}
-
-/// Upstream's `SetPhase`: phase, message, lastChangeTime and endTime.
-pub fn set_phase(s: &mut PhaseStatus, phase: Phase, message: &str) {
-    let t = now();
+/// Upstream's `SetPhase`: phase, message, lastChangeTime and endTime, at `now`.
+pub fn set_phase_at(s: &mut PhaseStatus, phase: Phase, message: &str, now: &str) {
     s.phase = phase;
     s.message = Some(message.to_owned());
-    s.last_change_time = Some(t.clone());
-    s.end_time = Some(t);
+    s.last_change_time = Some(now.to_owned());
+    s.end_time = Some(now.to_owned());
 }
 
 /// Upstream's sub-phase setters also bump `lastChangeTime`.
-pub fn touch(s: &mut PhaseStatus) {
-    s.last_change_time = Some(now());
+pub fn touch_at(s: &mut PhaseStatus, now: &str) {
+    s.last_change_time = Some(now.to_owned());
 }
 
 #[cfg(test)]
@@ -34,15 +23,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn timestamps() {
-        let t = now();
-        assert_eq!(t.len(), 20, "{t}");
-        assert!(t.ends_with('Z'));
-        assert!(seconds_since(&t).is_some_and(|s| (0..5).contains(&s)));
-        assert_eq!(seconds_since("garbage"), None);
+    fn set_phase_moves_both_times() {
         let mut p = PhaseStatus::default();
-        set_phase(&mut p, Phase::TimedOut, "x");
+        set_phase_at(&mut p, Phase::TimedOut, "x", "2026-12-01T00:00:00Z");
         assert_eq!(p.phase, Phase::TimedOut);
+        assert_eq!(p.message.as_deref(), Some("x"));
         assert_eq!(p.end_time, p.last_change_time);
+        touch_at(&mut p, "2026-12-01T00:00:05Z");
+        assert_eq!(p.last_change_time.as_deref(), Some("2026-12-01T00:00:05Z"));
+        assert_eq!(p.end_time.as_deref(), Some("2026-12-01T00:00:00Z"));
     }
 }

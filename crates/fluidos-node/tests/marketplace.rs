@@ -467,7 +467,7 @@ async fn one_provider_down_of_three_does_not_stop_the_solver() {
         .providers
         .unwrap()
         .into_iter()
-        .map(|p| (p.address, p.outcome))
+        .map(|p| (p.address, p.outcome.to_string()))
         .collect();
     assert_eq!(providers.get(&m.rear).map(String::as_str), Some("Answered"));
     assert_eq!(providers.get(&dead).map(String::as_str), Some("Failed"));

@@ -22,8 +22,13 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
         request_timeout: cfg.peer_timeout.max(Duration::from_secs(10)),
         ..ClientConfig::default()
     };
-    let consumer = ConsumerContext::new(ctx.client.clone(), cfg, rear)
-        .map_err(|e| Error::Setup(e.to_string()))?;
+    let consumer = ConsumerContext::new(
+        ctx.client.clone(),
+        cfg,
+        rear,
+        fluidos_consumer::Metrics::new(),
+    )
+    .map_err(|e| Error::Setup(e.to_string()))?;
     tracing::info!(component = %Component::RearManager, "component started");
     ctx.readiness.mark_ready(Component::RearManager);
     fluidos_consumer::run(consumer, async move { shutdown.cancelled().await }).await;

@@ -1,0 +1,490 @@
+//! The Discovery's decisions as pure functions (fluidos-node.md §3.3): when a
+//! Discovery starts, what one provider's answer means, which candidates to
+//! create, refresh or withdraw, and how the search ends.
+
+use std::time::Duration;
+
+use fluidos_api::advertisement::{
+    DiscoveryStatus, EmbeddedPeeringCandidate, EmbeddedPeeringCandidateList, PeeringCandidateSpec,
+    ProviderOutcome, ProviderQueryStatus,
+};
+use fluidos_api::embedded::EmbeddedFlavor;
+use fluidos_api::rear::WireFlavor;
+use fluidos_api::solver::FlavorSelector;
+use fluidos_api::{PeeringCandidate, Phase};
+use kube::ResourceExt;
+
+use crate::reservation::HELD_BY;
+use crate::status::{seconds_between, set_phase_at, touch_at};
+
+/// How long a Discovery keeps asking when no provider answers at all.
+pub const RETRY_FOR: Duration = Duration::from_secs(15);
+
+/// How often it asks again meanwhile.
+pub const RETRY_EVERY: Duration = Duration::from_secs(1);
+
+/// What to do with a Discovery in its current phase.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Start {
+    /// Nothing: it ended, or it is upstream's `Idle`.
+    Done,
+    /// Write this status (`Running "Discovery started"`), then query.
+    Begin(Box<DiscoveryStatus>),
+    /// Query the providers.
+    Query,
+}
+
+/// Where a Discovery in `status` stands (`now`: status time format).
+pub fn start(status: Option<&DiscoveryStatus>, now: &str) -> Start {
+    let phase = status.map(|s| s.phase.phase.clone()).unwrap_or_default();
+    match phase {
+        Phase::Solved | Phase::Failed | Phase::TimedOut | Phase::Idle => Start::Done,
+        Phase::Running => Start::Query,
+        _ => {
+            let mut st = status.cloned().unwrap_or_default();
+            st.phase.start_time = Some(now.to_owned());
+            st.peering_candidate_list = Some(EmbeddedPeeringCandidateList::default());
+            set_phase_at(&mut st.phase, Phase::Running, "Discovery started", now);
+            Start::Begin(Box::new(st))
+        }
+    }
+}
+
+/// How one provider query ended, before its flavors are looked at.
+#[derive(Clone, Debug)]
+pub enum Answer {
+    /// It listed these flavors.
+    Listed(Vec<WireFlavor>),
+    /// It answered with an error, or could not be reached.
+    Failed(String),
+    /// No answer within the per-provider timeout.
+    TimedOut(Duration),
+}
+
+/// One provider's answer, as recorded and as candidates.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProviderAnswer {
+    /// Outcome recorded in the Discovery status.
+    pub status: ProviderQueryStatus,
+    /// Usable flavors it returned (decoded, filtered).
+    pub flavors: Vec<EmbeddedFlavor>,
+}
+
+/// What `address` answered, with the flavors this consumer can use.
+pub fn provider_answer(
+    address: String,
+    answer: Answer,
+    selector: Option<&FlavorSelector>,
+    namespace: &str,
+    own_node_id: &str,
+) -> ProviderAnswer {
+    let (outcome, message, wire) = match answer {
+        Answer::TimedOut(after) => (
+            ProviderOutcome::TimedOut,
+            Some(format!("no answer within {after:?}")),
+            Vec::new(),
+        ),
+        Answer::Failed(e) => (ProviderOutcome::Failed, Some(e), Vec::new()),
+        Answer::Listed(list) => (ProviderOutcome::Answered, None, list),
+    };
+    let flavors = usable_flavors(&wire, selector, namespace, own_node_id);
+    ProviderAnswer {
+        status: ProviderQueryStatus {
+            address,
+            outcome,
+            flavors: i64::try_from(flavors.len()).unwrap_or(i64::MAX),
+            message,
+        },
+        flavors,
+    }
+}
+
+/// Decodes wire flavors, drops our own and those that do not really match
+/// (the query cannot carry regex filters), keeping only available ones.
+pub fn usable_flavors(
+    wire: &[WireFlavor],
+    selector: Option<&FlavorSelector>,
+    namespace: &str,
+    own_node_id: &str,
+) -> Vec<EmbeddedFlavor> {
+    wire.iter()
+        .filter(|w| w.availability && w.owner.id != own_node_id)
+        .filter_map(|w| match (w.to_embedded(namespace), w.parse_type()) {
+            (Ok(f), Ok(t)) if selector.is_none_or(|s| s.matches(&t)) => Some(f),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(flavor = %w.flavor_id, error = %e, "skipping malformed flavor");
+                None
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// A new candidate for `flavor`, wanted by `solver`.
+pub fn new_candidate(
+    name: &str,
+    namespace: &str,
+    flavor: &EmbeddedFlavor,
+    solver: &str,
+) -> PeeringCandidate {
+    let mut pc = PeeringCandidate::new(
+        name,
+        PeeringCandidateSpec {
+            interested_solver_ids: vec![solver.to_owned()],
+            flavor: flavor.clone(),
+            available: true,
+        },
+    );
+    pc.metadata.namespace = Some(namespace.to_owned());
+    pc
+}
+
+/// The existing candidate refreshed with the listed `flavor` and `solver`'s
+/// interest, or `None` when nothing changes; never takes back availability a
+/// reservation holds.
+pub fn refreshed_candidate(
+    existing: &PeeringCandidate,
+    flavor: &EmbeddedFlavor,
+    solver: &str,
+) -> Option<PeeringCandidate> {
+    let mut pc = existing.clone();
+    let mut changed = false;
+    if !pc.spec.interested_solver_ids.iter().any(|s| s == solver) {
+        pc.spec.interested_solver_ids.push(solver.to_owned());
+        changed = true;
+    }
+    if pc.spec.flavor.spec != flavor.spec {
+        pc.spec.flavor = flavor.clone();
+        changed = true;
+    }
+    // Listed again by its provider and held by no reservation: free.
+    if !pc.spec.available && !pc.annotations().contains_key(HELD_BY) {
+        pc.spec.available = true;
+        changed = true;
+    }
+    changed.then_some(pc)
+}
+
+/// True for a free candidate its provider answered without it although it
+/// matches this selector: sold out, or sold whole by a Go provider (which then
+/// lists the remainder under a new flavor ID).
+pub fn should_withdraw(
+    pc: &PeeringCandidate,
+    answers: &[ProviderAnswer],
+    selector: Option<&FlavorSelector>,
+) -> bool {
+    let flavor = &pc.spec.flavor;
+    let Some(answer) = answers.iter().find(|a| {
+        a.status.outcome == ProviderOutcome::Answered && a.status.address == flavor.spec.owner.ip
+    }) else {
+        return false;
+    };
+    let held = pc.annotations().contains_key(HELD_BY);
+    let listed = answer.flavors.iter().any(|f| f.id() == flavor.id());
+    let matches = match flavor.spec.flavor_type.parse() {
+        Ok(t) => selector.is_none_or(|s| s.matches(&t)),
+        Err(_) => true,
+    };
+    pc.spec.available && !held && !listed && matches
+}
+
+/// How a query round ends.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Conclusion {
+    /// The status to write, when it changed.
+    pub status: Option<DiscoveryStatus>,
+    /// Ask again after this delay (nobody answered yet).
+    pub retry_in: Option<Duration>,
+}
+
+/// The Discovery's status after a round of queries that produced `items`.
+pub fn conclude(
+    mut status: DiscoveryStatus,
+    answers: &[ProviderAnswer],
+    items: Vec<EmbeddedPeeringCandidate>,
+    now: jiff::Timestamp,
+) -> Conclusion {
+    let now_text = crate::status::format(now);
+    let asked = answers.len();
+    let failed = answers
+        .iter()
+        .filter(|a| a.status.outcome != ProviderOutcome::Answered)
+        .count();
+    status.providers = Some(answers.iter().map(|a| a.status.clone()).collect());
+    // Nobody answered (providers starting, briefly unreachable): ask again for
+    // a while before calling it a failure.
+    let answered = asked - failed;
+    let waited = status
+        .phase
+        .start_time
+        .as_deref()
+        .and_then(|t| seconds_between(t, now))
+        .unwrap_or(0);
+    let retry_for = i64::try_from(RETRY_FOR.as_secs()).unwrap_or(i64::MAX);
+    if items.is_empty() && answered == 0 && asked > 0 && waited < retry_for {
+        let msg = format!("Discovery started: no provider answered yet ({asked} asked), retrying");
+        if status.phase.message.as_deref() == Some(msg.as_str()) {
+            return Conclusion {
+                status: None,
+                retry_in: Some(RETRY_EVERY),
+            };
+        }
+        touch_at(&mut status.phase, &now_text);
+        status.phase.message = Some(msg);
+        return Conclusion {
+            status: Some(status),
+            retry_in: Some(RETRY_EVERY),
+        };
+    }
+    if items.is_empty() {
+        let msg = if asked == 0 {
+            "No Flavors found: no providers known (create a KnownCluster)".to_owned()
+        } else if failed == asked {
+            format!("Error when getting Flavor: all {asked} providers failed")
+        } else {
+            format!("No Flavors found ({failed} of {asked} providers failed)")
+        };
+        set_phase_at(&mut status.phase, Phase::Failed, &msg, &now_text);
+    } else {
+        set_phase_at(
+            &mut status.phase,
+            Phase::Solved,
+            "Discovery Solved: Peering Candidate found",
+            &now_text,
+        );
+    }
+    status.peering_candidate_list = Some(EmbeddedPeeringCandidateList {
+        items,
+        ..Default::default()
+    });
+    Conclusion {
+        status: Some(status),
+        retry_in: None,
+    }
+}
+
+/// The copy of a candidate kept in the Discovery status.
+pub fn embedded(pc: &PeeringCandidate) -> EmbeddedPeeringCandidate {
+    EmbeddedPeeringCandidate {
+        api_version: Some("advertisement.fluidos.eu/v1alpha1".into()),
+        kind: Some("PeeringCandidate".into()),
+        metadata: fluidos_api::embedded::EmbeddedObjectMeta {
+            name: pc.metadata.name.clone(),
+            namespace: pc.metadata.namespace.clone(),
+            ..Default::default()
+        },
+        spec: pc.spec.clone(),
+        status: pc.status.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::{NOW, candidate, wire_flavor};
+    use fluidos_api::PhaseStatus;
+
+    fn running_since(start: &str) -> DiscoveryStatus {
+        DiscoveryStatus {
+            phase: PhaseStatus {
+                phase: Phase::Running,
+                message: Some("Discovery started".into()),
+                start_time: Some(start.into()),
+                last_change_time: Some(start.into()),
+                end_time: None,
+            },
+            ..Default::default()
+        }
+    }
+
+    fn answer(address: &str, a: Answer) -> ProviderAnswer {
+        provider_answer(address.into(), a, None, "fluidos", "consumer01")
+    }
+
+    fn at(t: &str) -> jiff::Timestamp {
+        t.parse().unwrap()
+    }
+
+    #[test]
+    fn start_begins_new_discoveries_once() {
+        let Start::Begin(st) = start(None, NOW) else {
+            panic!("a new Discovery begins");
+        };
+        assert_eq!(st.phase.phase, Phase::Running);
+        assert_eq!(st.phase.message.as_deref(), Some("Discovery started"));
+        assert_eq!(st.phase.start_time.as_deref(), Some(NOW));
+        assert_eq!(
+            st.peering_candidate_list,
+            Some(EmbeddedPeeringCandidateList::default())
+        );
+        assert_eq!(start(Some(&st), NOW), Start::Query);
+        for done in [Phase::Solved, Phase::Failed, Phase::TimedOut, Phase::Idle] {
+            let mut st = running_since(NOW);
+            st.phase.phase = done;
+            assert_eq!(start(Some(&st), NOW), Start::Done);
+        }
+    }
+
+    #[test]
+    fn answers_are_classified() {
+        let ok = answer("a:1", Answer::Listed(vec![wire_flavor("f1", "4", "1")]));
+        assert_eq!(ok.status.outcome, ProviderOutcome::Answered);
+        assert_eq!((ok.status.flavors, ok.status.message.clone()), (1, None));
+        let failed = answer("b:1", Answer::Failed("connection refused".into()));
+        assert_eq!(failed.status.outcome, ProviderOutcome::Failed);
+        assert_eq!(failed.status.message.as_deref(), Some("connection refused"));
+        let slow = answer("c:1", Answer::TimedOut(Duration::from_secs(3)));
+        assert_eq!(slow.status.outcome, ProviderOutcome::TimedOut);
+        assert_eq!(slow.status.message.as_deref(), Some("no answer within 3s"));
+        assert_eq!(
+            serde_json::to_value(&slow.status).unwrap()["outcome"],
+            serde_json::json!("TimedOut")
+        );
+    }
+
+    #[test]
+    fn filters_own_unavailable_and_non_matching_flavors() {
+        let sel = fluidos_api::solver::Selector {
+            flavor_type: "K8Slice".into(),
+            filters: Some(
+                serde_json::json!({"cpuFilter": {"name": "Range", "data": {"min": "2"}}}),
+            ),
+        }
+        .parse()
+        .unwrap();
+        let mut own = wire_flavor("c", "4", "1");
+        own.owner.id = "me".into();
+        let mut gone = wire_flavor("d", "4", "1");
+        gone.availability = false;
+        let list = vec![
+            wire_flavor("a", "4", "1"),
+            wire_flavor("b", "1", "1"),
+            own,
+            gone,
+        ];
+        let kept = usable_flavors(&list, Some(&sel), "fluidos", "me");
+        assert_eq!(kept.iter().map(|f| f.id()).collect::<Vec<_>>(), ["a"]);
+        assert_eq!(kept[0].metadata.namespace.as_deref(), Some("fluidos"));
+        assert_eq!(usable_flavors(&list, None, "fluidos", "me").len(), 2);
+    }
+
+    #[test]
+    fn candidates_are_refreshed_only_when_something_changed() {
+        let pc = candidate("f1", "4", "1");
+        let same = pc.spec.flavor.clone();
+        let fresh = refreshed_candidate(&pc, &same, "solver-a").unwrap();
+        assert_eq!(fresh.spec.interested_solver_ids, ["solver-a"]);
+        assert!(refreshed_candidate(&fresh, &same, "solver-a").is_none());
+
+        let bigger = wire_flavor("f1", "8", "1").to_embedded("fluidos").unwrap();
+        let grown = refreshed_candidate(&fresh, &bigger, "solver-a").unwrap();
+        assert_eq!(grown.spec.flavor.spec, bigger.spec);
+
+        // Listed again and held by nobody: free again; held: stays taken.
+        let mut taken = fresh.clone();
+        taken.spec.available = false;
+        assert!(
+            refreshed_candidate(&taken, &same, "solver-a")
+                .unwrap()
+                .spec
+                .available
+        );
+        taken.metadata.annotations = Some([(HELD_BY.to_owned(), "fluidos/r".to_owned())].into());
+        assert!(refreshed_candidate(&taken, &same, "solver-a").is_none());
+
+        let new = new_candidate("peeringcandidate-f1", "fluidos", &same, "solver-b");
+        assert!(new.spec.available);
+        assert_eq!(new.spec.interested_solver_ids, ["solver-b"]);
+    }
+
+    #[test]
+    fn only_free_unlisted_candidates_of_an_answering_provider_are_withdrawn() {
+        let pc = candidate("f1", "4", "1");
+        let listed = answer(
+            "127.0.0.1:1",
+            Answer::Listed(vec![wire_flavor("f1", "4", "1")]),
+        );
+        let sold_out = answer("127.0.0.1:1", Answer::Listed(vec![]));
+        let down = answer("127.0.0.1:1", Answer::Failed("down".into()));
+        assert!(!should_withdraw(&pc, &[listed], None));
+        assert!(should_withdraw(&pc, std::slice::from_ref(&sold_out), None));
+        assert!(
+            !should_withdraw(&pc, &[down], None),
+            "no answer proves nothing"
+        );
+        let mut held = pc.clone();
+        held.metadata.annotations = Some([(HELD_BY.to_owned(), "fluidos/r".to_owned())].into());
+        assert!(!should_withdraw(
+            &held,
+            std::slice::from_ref(&sold_out),
+            None
+        ));
+        let service_only = fluidos_api::solver::Selector {
+            flavor_type: "Service".into(),
+            filters: None,
+        }
+        .parse()
+        .unwrap();
+        assert!(
+            !should_withdraw(&pc, &[sold_out], Some(&service_only)),
+            "a search for other flavors says nothing about this one"
+        );
+    }
+
+    #[test]
+    fn a_round_ends_solved_failed_or_retrying() {
+        let now = at("2026-12-01T10:00:05Z");
+        let pc = embedded(&candidate("f1", "4", "1"));
+        let up = || answer("a:1", Answer::Listed(vec![wire_flavor("f1", "4", "1")]));
+        let down = || answer("b:1", Answer::Failed("down".into()));
+
+        let c = conclude(running_since(NOW), &[up(), down()], vec![pc], now);
+        let st = c.status.unwrap();
+        assert_eq!(st.phase.phase, Phase::Solved);
+        assert_eq!(
+            st.phase.message.as_deref(),
+            Some("Discovery Solved: Peering Candidate found")
+        );
+        assert_eq!(st.providers.as_ref().map(Vec::len), Some(2));
+        assert_eq!(st.peering_candidate_list.unwrap().items.len(), 1);
+        assert_eq!(c.retry_in, None);
+
+        // Nobody answered yet: retry, saying so once.
+        let c = conclude(running_since(NOW), &[down()], vec![], now);
+        assert_eq!(c.retry_in, Some(RETRY_EVERY));
+        let st = c.status.unwrap();
+        assert_eq!(st.phase.phase, Phase::Running);
+        assert_eq!(
+            st.phase.message.as_deref(),
+            Some("Discovery started: no provider answered yet (1 asked), retrying")
+        );
+        let again = conclude(st, &[down()], vec![], now);
+        assert_eq!((again.status, again.retry_in), (None, Some(RETRY_EVERY)));
+
+        // ...until RETRY_FOR has passed.
+        let late = at("2026-12-01T10:00:20Z");
+        let c = conclude(running_since(NOW), &[down()], vec![], late);
+        let st = c.status.unwrap();
+        assert_eq!(st.phase.phase, Phase::Failed);
+        assert_eq!(
+            st.phase.message.as_deref(),
+            Some("Error when getting Flavor: all 1 providers failed")
+        );
+
+        let c = conclude(running_since(NOW), &[], vec![], now);
+        assert_eq!(
+            c.status.unwrap().phase.message.as_deref(),
+            Some("No Flavors found: no providers known (create a KnownCluster)")
+        );
+        let c = conclude(
+            running_since(NOW),
+            &[answer("a:1", Answer::Listed(vec![])), down()],
+            vec![],
+            now,
+        );
+        assert_eq!(
+            c.status.unwrap().phase.message.as_deref(),
+            Some("No Flavors found (1 of 2 providers failed)")
+        );
+    }
+}

@@ -1,0 +1,742 @@
+//! The Reservation's state machine as pure functions (upstream's "contract
+//! manager", fluidos-node.md §3.4): [`decide`] says what one reconcile does,
+//! and [`after_reserve`] / [`after_purchase`] turn a provider's answer into
+//! the new status and the writes to make.
+//!
+//! A reconcile makes at most one call to the provider and writes the status
+//! once, after it: the transaction ID is recorded before a purchase is ever
+//! attempted, so a restart purchases that transaction instead of reserving
+//! again.
+
+use fluidos_api::common::{GenericRef, NodeIdentityAdditionalInfo};
+use fluidos_api::flavor::FlavorTypeData;
+use fluidos_api::rear::{
+    PurchaseRequest, ReserveRequest, WireConfiguration, WireContract, WireLiqoCredentials,
+    WireNodeIdentity, WireTelemetryServer, WireTransaction,
+};
+use fluidos_api::reservation::{ReservationStatus, TransactionSpec};
+use fluidos_api::{Contract, NodeIdentity, PeeringCandidate, Phase, Reservation, Transaction};
+use kube::{Resource, ResourceExt};
+
+use crate::status::{set_phase_at, touch_at};
+
+/// Annotation on a PeeringCandidate naming the Reservation that holds it, so
+/// a restarted controller recognises its own hold.
+pub const HELD_BY: &str = "reservation.fluidos.eu/held-by";
+
+/// Everything one decision needs.
+#[derive(Clone, Debug)]
+pub struct Input<'a> {
+    /// The Reservation, freshly read.
+    pub reservation: &'a Reservation,
+    /// The PeeringCandidate it names, if it exists.
+    pub candidate: Option<&'a PeeringCandidate>,
+    /// This node, the buyer.
+    pub identity: &'a NodeIdentity,
+    /// Now, formatted as status times are.
+    pub now: String,
+}
+
+/// A write the executor makes.
+#[derive(Clone, Debug)]
+pub enum Effect {
+    /// Mark the candidate held by `holder`, or free (`holder: None`).
+    UpdateCandidate {
+        /// PeeringCandidate name.
+        name: String,
+        /// `spec.available`.
+        available: bool,
+        /// The `HELD_BY` annotation; `None` removes it.
+        holder: Option<String>,
+    },
+    /// Server-side apply of the consumer's record of the transaction.
+    ApplyTransaction(Box<Transaction>),
+    /// Server-side apply of the purchased Contract.
+    ApplyContract(Box<Contract>),
+    /// Delete the spent transaction record.
+    DeleteTransaction(String),
+}
+
+/// What one reconcile ends with.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// Writes before the status.
+    pub before: Vec<Effect>,
+    /// The status to write (when it differs from the stored one).
+    pub status: ReservationStatus,
+    /// Writes after the status (clean-up that must follow the record).
+    pub after: Vec<Effect>,
+    /// Reconcile again at once (the next step is ready).
+    pub again: bool,
+}
+
+impl Plan {
+    fn settle(status: ReservationStatus) -> Self {
+        Plan {
+            before: Vec::new(),
+            status,
+            after: Vec::new(),
+            again: false,
+        }
+    }
+}
+
+/// What the executor does in this reconcile.
+#[derive(Clone, Debug)]
+pub enum Decision {
+    /// No call to the provider: make the writes and stop.
+    Settle(Plan),
+    /// Make `before` (the hold), call RESERVE on `seller`, then [`after_reserve`].
+    Reserve {
+        /// Writes before the call.
+        before: Vec<Effect>,
+        /// The status so far.
+        status: ReservationStatus,
+        /// The provider's `host:port`.
+        seller: String,
+        /// The request body.
+        request: ReserveRequest,
+    },
+    /// Call PURCHASE on `seller`, then [`after_purchase`].
+    Purchase {
+        /// The status so far.
+        status: ReservationStatus,
+        /// The provider's `host:port`.
+        seller: String,
+        /// The transaction to buy.
+        transaction_id: String,
+        /// The request body.
+        body: PurchaseRequest,
+    },
+}
+
+/// `<namespace>/<name>` of the Reservation, the holder written on its candidate.
+pub fn holder(r: &Reservation) -> String {
+    format!("{}/{}", r.namespace().unwrap_or_default(), r.name_any())
+}
+
+/// The candidate name a Reservation points at (empty when it has none).
+pub fn candidate_name(r: &Reservation) -> String {
+    r.spec
+        .peering_candidate
+        .as_ref()
+        .and_then(|c| c.name.clone())
+        .unwrap_or_default()
+}
+
+/// Decides what this reconcile does.
+pub fn decide(input: &Input<'_>) -> Decision {
+    let r = input.reservation;
+    let mut st = r.status.clone().unwrap_or_default();
+    let reserve = r.spec.reserve.unwrap_or(false);
+    let purchase = r.spec.purchase.unwrap_or(false);
+    let now = input.now.as_str();
+
+    match st.phase.phase {
+        Phase::Failed | Phase::TimedOut => return Decision::Settle(Plan::settle(st)),
+        // Solved stays open to a later `purchase: true`, within the transaction's life.
+        Phase::Solved if !(purchase && st.purchase_phase != Some(Phase::Solved)) => {
+            return Decision::Settle(Plan::settle(st));
+        }
+        Phase::Running | Phase::Solved => {}
+        _ => {
+            st.phase.start_time = Some(now.to_owned());
+            set_phase_at(&mut st.phase, Phase::Running, "Reservation started", now);
+            st.reserve_phase = Some(Phase::Idle);
+            st.purchase_phase = Some(Phase::Idle);
+        }
+    }
+
+    let Some(pc) = input.candidate else {
+        set_phase_at(
+            &mut st.phase,
+            Phase::Failed,
+            "Reservation failed: error when getting PeeringCandidate",
+            now,
+        );
+        return Decision::Settle(Plan::settle(st));
+    };
+    let flavor_type: FlavorTypeData = match pc.spec.flavor.spec.flavor_type.parse() {
+        Ok(t) => t,
+        Err(e) => {
+            set_phase_at(
+                &mut st.phase,
+                Phase::Failed,
+                &format!("Reservation failed: error when parsing Flavor type: {e}"),
+                now,
+            );
+            return Decision::Settle(Plan::settle(st));
+        }
+    };
+    let seller = pc.spec.flavor.spec.owner.ip.clone();
+    let holder = holder(r);
+
+    if reserve && st.reserve_phase != Some(Phase::Solved) {
+        if st.transaction_id.is_some() {
+            // Reserved before a crash: the record is there, only the phase is missing.
+            st.reserve_phase = Some(Phase::Solved);
+            touch_at(&mut st.phase, now);
+        } else {
+            let held_by_us = pc.annotations().get(HELD_BY) == Some(&holder);
+            if !pc.spec.available && !held_by_us {
+                st.reserve_phase = Some(Phase::Failed);
+                set_phase_at(
+                    &mut st.phase,
+                    Phase::Failed,
+                    "Reservation failed: PeeringCandidate not available",
+                    now,
+                );
+                return Decision::Settle(Plan::settle(st));
+            }
+            let hold = Effect::UpdateCandidate {
+                name: pc.name_any(),
+                available: false,
+                holder: Some(holder),
+            };
+            st.reserve_phase = Some(Phase::Running);
+            let configuration = match r
+                .spec
+                .configuration
+                .as_ref()
+                .map(WireConfiguration::from_crd)
+                .transpose()
+            {
+                Ok(c) => c,
+                Err(e) => {
+                    let mut plan = fail(
+                        st,
+                        Some(pc),
+                        &format!("Reservation failed: error when reserving flavor: {e}"),
+                        now,
+                    );
+                    plan.before.insert(0, hold);
+                    return Decision::Settle(plan);
+                }
+            };
+            return Decision::Reserve {
+                before: vec![hold],
+                status: st,
+                seller,
+                request: ReserveRequest {
+                    flavor_id: pc.spec.flavor.id().to_owned(),
+                    buyer: WireNodeIdentity::from(input.identity),
+                    configuration,
+                },
+            };
+        }
+    }
+
+    if !purchase {
+        if st.reserve_phase == Some(Phase::Solved) && st.phase.phase != Phase::Solved {
+            // Upstream never leaves Running here; a reserve-only Reservation is done.
+            set_phase_at(&mut st.phase, Phase::Solved, "Reservation solved", now);
+        }
+        return Decision::Settle(Plan::settle(st));
+    }
+    if st.reserve_phase != Some(Phase::Solved) || st.purchase_phase == Some(Phase::Solved) {
+        return Decision::Settle(Plan::settle(st));
+    }
+    let Some(transaction_id) = st.transaction_id.clone() else {
+        st.purchase_phase = Some(Phase::Failed);
+        return Decision::Settle(fail(
+            st,
+            Some(pc),
+            "Reservation failed: TransactionID not set",
+            now,
+        ));
+    };
+    st.purchase_phase = Some(Phase::Running);
+    let body = PurchaseRequest {
+        // A Go provider refuses a Service purchase without buyer credentials
+        // (and then ignores them); we send our cluster ID, never a kubeconfig.
+        liqo_credentials: matches!(flavor_type, FlavorTypeData::Service(_)).then(|| {
+            WireLiqoCredentials {
+                cluster_id: input.identity.liqo_id().unwrap_or_default().to_owned(),
+                kubeconfig: String::new(),
+            }
+        }),
+        ingress_telemetry_endpoint: r
+            .spec
+            .ingress_telemetry_endpoint
+            .as_ref()
+            .map(WireTelemetryServer::from),
+    };
+    Decision::Purchase {
+        status: st,
+        seller,
+        transaction_id,
+        body,
+    }
+}
+
+/// The provider answered RESERVE with `answer` (an error's text when it
+/// refused; an unreachable provider is retried by the executor instead).
+pub fn after_reserve(
+    input: &Input<'_>,
+    mut st: ReservationStatus,
+    answer: Result<&WireTransaction, String>,
+) -> Plan {
+    let r = input.reservation;
+    let now = input.now.as_str();
+    let tx = match answer {
+        Ok(tx) => tx,
+        Err(e) => {
+            return fail(
+                st,
+                input.candidate,
+                &format!("Reservation failed: error when reserving flavor: {e}"),
+                now,
+            );
+        }
+    };
+    st.transaction_id = Some(tx.transaction_id.clone());
+    st.reserve_phase = Some(Phase::Solved);
+    touch_at(&mut st.phase, now);
+    let purchase = r.spec.purchase.unwrap_or(false);
+    if !purchase && st.phase.phase != Phase::Solved {
+        set_phase_at(&mut st.phase, Phase::Solved, "Reservation solved", now);
+    }
+    let mut buyer = input.identity.clone();
+    if buyer.additional_information.is_none() {
+        buyer.additional_information = Some(NodeIdentityAdditionalInfo::default());
+    }
+    let mut record = Transaction::new(
+        &tx.transaction_id,
+        TransactionSpec {
+            flavor_id: tx.flavor_id.clone(),
+            buyer,
+            cluster_id: input.identity.liqo_id().unwrap_or_default().to_owned(),
+            configuration: r.spec.configuration.clone(),
+            expiration_time: Some(tx.expiration_time.clone()).filter(|s| !s.is_empty()),
+        },
+    );
+    record.meta_mut().namespace = r.namespace();
+    Plan {
+        // Recorded before the status: a crash in between re-reserves, which
+        // the provider answers with this same transaction.
+        before: vec![Effect::ApplyTransaction(Box::new(record))],
+        status: st,
+        after: Vec::new(),
+        again: purchase,
+    }
+}
+
+/// The provider answered PURCHASE with `answer` (an error's text when it
+/// refused; an unreachable provider is retried by the executor instead).
+pub fn after_purchase(
+    input: &Input<'_>,
+    mut st: ReservationStatus,
+    answer: Result<&WireContract, String>,
+) -> Plan {
+    let r = input.reservation;
+    let now = input.now.as_str();
+    let ns = r.namespace().unwrap_or_default();
+    let wire = match answer {
+        Ok(c) => c,
+        Err(e) => {
+            st.purchase_phase = Some(Phase::Failed);
+            return fail(
+                st,
+                input.candidate,
+                &format!("Reservation failed: error when purchasing flavor: {e}"),
+                now,
+            );
+        }
+    };
+    let spec = match wire.to_crd(&ns) {
+        Ok(s) => s,
+        Err(e) => {
+            st.purchase_phase = Some(Phase::Failed);
+            // The provider may have sold it: the candidate stays held.
+            return fail(
+                st,
+                None,
+                &format!(
+                    "Reservation failed: error when purchasing flavor: malformed contract: {e}"
+                ),
+                now,
+            );
+        }
+    };
+    let mut contract = Contract::new(&wire.contract_id, spec);
+    contract.meta_mut().namespace = Some(ns.clone());
+    st.contract = Some(GenericRef::named(&ns, &wire.contract_id));
+    st.purchase_phase = Some(Phase::Solved);
+    set_phase_at(&mut st.phase, Phase::Solved, "Reservation solved", now);
+    let mut after = Vec::new();
+    if let Some(pc) = input.candidate {
+        // A Rust provider keeps selling the remainder under the same flavor
+        // ID, so the candidate is free again; the next Discovery refreshes its
+        // amounts (and withdraws it if the provider stops listing it, as a Go
+        // one does).
+        after.push(Effect::UpdateCandidate {
+            name: pc.name_any(),
+            available: true,
+            holder: None,
+        });
+    }
+    if let Some(tx) = &st.transaction_id {
+        // The transaction is spent; the Contract is the record now.
+        after.push(Effect::DeleteTransaction(tx.clone()));
+    }
+    Plan {
+        before: vec![Effect::ApplyContract(Box::new(contract))],
+        status: st,
+        after,
+        again: false,
+    }
+}
+
+/// Ends the Reservation `Failed` with `message`, giving `release`'s candidate
+/// back first (upstream `e4d8e52`).
+fn fail(
+    mut st: ReservationStatus,
+    release: Option<&PeeringCandidate>,
+    message: &str,
+    now: &str,
+) -> Plan {
+    if st.reserve_phase == Some(Phase::Running) {
+        st.reserve_phase = Some(Phase::Failed);
+    }
+    set_phase_at(&mut st.phase, Phase::Failed, message, now);
+    Plan {
+        before: release
+            .map(|pc| Effect::UpdateCandidate {
+                name: pc.name_any(),
+                available: true,
+                holder: None,
+            })
+            .into_iter()
+            .collect(),
+        status: st,
+        after: Vec::new(),
+        again: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::{NOW, candidate, me, phase, reservation, wire_flavor};
+
+    fn input<'a>(
+        r: &'a Reservation,
+        pc: Option<&'a PeeringCandidate>,
+        me: &'a NodeIdentity,
+    ) -> Input<'a> {
+        Input {
+            reservation: r,
+            candidate: pc,
+            identity: me,
+            now: NOW.into(),
+        }
+    }
+
+    fn running(reserve: Phase, purchase: Phase, tx: Option<&str>) -> ReservationStatus {
+        ReservationStatus {
+            phase: phase(Phase::Running, "Reservation started", NOW),
+            reserve_phase: Some(reserve),
+            purchase_phase: Some(purchase),
+            transaction_id: tx.map(str::to_owned),
+            contract: None,
+        }
+    }
+
+    fn settled(d: Decision) -> Plan {
+        match d {
+            Decision::Settle(p) => p,
+            other => panic!("expected Settle, got {other:?}"),
+        }
+    }
+
+    fn failed_with(p: &Plan) -> &str {
+        assert_eq!(p.status.phase.phase, Phase::Failed);
+        p.status.phase.message.as_deref().unwrap_or_default()
+    }
+
+    fn releases(p: &Plan) -> bool {
+        p.before.iter().any(|e| {
+            matches!(e, Effect::UpdateCandidate { available: true, holder: None, name } if name == "peeringcandidate-f1")
+        })
+    }
+
+    fn tx() -> WireTransaction {
+        WireTransaction {
+            transaction_id: "tx-1".into(),
+            flavor_id: "f1".into(),
+            configuration: None,
+            buyer: WireNodeIdentity::from(&me()),
+            cluster_id: String::new(),
+            expiration_time: "2026-12-01T11:00:00Z".into(),
+        }
+    }
+
+    fn contract() -> WireContract {
+        WireContract {
+            contract_id: "contract-1".into(),
+            transaction_id: "tx-1".into(),
+            flavor: wire_flavor("f1", "4", "1"),
+            buyer: WireNodeIdentity::from(&me()),
+            buyer_cluster_id: "liqo-consumer".into(),
+            seller: WireNodeIdentity::from(&me()),
+            peering_target_credentials: WireLiqoCredentials::default(),
+            expiration_time: None,
+            extra_information: None,
+            configuration: None,
+            network_authorizations: None,
+            ingress_telemetry_endpoint: None,
+        }
+    }
+
+    #[test]
+    fn a_new_reservation_starts_holds_the_candidate_and_reserves() {
+        let me = me();
+        let pc = candidate("f1", "4", "1");
+        let r = reservation(None, "peeringcandidate-f1");
+        let Decision::Reserve {
+            before,
+            status,
+            seller,
+            request,
+        } = decide(&input(&r, Some(&pc), &me))
+        else {
+            panic!("expected Reserve");
+        };
+        assert_eq!(status.phase.phase, Phase::Running);
+        assert_eq!(status.phase.message.as_deref(), Some("Reservation started"));
+        assert_eq!(status.phase.start_time.as_deref(), Some(NOW));
+        assert_eq!(status.reserve_phase, Some(Phase::Running));
+        assert_eq!(status.purchase_phase, Some(Phase::Idle));
+        assert_eq!(seller, "127.0.0.1:1");
+        assert_eq!(request.flavor_id, "f1");
+        assert_eq!(request.buyer, WireNodeIdentity::from(&me));
+        assert!(matches!(
+            &before[..],
+            [Effect::UpdateCandidate { available: false, holder: Some(h), .. }] if h == "fluidos/reservation-solver-a"
+        ));
+    }
+
+    #[test]
+    fn ended_reservations_are_left_alone() {
+        let me = me();
+        let pc = candidate("f1", "4", "1");
+        for st in [
+            ReservationStatus {
+                phase: phase(Phase::Failed, "x", NOW),
+                ..Default::default()
+            },
+            ReservationStatus {
+                phase: phase(Phase::TimedOut, "x", NOW),
+                ..Default::default()
+            },
+            ReservationStatus {
+                phase: phase(Phase::Solved, "Reservation solved", NOW),
+                purchase_phase: Some(Phase::Solved),
+                ..Default::default()
+            },
+        ] {
+            let r = reservation(Some(st.clone()), "peeringcandidate-f1");
+            let p = settled(decide(&input(&r, Some(&pc), &me)));
+            assert_eq!(p.status, st);
+            assert!(p.before.is_empty() && p.after.is_empty());
+        }
+    }
+
+    #[test]
+    fn a_missing_or_unreadable_candidate_fails() {
+        let me = me();
+        let r = reservation(None, "peeringcandidate-f1");
+        let p = settled(decide(&input(&r, None, &me)));
+        assert_eq!(
+            failed_with(&p),
+            "Reservation failed: error when getting PeeringCandidate"
+        );
+
+        let mut pc = candidate("f1", "4", "1");
+        pc.spec.flavor.spec.flavor_type = serde_json::from_value(serde_json::json!({
+            "typeIdentifier": "K8Slice", "typeData": {"charateristics": "not an object"}
+        }))
+        .unwrap();
+        let p = settled(decide(&input(&r, Some(&pc), &me)));
+        assert!(
+            failed_with(&p).starts_with("Reservation failed: error when parsing Flavor type: "),
+            "{:?}",
+            p.status
+        );
+    }
+
+    #[test]
+    fn a_candidate_taken_by_another_reservation_fails_and_ours_is_resumed() {
+        let me = me();
+        let r = reservation(None, "peeringcandidate-f1");
+        let mut pc = candidate("f1", "4", "1");
+        pc.spec.available = false;
+        let p = settled(decide(&input(&r, Some(&pc), &me)));
+        assert_eq!(
+            failed_with(&p),
+            "Reservation failed: PeeringCandidate not available"
+        );
+        assert_eq!(p.status.reserve_phase, Some(Phase::Failed));
+        assert!(p.before.is_empty(), "someone else's hold is not released");
+
+        pc.metadata.annotations = Some([(HELD_BY.to_owned(), holder(&r))].into());
+        assert!(matches!(
+            decide(&input(&r, Some(&pc), &me)),
+            Decision::Reserve { .. }
+        ));
+    }
+
+    #[test]
+    fn a_reserve_answer_is_recorded_before_the_status() {
+        let me = me();
+        let pc = candidate("f1", "4", "1");
+        let r = reservation(None, "peeringcandidate-f1");
+        let st = running(Phase::Running, Phase::Idle, None);
+        let p = after_reserve(&input(&r, Some(&pc), &me), st.clone(), Ok(&tx()));
+        assert_eq!(p.status.transaction_id.as_deref(), Some("tx-1"));
+        assert_eq!(p.status.reserve_phase, Some(Phase::Solved));
+        assert_eq!(p.status.phase.phase, Phase::Running);
+        assert!(p.again, "purchase follows in the next reconcile");
+        let [Effect::ApplyTransaction(t)] = &p.before[..] else {
+            panic!("{:?}", p.before);
+        };
+        assert_eq!(t.metadata.name.as_deref(), Some("tx-1"));
+        assert_eq!(t.spec.flavor_id, "f1");
+        assert_eq!(t.spec.cluster_id, "liqo-consumer");
+        assert_eq!(
+            t.spec.expiration_time.as_deref(),
+            Some("2026-12-01T11:00:00Z")
+        );
+
+        // Reserve only: done.
+        let mut r_only = r.clone();
+        r_only.spec.purchase = Some(false);
+        let p = after_reserve(&input(&r_only, Some(&pc), &me), st.clone(), Ok(&tx()));
+        assert_eq!(p.status.phase.phase, Phase::Solved);
+        assert_eq!(
+            p.status.phase.message.as_deref(),
+            Some("Reservation solved")
+        );
+        assert!(!p.again);
+
+        // Refused: failed, the candidate given back.
+        let p = after_reserve(
+            &input(&r, Some(&pc), &me),
+            st,
+            Err("409: not enough".into()),
+        );
+        assert_eq!(
+            failed_with(&p),
+            "Reservation failed: error when reserving flavor: 409: not enough"
+        );
+        assert_eq!(p.status.reserve_phase, Some(Phase::Failed));
+        assert!(releases(&p));
+    }
+
+    #[test]
+    fn a_recorded_transaction_is_purchased_not_reserved_again() {
+        let me = me();
+        let pc = candidate("f1", "4", "1");
+        for reserve in [Phase::Solved, Phase::Running] {
+            let r = reservation(
+                Some(running(reserve, Phase::Idle, Some("tx-1"))),
+                "peeringcandidate-f1",
+            );
+            let Decision::Purchase {
+                status,
+                seller,
+                transaction_id,
+                body,
+            } = decide(&input(&r, Some(&pc), &me))
+            else {
+                panic!("expected Purchase");
+            };
+            assert_eq!(status.reserve_phase, Some(Phase::Solved));
+            assert_eq!(status.purchase_phase, Some(Phase::Running));
+            assert_eq!(
+                (seller.as_str(), transaction_id.as_str()),
+                ("127.0.0.1:1", "tx-1")
+            );
+            assert_eq!(
+                body.liqo_credentials, None,
+                "K8Slice purchases send no credentials"
+            );
+        }
+        // A reserve-only Reservation that was Solved and is later asked to purchase.
+        let mut st = running(Phase::Solved, Phase::Idle, Some("tx-1"));
+        st.phase = phase(Phase::Solved, "Reservation solved", NOW);
+        let r = reservation(Some(st), "peeringcandidate-f1");
+        assert!(matches!(
+            decide(&input(&r, Some(&pc), &me)),
+            Decision::Purchase { .. }
+        ));
+    }
+
+    #[test]
+    fn a_purchase_without_transaction_fails() {
+        let me = me();
+        let pc = candidate("f1", "4", "1");
+        let mut r = reservation(
+            Some(running(Phase::Solved, Phase::Idle, None)),
+            "peeringcandidate-f1",
+        );
+        r.spec.reserve = Some(false);
+        let p = settled(decide(&input(&r, Some(&pc), &me)));
+        assert_eq!(failed_with(&p), "Reservation failed: TransactionID not set");
+        assert_eq!(p.status.purchase_phase, Some(Phase::Failed));
+        assert!(releases(&p));
+    }
+
+    #[test]
+    fn a_purchase_answer_becomes_the_contract() {
+        let me = me();
+        let pc = candidate("f1", "4", "1");
+        let r = reservation(None, "peeringcandidate-f1");
+        let st = running(Phase::Solved, Phase::Running, Some("tx-1"));
+        let p = after_purchase(&input(&r, Some(&pc), &me), st.clone(), Ok(&contract()));
+        assert_eq!(p.status.phase.phase, Phase::Solved);
+        assert_eq!(
+            p.status.phase.message.as_deref(),
+            Some("Reservation solved")
+        );
+        assert_eq!(p.status.purchase_phase, Some(Phase::Solved));
+        assert_eq!(
+            p.status.contract.as_ref().and_then(|c| c.name.as_deref()),
+            Some("contract-1")
+        );
+        assert!(
+            matches!(&p.before[..], [Effect::ApplyContract(c)] if c.metadata.name.as_deref() == Some("contract-1"))
+        );
+        assert!(matches!(
+            &p.after[..],
+            [Effect::UpdateCandidate { available: true, holder: None, .. }, Effect::DeleteTransaction(t)] if t == "tx-1"
+        ));
+
+        let p = after_purchase(
+            &input(&r, Some(&pc), &me),
+            st.clone(),
+            Err("500: boom".into()),
+        );
+        assert_eq!(
+            failed_with(&p),
+            "Reservation failed: error when purchasing flavor: 500: boom"
+        );
+        assert_eq!(p.status.purchase_phase, Some(Phase::Failed));
+        assert!(releases(&p));
+
+        let mut bad = contract();
+        bad.flavor.type_.name = "teleporter".into();
+        let p = after_purchase(&input(&r, Some(&pc), &me), st, Ok(&bad));
+        assert!(
+            failed_with(&p).starts_with(
+                "Reservation failed: error when purchasing flavor: malformed contract: "
+            ),
+            "{:?}",
+            p.status
+        );
+        assert!(
+            !releases(&p),
+            "the provider may have sold it: the hold stays"
+        );
+    }
+}
