@@ -90,6 +90,8 @@ pub enum Step {
     CreateDiscovery,
     /// Adding the Solver to a candidate's interested solvers.
     MarkInterest,
+    /// Deleting a Reservation whose candidate was refused.
+    DeleteRefusedReservation,
     /// Applying the Reservation.
     ApplyReservation,
     /// Applying the Allocation.
@@ -134,6 +136,7 @@ impl Step {
             Step::DeleteStaleChild => "delete_stale_child",
             Step::CreateDiscovery => "create_discovery",
             Step::MarkInterest => "mark_interest",
+            Step::DeleteRefusedReservation => "delete_refused_reservation",
             Step::ApplyReservation => "apply_reservation",
             Step::ApplyAllocation => "apply_allocation",
             Step::WriteSolverStatus => "write_solver_status",

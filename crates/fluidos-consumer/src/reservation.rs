@@ -30,7 +30,7 @@ use serde_json::json;
 
 use crate::{Context, Error, MANAGER, Step};
 pub use machine::HELD_BY;
-use machine::{Decision, Effect, Input, Plan};
+use machine::{Decision, Effect, Input, Plan, Refusal};
 
 /// Controller name in logs and metrics.
 const CONTROLLER: &str = "reservation";
@@ -97,9 +97,12 @@ async fn reconcile(cached: Arc<Reservation>, ctx: Arc<Context>) -> Result<Action
             run_effects(&ctx, &ns, &before).await?;
             let answer = match ctx.rear.reserve(&seller, &request).await {
                 Err(e) if e.is_unreachable() => return Err(rear_error(Step::Reserve, &seller, e)),
-                other => other.map_err(|e| e.to_string()),
+                other => other.map_err(|e| Refusal {
+                    unavailable: e.status() == Some(409),
+                    message: e.to_string(),
+                }),
             };
-            machine::after_reserve(&input, status, answer.as_ref().map_err(Clone::clone))
+            machine::after_reserve(&input, status, answer.as_ref())
         }
         Decision::Purchase {
             status,

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fluidos_api::{Allocation, Discovery, PeeringCandidate, Reservation, Solver, naming};
-use fluidos_controller::api_error::{is_already_exists, is_not_found};
+use fluidos_controller::api_error::{is_already_exists, is_not_found, ok_if_not_found};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
@@ -204,6 +204,14 @@ async fn apply(ctx: &Context, ns: &str, effect: &Effect) -> Result<Option<Action
                 )
                 .await
                 .map_err(Error::kube(Step::MarkInterest))?;
+        }
+        Effect::DeleteRefusedReservation(name) => {
+            ok_if_not_found(
+                Api::<Reservation>::namespaced(client, ns)
+                    .delete(name, &DeleteParams::background())
+                    .await,
+            )
+            .map_err(Error::kube(Step::DeleteRefusedReservation))?;
         }
         Effect::ApplyReservation(r) => {
             Api::<Reservation>::namespaced(client, ns)

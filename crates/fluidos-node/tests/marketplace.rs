@@ -585,3 +585,99 @@ async fn consumer_killed_between_reserve_and_purchase_buys_exactly_once() {
     assert_eq!(cc[0].spec.transaction_id, tx);
     assert_eq!(transactions(&consumer).await, 0);
 }
+
+/// The chosen candidate of a finished Solver.
+async fn chosen(api: &Api<Solver>, name: &str) -> fluidos_api::solver::ChosenCandidate {
+    api.get(name)
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.chosen_candidate)
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn identical_solvers_in_a_row_all_buy_and_a_refused_candidate_is_not_the_end() {
+    let m = market().await;
+    let logs = [&m.provider_node, &m.consumer_node];
+    // Three flavors; the biggest ranks first, and one sale leaves it too
+    // small for the same request.
+    for (node, cpu) in [("worker-2", "6"), ("worker-3", "6")] {
+        fixtures::worker_node(&m.provider, node, cpu, "16Gi")
+            .await
+            .unwrap();
+    }
+    let flavors: Api<Flavor> = Api::namespaced(m.provider.client(), NS);
+    eventually("three flavors", Duration::from_secs(30), &logs, || async {
+        (flavors
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len()
+            == 3)
+            .then_some(())
+    })
+    .await;
+    let solvers: Api<Solver> = Api::namespaced(m.consumer.client(), NS);
+    let wants = json!({"cpuFilter": {"name": "Range", "data": {"min": "5"}}});
+    let mut bought = Vec::new();
+    for name in ["solver-1", "solver-2"] {
+        solvers
+            .create(
+                &PostParams::default(),
+                &solver(name, "K8Slice", wants.clone(), true),
+            )
+            .await
+            .unwrap();
+        let (phase, msg) = wait_terminal(&solvers, name, &logs).await;
+        assert_eq!(
+            (phase, msg.as_str()),
+            (Phase::Solved, "No need to establish a peering"),
+            "{}",
+            explain(&m.consumer, name).await
+        );
+        bought.push(chosen(&solvers, name).await.name);
+    }
+    assert_ne!(
+        bought[0], bought[1],
+        "the sold candidate is not offered again as it was"
+    );
+
+    // Make the first sale's candidate look available with its old amounts
+    // (as a stale listing would): the provider refuses it, and the Solver
+    // moves on to the remaining flavor instead of failing.
+    Api::<PeeringCandidate>::namespaced(m.consumer.client(), NS)
+        .patch(
+            &bought[0],
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"available": true}})),
+        )
+        .await
+        .unwrap();
+    solvers
+        .create(
+            &PostParams::default(),
+            &solver("solver-3", "K8Slice", wants, true),
+        )
+        .await
+        .unwrap();
+    let (phase, msg) = wait_terminal(&solvers, "solver-3", &logs).await;
+    assert_eq!(
+        (phase, msg.as_str()),
+        (Phase::Solved, "No need to establish a peering"),
+        "{}",
+        explain(&m.consumer, "solver-3").await
+    );
+    let third = chosen(&solvers, "solver-3").await;
+    assert!(!bought.contains(&third.name), "{third:?}");
+    assert!(
+        third.reason.starts_with(&format!(
+            "{} was refused (Reservation failed: PeeringCandidate not available: ",
+            bought[0]
+        )),
+        "{third:?}"
+    );
+    assert_eq!(contracts(&m.consumer).await.len(), 3);
+    assert_eq!(contracts(&m.provider).await.len(), 3);
+}

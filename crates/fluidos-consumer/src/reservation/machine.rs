@@ -24,6 +24,21 @@ use crate::status::{set_phase_at, touch_at};
 /// a restarted controller recognises its own hold.
 pub const HELD_BY: &str = "reservation.fluidos.eu/held-by";
 
+/// How a Reservation's failure message starts when its candidate is not
+/// available: taken by another Reservation, or refused by the provider (409).
+/// The Solver then tries its next candidate.
+pub const NOT_AVAILABLE: &str = "Reservation failed: PeeringCandidate not available";
+
+/// A provider's refusal of a call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// What it said (status and message).
+    pub message: String,
+    /// It refused because the flavor is not available (409): sold out or
+    /// taken meanwhile.
+    pub unavailable: bool,
+}
+
 /// Everything one decision needs.
 #[derive(Clone, Debug)]
 pub struct Input<'a> {
@@ -180,12 +195,7 @@ pub fn decide(input: &Input<'_>) -> Decision {
             let held_by_us = pc.annotations().get(HELD_BY) == Some(&holder);
             if !pc.spec.available && !held_by_us {
                 st.reserve_phase = Some(Phase::Failed);
-                set_phase_at(
-                    &mut st.phase,
-                    Phase::Failed,
-                    "Reservation failed: PeeringCandidate not available",
-                    now,
-                );
+                set_phase_at(&mut st.phase, Phase::Failed, NOT_AVAILABLE, now);
                 return Decision::Settle(Plan::settle(st));
             }
             let hold = Effect::UpdateCandidate {
@@ -274,13 +284,29 @@ pub fn decide(input: &Input<'_>) -> Decision {
 pub fn after_reserve(
     input: &Input<'_>,
     mut st: ReservationStatus,
-    answer: Result<&WireTransaction, String>,
+    answer: Result<&WireTransaction, &Refusal>,
 ) -> Plan {
     let r = input.reservation;
     let now = input.now.as_str();
     let tx = match answer {
         Ok(tx) => tx,
-        Err(e) => {
+        Err(Refusal {
+            message,
+            unavailable: true,
+        }) => {
+            // Not released: the provider says it is gone; the next Discovery
+            // frees it again if it is listed.
+            let mut plan = fail(st, None, &format!("{NOT_AVAILABLE}: {message}"), now);
+            if let Some(pc) = input.candidate {
+                plan.before.push(Effect::UpdateCandidate {
+                    name: pc.name_any(),
+                    available: false,
+                    holder: None,
+                });
+            }
+            return plan;
+        }
+        Err(Refusal { message: e, .. }) => {
             return fail(
                 st,
                 input.candidate,
@@ -365,13 +391,13 @@ pub fn after_purchase(
     set_phase_at(&mut st.phase, Phase::Solved, "Reservation solved", now);
     let mut after = Vec::new();
     if let Some(pc) = input.candidate {
-        // A Rust provider keeps selling the remainder under the same flavor
-        // ID, so the candidate is free again; the next Discovery refreshes its
-        // amounts (and withdraws it if the provider stops listing it, as a Go
-        // one does).
+        // What the provider has left is unknown until it is asked again: the
+        // candidate waits for the next Discovery, which frees it with fresh
+        // amounts if the provider still lists it (a Rust provider keeps the
+        // flavor ID for the remainder, a Go one lists it under a new ID).
         after.push(Effect::UpdateCandidate {
             name: pc.name_any(),
-            available: true,
+            available: false,
             holder: None,
         });
     }
@@ -620,17 +646,38 @@ mod tests {
         assert!(!p.again);
 
         // Refused: failed, the candidate given back.
-        let p = after_reserve(
-            &input(&r, Some(&pc), &me),
-            st,
-            Err("409: not enough".into()),
-        );
+        let refusal = Refusal {
+            message: "400: bad configuration".into(),
+            unavailable: false,
+        };
+        let p = after_reserve(&input(&r, Some(&pc), &me), st.clone(), Err(&refusal));
         assert_eq!(
             failed_with(&p),
-            "Reservation failed: error when reserving flavor: 409: not enough"
+            "Reservation failed: error when reserving flavor: 400: bad configuration"
         );
         assert_eq!(p.status.reserve_phase, Some(Phase::Failed));
         assert!(releases(&p));
+
+        // Refused as not available: failed so that the Solver moves on, the
+        // candidate withdrawn rather than released.
+        let refusal = Refusal {
+            message: "409: not enough [\"pods\"] left".into(),
+            unavailable: true,
+        };
+        let p = after_reserve(&input(&r, Some(&pc), &me), st, Err(&refusal));
+        assert_eq!(
+            failed_with(&p),
+            "Reservation failed: PeeringCandidate not available: 409: not enough [\"pods\"] left"
+        );
+        assert!(!releases(&p));
+        assert!(matches!(
+            &p.before[..],
+            [Effect::UpdateCandidate {
+                available: false,
+                holder: None,
+                ..
+            }]
+        ));
     }
 
     #[test]
@@ -709,7 +756,7 @@ mod tests {
         );
         assert!(matches!(
             &p.after[..],
-            [Effect::UpdateCandidate { available: true, holder: None, .. }, Effect::DeleteTransaction(t)] if t == "tx-1"
+            [Effect::UpdateCandidate { available: false, holder: None, .. }, Effect::DeleteTransaction(t)] if t == "tx-1"
         ));
 
         let p = after_purchase(

@@ -82,6 +82,9 @@ pub enum Effect {
         /// The whole new list.
         interested: Vec<String>,
     },
+    /// Delete this Solver's Reservation that a provider refused, to try
+    /// another candidate under the same name.
+    DeleteRefusedReservation(String),
     /// Server-side apply of the Reservation.
     ApplyReservation(Box<Reservation>),
     /// Server-side apply of the Allocation.
@@ -133,6 +136,7 @@ pub fn plan(input: &Input<'_>, observed: &Observed) -> Plan {
         effects: Vec::new(),
         selector: None,
         stale_checked: Vec::new(),
+        refused: Vec::new(),
     };
     match machine.phase() {
         Phase::Failed | Phase::TimedOut => return machine.finish(Next::AwaitChange),
@@ -185,6 +189,8 @@ struct Machine<'a> {
     selector: Option<FlavorSelector>,
     /// Children already checked for a stale owner (deleted at most once).
     stale_checked: Vec<ChildKind>,
+    /// Candidates a provider refused in this reconcile: not tried again.
+    refused: Vec<String>,
 }
 
 impl<'a> Machine<'a> {
@@ -283,8 +289,12 @@ impl<'a> Machine<'a> {
     }
 
     /// Available candidates matching the selector, best first, with the reason.
-    fn candidates(&self) -> (Vec<&'a PeeringCandidate>, String) {
-        ranked_candidates(&self.observed.candidates, self.selector.as_ref())
+    fn candidates(&self) -> RankedCandidates<'a> {
+        let mut ranked = ranked_candidates(&self.observed.candidates, self.selector.as_ref());
+        ranked
+            .ordered
+            .retain(|pc| !self.refused.iter().any(|r| *r == pc.name_any()));
+        ranked
     }
 
     fn interest(&mut self, pc: &PeeringCandidate) {
@@ -357,8 +367,8 @@ impl<'a> Machine<'a> {
                 Next::Requeue(Duration::ZERO)
             }
             Some(Phase::Idle) => {
-                let (ranked, reason) = self.candidates();
-                if let Some(best) = ranked.first().copied() {
+                let RankedCandidates { ordered, reason } = self.candidates();
+                if let Some(best) = ordered.first().copied() {
                     self.choose(best, reason);
                     self.st.find_candidate = Some(Phase::Solved);
                     self.set(Phase::Running, "Solver has found a candidate");
@@ -401,8 +411,8 @@ impl<'a> Machine<'a> {
         match phase {
             Phase::Solved => {
                 self.st.discovery_phase = Some(Phase::Solved);
-                let (ranked, reason) = self.candidates();
-                match ranked.first().copied() {
+                let RankedCandidates { ordered, reason } = self.candidates();
+                match ordered.first().copied() {
                     Some(best) => {
                         self.choose(best, reason);
                         self.st.find_candidate = Some(Phase::Solved);
@@ -475,7 +485,7 @@ impl<'a> Machine<'a> {
                 self.set(Phase::Running, "Reservation created");
                 Ok(Next::Requeue(POLL))
             }
-            Some(Phase::Running) => Ok(self.follow_reservation()),
+            Some(Phase::Running) => self.follow_reservation(owner),
             Some(Phase::Failed) => {
                 self.set(Phase::Failed, "Solver has failed to reserve the resources");
                 Ok(Next::AwaitChange)
@@ -488,12 +498,12 @@ impl<'a> Machine<'a> {
     /// while finding if it is still free.
     fn new_reservation(&mut self, owner: &OwnerReference) -> Result<Reservation, Fail> {
         const FAILED: &str = "Error when reserving and buying the resources";
-        let (ranked, reason) = self.candidates();
+        let RankedCandidates { ordered, reason } = self.candidates();
         let chosen = self.st.chosen_candidate.as_ref().map(|c| c.name.clone());
-        let pick = match chosen.and_then(|c| ranked.iter().find(|pc| pc.name_any() == c)) {
+        let pick = match chosen.and_then(|c| ordered.iter().find(|pc| pc.name_any() == c)) {
             Some(pc) => Some(*pc),
             None => {
-                let first = ranked.first().copied();
+                let first = ordered.first().copied();
                 if let Some(f) = first {
                     self.st.chosen_candidate = Some(ChosenCandidate {
                         name: f.name_any(),
@@ -543,20 +553,23 @@ impl<'a> Machine<'a> {
         Ok(r)
     }
 
-    fn follow_reservation(&mut self) -> Next {
+    fn follow_reservation(&mut self, owner: &OwnerReference) -> Result<Next, Fail> {
         if self.expired(self.input.timeouts.phase) {
             self.set(
                 Phase::TimedOut,
                 "Solver has expired before reserving the resources",
             );
-            return Next::AwaitChange;
+            return Ok(Next::AwaitChange);
         }
         let Some(r) = self.reservation() else {
             self.st.reserve_and_buy = Some(Phase::Idle);
-            return Next::Requeue(Duration::ZERO);
+            return Ok(Next::Requeue(Duration::ZERO));
         };
         let rs = r.status.clone().unwrap_or_default();
-        match rs.phase.phase {
+        if let Some(next) = self.move_on_from_refused(r, &rs, owner) {
+            return Ok(next);
+        }
+        Ok(match rs.phase.phase {
             Phase::Solved => {
                 self.st.reservation_phase = Some(Phase::Solved);
                 self.st.reserve_and_buy = Some(Phase::Solved);
@@ -588,7 +601,59 @@ impl<'a> Machine<'a> {
                 }
                 Next::Requeue(POLL)
             }
+        })
+    }
+
+    /// Beyond upstream: when the candidate turned out not to be available
+    /// (taken meanwhile, or refused by its provider with 409) and nothing was
+    /// bought, the next ranked candidate is tried instead of failing.
+    fn move_on_from_refused(
+        &mut self,
+        r: &Reservation,
+        rs: &fluidos_api::reservation::ReservationStatus,
+        owner: &OwnerReference,
+    ) -> Option<Next> {
+        let refused = rs.phase.phase == Phase::Failed
+            && rs.reserve_phase == Some(Phase::Failed)
+            && rs.transaction_id.is_none()
+            && rs
+                .phase
+                .message
+                .as_deref()
+                .is_some_and(|m| m.starts_with(crate::reservation::machine::NOT_AVAILABLE));
+        if !refused {
+            return None;
         }
+        let candidate = r
+            .spec
+            .peering_candidate
+            .as_ref()
+            .and_then(|c| c.name.clone())
+            .unwrap_or_default();
+        self.refused.push(candidate.clone());
+        if self.candidates().ordered.is_empty() {
+            return None;
+        }
+        let why = rs.phase.message.clone().unwrap_or_default();
+        let previous = self.st.chosen_candidate.take();
+        let first_new_effect = self.effects.len();
+        let Ok(next) = self.new_reservation(owner) else {
+            self.effects.truncate(first_new_effect);
+            self.st.chosen_candidate = previous;
+            return None;
+        };
+        // The refused Reservation goes first: the next one takes its name.
+        self.effects.insert(
+            first_new_effect,
+            Effect::DeleteRefusedReservation(r.name_any()),
+        );
+        self.effects.push(Effect::ApplyReservation(Box::new(next)));
+        if let Some(chosen) = self.st.chosen_candidate.as_mut() {
+            chosen.reason = format!("{candidate} was refused ({why}); {}", chosen.reason);
+        }
+        self.st.reservation_phase = Some(Phase::Idle);
+        self.set(Phase::Running, "Reservation created");
+        Some(Next::Requeue(POLL))
     }
 
     fn peering(&mut self, owner: &OwnerReference) -> Result<Next, Fail> {
@@ -696,11 +761,20 @@ impl<'a> Machine<'a> {
     }
 }
 
+/// Available candidates matching a selector, best first, and why the first won.
+#[derive(Clone, Debug)]
+pub struct RankedCandidates<'a> {
+    /// Best first.
+    pub ordered: Vec<&'a PeeringCandidate>,
+    /// Why the first ranked first.
+    pub reason: String,
+}
+
 /// Available candidates matching `selector`, best first, with the ranking reason.
 pub fn ranked_candidates<'a>(
     all: &'a [PeeringCandidate],
     selector: Option<&FlavorSelector>,
-) -> (Vec<&'a PeeringCandidate>, String) {
+) -> RankedCandidates<'a> {
     let mut matching = Vec::new();
     let mut facts = Vec::new();
     for pc in all {
@@ -720,12 +794,16 @@ pub fn ranked_candidates<'a>(
         ));
         matching.push(pc);
     }
-    let (ranked, reason) = rank(facts);
-    let ordered = ranked
+    let ranking = rank(facts);
+    let ordered = ranking
+        .ordered
         .iter()
         .filter_map(|f| matching.iter().find(|pc| pc.name_any() == f.name).copied())
         .collect();
-    (ordered, reason)
+    RankedCandidates {
+        ordered,
+        reason: ranking.reason,
+    }
 }
 
 #[cfg(test)]
@@ -1065,6 +1143,76 @@ mod tests {
         let idle = with(ReservationStatus::default());
         assert_eq!(idle.status.reservation_phase, Some(Phase::Idle));
         assert_eq!(idle.next, Next::Requeue(POLL));
+    }
+
+    #[test]
+    fn a_candidate_refused_as_unavailable_is_replaced_by_the_next() {
+        let st = status(Some(Phase::Solved), Some(Phase::Running), None, NOW);
+        let s = solver(true, true, false, Some(st));
+        let refused = ReservationStatus {
+            phase: phase(
+                Phase::Failed,
+                "Reservation failed: PeeringCandidate not available: 409: not enough [\"pods\"] left",
+                NOW,
+            ),
+            reserve_phase: Some(Phase::Failed),
+            ..Default::default()
+        };
+        let observed = Observed {
+            // The refused one may still look available in our read.
+            candidates: vec![candidate("f1", "4", "1"), candidate("f2", "4", "2")],
+            reservation: Some(reservation(Some(refused.clone()), "peeringcandidate-f1")),
+            ..Default::default()
+        };
+        let p = run(&s, &observed);
+        assert_eq!(message(&p), (Phase::Running, "Reservation created".into()));
+        assert_eq!(p.status.reserve_and_buy, Some(Phase::Running));
+        let [
+            Effect::DeleteRefusedReservation(gone),
+            Effect::MarkInterest { .. },
+            Effect::ApplyReservation(next),
+        ] = &p.effects[..]
+        else {
+            panic!("{:?}", p.effects);
+        };
+        assert_eq!(gone, "reservation-solver-a");
+        assert_eq!(
+            next.spec
+                .peering_candidate
+                .as_ref()
+                .and_then(|c| c.name.as_deref()),
+            Some("peeringcandidate-f2")
+        );
+        let chosen = p.status.chosen_candidate.unwrap();
+        assert_eq!(chosen.name, "peeringcandidate-f2");
+        assert!(chosen.reason.starts_with("peeringcandidate-f1 was refused (Reservation failed: PeeringCandidate not available: 409"), "{}", chosen.reason);
+
+        // Nothing else to try: the upstream failure.
+        let observed = Observed {
+            candidates: vec![candidate("f1", "4", "1")],
+            reservation: Some(reservation(Some(refused.clone()), "peeringcandidate-f1")),
+            ..Default::default()
+        };
+        let p = run(&s, &observed);
+        assert_eq!(
+            message(&p),
+            (
+                Phase::Failed,
+                "Reservation: Flavor reservation and purchase failed".into()
+            )
+        );
+        // Other failures (a bad request, a failed purchase) are not retried elsewhere.
+        let mut other = refused;
+        other.phase.message = Some("Reservation failed: error when reserving flavor: 400".into());
+        let observed = Observed {
+            candidates: vec![candidate("f1", "4", "1"), candidate("f2", "4", "2")],
+            reservation: Some(reservation(Some(other), "peeringcandidate-f1")),
+            ..Default::default()
+        };
+        assert_eq!(
+            run(&s, &observed).status.reserve_and_buy,
+            Some(Phase::Failed)
+        );
     }
 
     #[test]
