@@ -110,59 +110,10 @@ impl Amount {
             digits.parse().map_err(|_| err("bad digits"))?
         };
         let mut exp10: i32 = -(frac_part.len() as i32);
-        let mut mul2: u32 = 0;
-        let format = match suffix {
-            "" => Format::DecimalSI,
-            "n" => {
-                exp10 -= 9;
-                Format::DecimalSI
-            }
-            "u" => {
-                exp10 -= 6;
-                Format::DecimalSI
-            }
-            "m" => {
-                exp10 -= 3;
-                Format::DecimalSI
-            }
-            "k" => {
-                exp10 += 3;
-                Format::DecimalSI
-            }
-            "M" => {
-                exp10 += 6;
-                Format::DecimalSI
-            }
-            "G" => {
-                exp10 += 9;
-                Format::DecimalSI
-            }
-            "T" => {
-                exp10 += 12;
-                Format::DecimalSI
-            }
-            "P" => {
-                exp10 += 15;
-                Format::DecimalSI
-            }
-            "E" => {
-                exp10 += 18;
-                Format::DecimalSI
-            }
-            "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" => {
-                mul2 = 10 * (1 + "KMGTPE".find(&suffix[..1]).unwrap_or(0) as u32);
-                Format::BinarySI
-            }
-            s if s.starts_with(['e', 'E']) => {
-                let e: i32 = s[1..].parse().map_err(|_| err("bad exponent"))?;
-                if !(-30..=30).contains(&e) {
-                    return Err(err("exponent out of range"));
-                }
-                exp10 += e;
-                Format::DecimalExponent
-            }
-            _ => return Err(err("unknown suffix")),
-        };
+        let scale = suffix_scale(suffix).map_err(err)?;
+        exp10 += scale.exp10;
+        let mul2 = scale.exp2;
+        let format = scale.format;
         let overflow = || err("out of range");
         let mut value = mantissa.checked_mul(1i128 << mul2).ok_or_else(overflow)?;
         // Convert to nanos: shift by exp10 + 9, rounding up as Kubernetes does.
@@ -289,6 +240,52 @@ pub fn lenient_opt<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Quantity>, 
     #[derive(Deserialize)]
     struct W(#[serde(deserialize_with = "lenient")] Quantity);
     Ok(Option::<W>::deserialize(d)?.map(|w| w.0))
+}
+
+/// What a quantity suffix multiplies by: a power of ten, a power of two, and
+/// the format it implies.
+struct SuffixScale {
+    exp10: i32,
+    exp2: u32,
+    format: Format,
+}
+
+/// The scale of a Kubernetes quantity suffix (`m`, `Gi`, `e3`, ...).
+fn suffix_scale(suffix: &str) -> Result<SuffixScale, &'static str> {
+    let decimal = |exp10| SuffixScale {
+        exp10,
+        exp2: 0,
+        format: Format::DecimalSI,
+    };
+    Ok(match suffix {
+        "" => decimal(0),
+        "n" => decimal(-9),
+        "u" => decimal(-6),
+        "m" => decimal(-3),
+        "k" => decimal(3),
+        "M" => decimal(6),
+        "G" => decimal(9),
+        "T" => decimal(12),
+        "P" => decimal(15),
+        "E" => decimal(18),
+        "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" => SuffixScale {
+            exp10: 0,
+            exp2: 10 * (1 + "KMGTPE".find(&suffix[..1]).unwrap_or(0) as u32),
+            format: Format::BinarySI,
+        },
+        s if s.starts_with(['e', 'E']) => {
+            let e: i32 = s[1..].parse().map_err(|_| "bad exponent")?;
+            if !(-30..=30).contains(&e) {
+                return Err("exponent out of range");
+            }
+            SuffixScale {
+                exp10: e,
+                exp2: 0,
+                format: Format::DecimalExponent,
+            }
+        }
+        _ => return Err("unknown suffix"),
+    })
 }
 
 #[cfg(test)]

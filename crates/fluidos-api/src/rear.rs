@@ -3,8 +3,10 @@
 //! These differ from the CRD types in key names (`ID`/`IP`, `buyerID`,
 //! `clusterID`, lower-case type names, the `charateristics` typo, `altitude`
 //! for the country). Field order is the Go node's, so `serde_json` output is
-//! byte-compatible with it. Readers also accept the corrected spellings. See
-//! `docs/rear-quirks.md` for each decision.
+//! byte-compatible with it; the payloads under `type.data` and
+//! `configuration.data` are typed by their sibling type name for the same
+//! reason ([`WireFlavorData`], [`WireConfigurationData`]). Readers also
+//! accept the corrected spellings. See `docs/rear-quirks.md` for each decision.
 
 use std::collections::BTreeMap;
 
@@ -15,13 +17,13 @@ use crate::common::{
     Configuration, FlavorTypeIdentifier, LiqoCredentials, Location, NodeIdentity,
     NodeIdentityAdditionalInfo, Price, TelemetryServer,
 };
-use crate::configuration::ConfigurationData;
+use crate::configuration::{ConfigurationData, K8SliceConfiguration, ServiceConfiguration};
 use crate::embedded::{EmbeddedFlavor, EmbeddedObjectMeta};
 use crate::error::DecodeError;
 use crate::flavor::{
     CarbonFootprint, FlavorSpec, FlavorType, FlavorTypeData, Gpu, K8Slice, K8SliceCharacteristics,
     NetworkAuthorizations, NetworkIntent, Partitionability, Policies, Properties, ResourceSelector,
-    ResourceSelectorData, SourceDestination,
+    ResourceSelectorData, ServiceFlavor, SourceDestination,
 };
 use crate::quantity;
 use crate::raw::{self, RawObject};
@@ -145,12 +147,73 @@ impl WireLocation {
 
 /// `type` of a wire flavor: lower-case name plus payload.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(from = "UntypedFlavorType")]
 pub struct WireFlavorType {
     /// `k8slice`, `vm`, `service`, `sensor`.
     pub name: String,
-    /// [`WireK8Slice`] or [`ServiceFlavor`] JSON.
+    /// The payload, typed by `name`.
+    pub data: WireFlavorData,
+}
+
+/// `type.data` of a wire flavor.
+///
+/// Typed rather than a `serde_json::Value` so that serde writes the Go node's
+/// field order (`charateristics, properties, policies`) instead of sorted keys.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+#[serde(untagged)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per listed flavor, serialized once and cached; boxing buys nothing"
+)]
+pub enum WireFlavorData {
+    /// `k8slice`.
+    K8Slice(WireK8Slice),
+    /// `service`.
+    Service(ServiceFlavor),
+    /// Another type, or a payload that does not decode: kept as received, so
+    /// [`WireFlavor::parse_type`] can name the failing field.
+    Raw(RawObject),
+}
+
+impl WireFlavorData {
+    /// Types `data` by the sibling type name; anything else stays raw.
+    pub fn decode(name: &str, data: RawObject) -> Self {
+        match FlavorTypeIdentifier::from_wire(name) {
+            Some(FlavorTypeIdentifier::K8Slice) => WireK8Slice::deserialize(&data)
+                .map_or(WireFlavorData::Raw(data), WireFlavorData::K8Slice),
+            Some(FlavorTypeIdentifier::Service) => ServiceFlavor::deserialize(&data)
+                .map_or(WireFlavorData::Raw(data), WireFlavorData::Service),
+            _ => WireFlavorData::Raw(data),
+        }
+    }
+
+    /// The payload as a JSON value.
+    pub fn to_raw(&self) -> RawObject {
+        match self {
+            WireFlavorData::Raw(v) => v.clone(),
+            typed => to_raw(typed),
+        }
+    }
+}
+
+/// A wire flavor type before `data` is typed by `name`.
+///
+/// `Deserialize` goes through this because the payload's type is a sibling
+/// field, which an untagged enum cannot see.
+#[derive(Deserialize)]
+struct UntypedFlavorType {
+    name: String,
     #[serde(default = "raw::empty_object")]
-    pub data: RawObject,
+    data: RawObject,
+}
+
+impl From<UntypedFlavorType> for WireFlavorType {
+    fn from(u: UntypedFlavorType) -> Self {
+        WireFlavorType {
+            data: WireFlavorData::decode(&u.name, u.data),
+            name: u.name,
+        }
+    }
 }
 
 /// A flavor as REAR lists it.
@@ -492,9 +555,11 @@ impl WireFlavor {
         let (type_name, data) = match spec.flavor_type.parse()? {
             FlavorTypeData::K8Slice(k) => (
                 FlavorTypeIdentifier::K8Slice,
-                to_raw(&WireK8Slice::from(&k)),
+                WireFlavorData::K8Slice(WireK8Slice::from(&k)),
             ),
-            FlavorTypeData::Service(s) => (FlavorTypeIdentifier::Service, to_raw(&s)),
+            FlavorTypeData::Service(s) => {
+                (FlavorTypeIdentifier::Service, WireFlavorData::Service(s))
+            }
         };
         Ok(WireFlavor {
             flavor_id: name.to_owned(),
@@ -514,17 +579,21 @@ impl WireFlavor {
 
     /// Decodes the payload by `type.name`.
     pub fn parse_type(&self) -> Result<FlavorTypeData, DecodeError> {
+        const FIELD: &str = "flavor.type.data";
+        let data = &self.type_.data;
         match FlavorTypeIdentifier::from_wire(&self.type_.name) {
             Some(FlavorTypeIdentifier::K8Slice) => {
-                let w: WireK8Slice = raw::decode("flavor.type.data", &self.type_.data)?;
-                let k = w.to_crd();
-                k.validate("flavor.type.data")?;
+                let k = match data {
+                    WireFlavorData::K8Slice(w) => w.to_crd(),
+                    _ => raw::decode::<WireK8Slice>(FIELD, &data.to_raw())?.to_crd(),
+                };
+                k.validate(FIELD)?;
                 Ok(FlavorTypeData::K8Slice(k))
             }
-            Some(FlavorTypeIdentifier::Service) => Ok(FlavorTypeData::Service(raw::decode(
-                "flavor.type.data",
-                &self.type_.data,
-            )?)),
+            Some(FlavorTypeIdentifier::Service) => Ok(FlavorTypeData::Service(match data {
+                WireFlavorData::Service(s) => s.clone(),
+                _ => raw::decode(FIELD, &data.to_raw())?,
+            })),
             _ => Err(DecodeError::new(
                 "flavor.type.name",
                 format!("flavor type {:?} is not supported", self.type_.name),
@@ -577,13 +646,70 @@ fn to_raw<T: Serialize>(v: &T) -> RawObject {
 
 /// Configuration on the wire: lower-case `type`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(from = "UntypedConfiguration")]
 pub struct WireConfiguration {
     /// `k8slice` or `service`.
     #[serde(rename = "type")]
     pub type_: String,
-    /// Payload.
+    /// The payload, typed by `type`.
+    pub data: WireConfigurationData,
+}
+
+/// `data` of a wire configuration, typed (like [`WireFlavorData`]) so that
+/// serde writes the Go node's field order.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+#[serde(untagged)]
+pub enum WireConfigurationData {
+    /// `k8slice`.
+    K8Slice(K8SliceConfiguration),
+    /// `service`.
+    Service(ServiceConfiguration),
+    /// Another type, or a payload that does not decode: kept as received, so
+    /// [`WireConfiguration::to_crd`] can name the failing field.
+    Raw(RawObject),
+}
+
+impl WireConfigurationData {
+    /// Types `data` by the configuration's type; anything else stays raw.
+    pub fn decode(t: Option<FlavorTypeIdentifier>, data: RawObject) -> Self {
+        match t {
+            Some(FlavorTypeIdentifier::K8Slice) => K8SliceConfiguration::deserialize(&data).map_or(
+                WireConfigurationData::Raw(data),
+                WireConfigurationData::K8Slice,
+            ),
+            Some(FlavorTypeIdentifier::Service) => ServiceConfiguration::deserialize(&data).map_or(
+                WireConfigurationData::Raw(data),
+                WireConfigurationData::Service,
+            ),
+            _ => WireConfigurationData::Raw(data),
+        }
+    }
+
+    /// The payload as a JSON value.
+    pub fn to_raw(&self) -> RawObject {
+        match self {
+            WireConfigurationData::Raw(v) => v.clone(),
+            typed => to_raw(typed),
+        }
+    }
+}
+
+/// A wire configuration before `data` is typed by `type` (see [`UntypedFlavorType`]).
+#[derive(Deserialize)]
+struct UntypedConfiguration {
+    #[serde(rename = "type")]
+    type_: String,
     #[serde(default = "raw::empty_object")]
-    pub data: RawObject,
+    data: RawObject,
+}
+
+impl From<UntypedConfiguration> for WireConfiguration {
+    fn from(u: UntypedConfiguration) -> Self {
+        WireConfiguration {
+            data: WireConfigurationData::decode(FlavorTypeIdentifier::from_wire(&u.type_), u.data),
+            type_: u.type_,
+        }
+    }
 }
 
 impl WireConfiguration {
@@ -594,7 +720,7 @@ impl WireConfiguration {
         })?;
         Ok(WireConfiguration {
             type_: t.wire_name().to_owned(),
-            data: c.data.clone(),
+            data: WireConfigurationData::decode(Some(t), c.data.clone()),
         })
     }
 
@@ -608,7 +734,7 @@ impl WireConfiguration {
         })?;
         let crd = Configuration {
             type_: t.as_str().to_owned(),
-            data: self.data.clone(),
+            data: self.data.to_raw(),
         };
         let parsed = crd.parse("configuration")?;
         Ok((crd, parsed))
@@ -966,6 +1092,57 @@ mod tests {
             serde_json::json!({"key": "app", "value": "db"})
         );
         assert_eq!(wire.to_crd(), k);
+    }
+
+    #[test]
+    fn payloads_that_do_not_decode_stay_raw() {
+        // Keys sorted, as a raw Value writes them, so the bytes round-trip.
+        let f = concat!(
+            r#"{"flavorID":"f","providerID":"p","type":{"name":"k8slice","data":{"charateristics":{"cpu":"1"},"x":[1]}},"#,
+            r#""timestamp":"t","price":{"amount":"","currency":"","period":""},"#,
+            r#""owner":{"ID":"p","IP":"i","domain":"d"},"availability":true}"#
+        );
+        let w: WireFlavor = serde_json::from_str(f).unwrap();
+        assert!(matches!(w.type_.data, WireFlavorData::Raw(_)));
+        assert_eq!(serde_json::to_string(&w).unwrap(), f);
+        let e = w.parse_type().unwrap_err();
+        assert_eq!(e.field, "flavor.type.data.charateristics", "{e}");
+
+        let vm = r#"{"name":"vm","data":{"b":1,"a":2}}"#;
+        let t: WireFlavorType = serde_json::from_str(vm).unwrap();
+        assert_eq!(
+            t.data,
+            WireFlavorData::Raw(serde_json::json!({"a": 2, "b": 1}))
+        );
+
+        let c: WireConfiguration =
+            serde_json::from_str(r#"{"type":"k8slice","data":{"cpu":"1"}}"#).unwrap();
+        assert!(matches!(c.data, WireConfigurationData::Raw(_)));
+        let e = c.to_crd().unwrap_err();
+        assert_eq!(e.field, "configuration.data", "{e}");
+        assert!(e.message.contains("memory"), "{e}");
+    }
+
+    #[test]
+    fn typed_payloads_decode_by_their_sibling_type() {
+        let c: WireConfiguration = serde_json::from_str(
+            r#"{"data":{"pods":"1","memory":"1Gi","cpu":1},"type":"k8slice"}"#,
+        )
+        .unwrap();
+        let WireConfigurationData::K8Slice(k) = &c.data else {
+            panic!("{c:?}")
+        };
+        assert_eq!(k.cpu.0, "1");
+        assert_eq!(
+            serde_json::to_string(&c).unwrap(),
+            r#"{"type":"k8slice","data":{"cpu":"1","memory":"1Gi","pods":"1"}}"#
+        );
+        let (crd, _) = c.to_crd().unwrap();
+        assert_eq!(crd.type_, "K8Slice");
+        assert_eq!(
+            crd.data,
+            serde_json::json!({"cpu": "1", "memory": "1Gi", "pods": "1"})
+        );
     }
 
     #[test]

@@ -119,6 +119,11 @@ pub struct ReservationStatus {
     /// The Contract bought.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub contract: Option<GenericRef>,
+    /// When a purchase call first got no answer in time (beyond upstream):
+    /// the provider may have sold the transaction, so it is asked again
+    /// rather than reported failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purchase_unanswered_since: Option<String>,
 }
 
 /// A reservation held by a provider for a buyer, until it expires or is bought.

@@ -7,6 +7,10 @@
 //! plane, one namespace each). Targets: p50 < 200 ms (1), < 1 s (20).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a bench that cannot set up should stop loudly
+#![allow(
+    clippy::too_many_lines,
+    reason = "an integration scenario reads top to bottom as one story; its steps share one running cluster"
+)]
 
 use std::time::{Duration, Instant};
 

@@ -17,11 +17,11 @@ pub mod machine;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use fluidos_api::reservation::ReservationStatus;
 use fluidos_api::{Contract, PeeringCandidate, Reservation, Transaction};
 use fluidos_controller::api_error::ok_if_not_found;
+use fluidos_rear_client::RearError;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
@@ -111,6 +111,16 @@ async fn reconcile(cached: Arc<Reservation>, ctx: Arc<Context>) -> Result<Action
             body,
         } => {
             let answer = match ctx.rear.purchase(&seller, &transaction_id, &body).await {
+                Err(RearError::Unreachable {
+                    timed_out: true, ..
+                }) => {
+                    let plan = machine::after_purchase_timeout(
+                        &input,
+                        status,
+                        ctx.rear.config().purchase_timeout,
+                    );
+                    return finish(&ctx, &api, &r, plan).await;
+                }
                 Err(e) if e.is_unreachable() => {
                     return Err(rear_error(Step::Purchase, &seller, e));
                 }
@@ -143,11 +153,9 @@ async fn finish(
         save(api, &r.name_any(), &plan.status).await?;
     }
     run_effects(ctx, &ns, &plan.after).await?;
-    Ok(if plan.again {
-        Action::requeue(Duration::ZERO)
-    } else {
-        Action::await_change()
-    })
+    Ok(plan
+        .requeue
+        .map_or_else(Action::await_change, Action::requeue))
 }
 
 async fn run_effects(ctx: &Context, ns: &str, effects: &[Effect]) -> Result<(), Error> {

@@ -81,6 +81,9 @@ async fn reconcile(cached: Arc<Solver>, ctx: Arc<Context>) -> Result<Action, Err
     else {
         return Ok(Action::await_change());
     };
+    if machine::is_over(&solver) {
+        return Ok(Action::await_change());
+    }
     let observed = observe(&ctx, &solver, &ns).await?;
     let plan = machine::plan(
         &Input {

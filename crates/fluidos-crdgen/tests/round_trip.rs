@@ -12,6 +12,10 @@
 //! message when it is absent.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // in tests a panic is the failure report
+#![allow(
+    clippy::too_many_lines,
+    reason = "each test is one scenario read top to bottom"
+)]
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -444,6 +448,7 @@ fn objects_our_types_write() -> Vec<(Value, Option<Value>)> {
                 purchase_phase: Some(Phase::Solved),
                 transaction_id: Some("abababababababababababababababab-1".into()),
                 contract: Some(GenericRef::named(NS, "contract-x")),
+                purchase_unanswered_since: None,
             }),
         ),
         pair(

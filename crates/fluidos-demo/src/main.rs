@@ -125,6 +125,10 @@ fn blueprint() -> ServiceBlueprint {
 }
 
 #[tokio::main]
+#[expect(
+    clippy::too_many_lines,
+    reason = "the demo is a script: clusters, nodes, Solvers and the progress view in the order a reader follows them"
+)]
 async fn main() -> anyhow::Result<()> {
     let t0 = Instant::now();
     let node = node_binary()?;

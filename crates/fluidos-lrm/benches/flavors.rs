@@ -14,6 +14,10 @@
 //! manager without first waiting for the API server's flavor cache).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::too_many_lines,
+    reason = "an integration scenario reads top to bottom as one story; its steps share one running cluster"
+)]
 
 use std::collections::HashMap;
 use std::io::BufRead;

@@ -2,7 +2,6 @@
 //! status saying what became of it (fetch → validate/build → apply → status).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use fluidos_api::flavor::ServiceFlavor;
 use fluidos_api::service_blueprint::{ServiceBlueprint, ServiceBlueprintStatus};
@@ -15,7 +14,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::context::Context;
-use crate::error::Error;
+use crate::error::{Error, Step};
 use crate::service::{self, Invalid};
 
 /// The condition type this controller maintains.
@@ -71,6 +70,7 @@ fn ready_condition(s: Option<&ServiceBlueprintStatus>) -> Option<&Condition> {
 }
 
 /// Reconciles one blueprint.
+#[tracing::instrument(skip_all, fields(blueprint = %bp.name_any()))]
 pub(crate) async fn reconcile(
     bp: Arc<ServiceBlueprint>,
     ctx: Arc<Context>,
@@ -80,8 +80,7 @@ pub(crate) async fn reconcile(
     let built = service::build(&bp, &ctx.publisher);
     let mut next = None;
     if let Ok(d) = &built {
-        let (_, ledger) = ctx.ensure(&d.flavor, false).await?;
-        next = ledger.next_expiry;
+        next = ctx.ensure(&d.flavor, false).await?.ledger.next_expiry;
     }
     // An invalid blueprint's old flavor is retired by the lifecycle controller.
     let outcome = match &built {
@@ -101,7 +100,8 @@ pub(crate) async fn reconcile(
             &PatchParams::default(),
             &Patch::Merge(json!({"status": status})),
         )
-        .await?;
+        .await
+        .map_err(Error::kube(Step::WriteBlueprintStatus))?;
         let before = ready_condition(bp.status.as_ref());
         let after = ready_condition(Some(&status));
         let changed = |b: &Condition, a: &Condition| {
@@ -128,17 +128,6 @@ pub(crate) async fn reconcile(
         }
     }
     Ok(next.map_or_else(Action::await_change, Action::requeue))
-}
-
-/// Retry policy: conflicts quickly, the rest after a few seconds.
-pub(crate) fn error_policy(bp: Arc<ServiceBlueprint>, err: &Error, _ctx: Arc<Context>) -> Action {
-    let after = if err.is_conflict() {
-        Duration::from_millis(100)
-    } else {
-        Duration::from_secs(5)
-    };
-    tracing::warn!(blueprint = bp.name_any(), error = %err, retry_in = ?after, "service blueprint reconcile failed");
-    Action::requeue(after)
 }
 
 #[cfg(test)]

@@ -61,6 +61,8 @@ pub struct LrmConfig {
     pub metrics_resync: Duration,
     /// Reconciles running at once per controller.
     pub concurrency: u16,
+    /// Where reconcile counts, failures and durations are recorded (the node's one registry).
+    pub metrics: fluidos_controller::Metrics,
 }
 
 impl LrmConfig {
@@ -82,6 +84,7 @@ impl LrmConfig {
             identity,
             metrics_resync: Duration::from_secs(60),
             concurrency: 32,
+            metrics: fluidos_controller::Metrics::default(),
         }
     }
 

@@ -7,6 +7,7 @@ use fluidos_api::Flavor;
 use fluidos_api::flavor::{FlavorSpec, FlavorType, FlavorTypeData};
 use fluidos_api::ledger::{self, LedgerState, Resources};
 use fluidos_api::service_blueprint::ServiceBlueprint;
+use fluidos_controller::{api_error, time};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -16,12 +17,13 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
-use crate::error::Error;
+use crate::error::{Error, Step};
 use crate::k8slice::{self, DesiredFlavor, Publisher};
 use crate::metrics::MetricsProbe;
 use crate::names::{
     BLUEPRINT_LABEL, FIELD_MANAGER, LEDGER_FINALIZER, MANAGED_BY_LABEL, NODE_LABEL,
 };
+use crate::owner::SourceKind;
 use crate::pod_index::PodIndex;
 
 /// Everything a reconcile needs: client, caches, configuration, event recorder.
@@ -104,18 +106,13 @@ pub(crate) struct LedgerView {
     pub next_expiry: Option<Duration>,
 }
 
-/// `now` in the RFC 3339 UTC second-precision form the ledger compares against.
-pub(crate) fn rfc3339(now: Timestamp) -> String {
-    now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
-
 /// Reads the ledger of `flavor` at `now` (pure).
 pub(crate) fn ledger_view(flavor: Option<&Flavor>, now: Timestamp) -> Result<LedgerView, Error> {
     let entries = flavor
         .and_then(|f| f.status.as_ref())
         .and_then(|s| s.ledger.as_deref())
         .unwrap_or_default();
-    let now_s = rfc3339(now);
+    let now_s = time::format(now);
     let committed = ledger::committed(entries, &now_s).map_err(|e| Error::Ledger {
         flavor: flavor.map(|f| f.name_any()).unwrap_or_default(),
         message: e.to_string(),
@@ -203,7 +200,16 @@ pub(crate) fn up_to_date(
         && has_finalizer(current) == finalizer
 }
 
-/// What [`Context::ensure`] did.
+/// What [`Context::ensure`] did, and the ledger it decided on.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Ensured {
+    /// What was written.
+    pub change: Change,
+    /// The flavor's ledger as read for the decision.
+    pub ledger: LedgerView,
+}
+
+/// What [`Context::ensure`] wrote.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Change {
     /// The flavor did not exist and was created.
@@ -275,11 +281,7 @@ impl Context {
     /// Makes the flavor `d` exist as desired: spec (clamped to the ledger's
     /// commitments when `clamp`), labels, owner, and the ledger finalizer
     /// exactly while live entries exist. Writes only when something differs.
-    pub(crate) async fn ensure(
-        &self,
-        d: &DesiredFlavor,
-        clamp: bool,
-    ) -> Result<(Change, LedgerView), Error> {
+    pub(crate) async fn ensure(&self, d: &DesiredFlavor, clamp: bool) -> Result<Ensured, Error> {
         let mut current = self.cached_flavor(&d.name).map(|f| (*f).clone());
         let mut attempt = 1;
         loop {
@@ -321,7 +323,7 @@ impl Context {
                             self.announce(d, change, written.uid());
                             Ok(change)
                         }
-                        Err(e) => Err(Error::from(e)),
+                        Err(e) => Err(Error::kube(Step::ApplyFlavor)(e)),
                     }
                 }
             };
@@ -329,9 +331,18 @@ impl Context {
                 Err(e) if e.is_conflict() && attempt < CONFLICT_ATTEMPTS => {
                     attempt += 1;
                     tracing::debug!(flavor = d.name, "conflict; retrying on a fresh read");
-                    current = self.flavors_api.get_opt(&d.name).await?;
+                    current = self
+                        .flavors_api
+                        .get_opt(&d.name)
+                        .await
+                        .map_err(Error::kube(Step::ReadFlavor))?;
                 }
-                other => return other.map(|c| (c, view)),
+                other => {
+                    return other.map(|change| Ensured {
+                        change,
+                        ledger: view,
+                    });
+                }
             }
         }
     }
@@ -356,7 +367,9 @@ impl Context {
             kind: Some(d.owner.kind.clone()),
             name: Some(d.owner.name.clone()),
             uid: Some(d.owner.uid.clone()),
-            namespace: (d.owner.kind != "Node").then(|| self.namespace().to_owned()),
+            namespace: SourceKind::of(&d.owner)
+                .is_none_or(SourceKind::is_namespaced)
+                .then(|| self.namespace().to_owned()),
             ..Default::default()
         };
         self.event(
@@ -393,7 +406,8 @@ impl Context {
                 &PatchParams::default(),
                 &Patch::Merge(&patch),
             )
-            .await?;
+            .await
+            .map_err(Error::kube(Step::RemoveFinalizer))?;
         tracing::info!(flavor = f.name_any(), "ledger empty; finalizer released");
         Ok(())
     }
@@ -409,8 +423,8 @@ impl Context {
         };
         match self.flavors_api.delete(&f.name_any(), &dp).await {
             Ok(_) => Ok(true),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
-            Err(e) => Err(e.into()),
+            Err(e) if api_error::is_not_found(&e) => Ok(false),
+            Err(e) => Err(Error::kube(Step::DeleteFlavor)(e)),
         }
     }
 
@@ -422,12 +436,7 @@ impl Context {
         if !f.spec.availability && (pinned || terminating) {
             return Ok(false);
         }
-        let ours = |o: &&OwnerReference| {
-            matches!(
-                (o.api_version.as_str(), o.kind.as_str()),
-                ("v1", "Node") | ("nodecore.fluidos.eu/v1alpha1", "ServiceBlueprint")
-            )
-        };
+        let ours = |o: &&OwnerReference| SourceKind::of(o).is_some();
         let Some(owner) = f.owner_references().iter().find(ours).cloned() else {
             return Ok(false);
         };
@@ -461,7 +470,8 @@ impl Context {
                 &PatchParams::apply(FIELD_MANAGER).force(),
                 &Patch::Apply(&body),
             )
-            .await?;
+            .await
+            .map_err(Error::kube(Step::WithdrawFlavor))?;
         Ok(true)
     }
 }

@@ -51,8 +51,14 @@ pub enum BuildError {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// An API request failed.
-    #[error("kube: {0}")]
-    Kube(#[from] kube::Error),
+    #[error("{step}: {source}")]
+    Kube {
+        /// The request that failed ([`Step`]).
+        step: Step,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
     /// The flavor could not be computed.
     #[error(transparent)]
     Build(#[from] BuildError),
@@ -78,9 +84,97 @@ pub enum Error {
     },
 }
 
+/// The API request a reconcile step makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Server-side apply of a flavor.
+    ApplyFlavor,
+    /// Re-reading a flavor after a conflict.
+    ReadFlavor,
+    /// Releasing the ledger finalizer.
+    RemoveFinalizer,
+    /// Deleting a retired flavor.
+    DeleteFlavor,
+    /// Making a flavor unavailable.
+    WithdrawFlavor,
+    /// Writing a ServiceBlueprint's status.
+    WriteBlueprintStatus,
+}
+
+impl Step {
+    /// snake_case name (the `reason` label of the failure metric).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Step::ApplyFlavor => "apply_flavor",
+            Step::ReadFlavor => "read_flavor",
+            Step::RemoveFinalizer => "remove_finalizer",
+            Step::DeleteFlavor => "delete_flavor",
+            Step::WithdrawFlavor => "withdraw_flavor",
+            Step::WriteBlueprintStatus => "write_blueprint_status",
+        }
+    }
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl Error {
+    /// Wraps an API error of `step` (for `map_err`).
+    pub fn kube(step: Step) -> impl FnOnce(kube::Error) -> Error {
+        move |source| Error::Kube { step, source }
+    }
+
     /// True when the API server refused the write because our view was stale.
     pub fn is_conflict(&self) -> bool {
-        matches!(self, Error::Kube(kube::Error::Api(s)) if s.code == 409)
+        use fluidos_controller::ReconcileError;
+        self.api_error()
+            .is_some_and(fluidos_controller::api_error::is_conflict)
+    }
+}
+
+impl fluidos_controller::ReconcileError for Error {
+    fn step(&self) -> &'static str {
+        match self {
+            Error::Kube { step, .. } => step.as_str(),
+            Error::Build(_) => "build_flavor",
+            Error::Ledger { .. } => "read_ledger",
+            Error::Config(_) => "config",
+            Error::Json { .. } => "serialize",
+        }
+    }
+
+    fn api_error(&self) -> Option<&kube::Error> {
+        match self {
+            Error::Kube { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fluidos_controller::ReconcileError;
+
+    #[test]
+    fn steps_and_conflicts() {
+        let conflict = kube::Error::Api(
+            kube::core::Status::failure("stale", "Conflict")
+                .with_code(409)
+                .boxed(),
+        );
+        let e = Error::kube(Step::ApplyFlavor)(conflict);
+        assert!(e.is_conflict());
+        assert_eq!(e.step(), "apply_flavor");
+        assert!(e.to_string().starts_with("apply_flavor: "), "{e}");
+        let ledger = Error::Ledger {
+            flavor: "f".into(),
+            message: "bad".into(),
+        };
+        assert!(!ledger.is_conflict());
+        assert_eq!(ledger.step(), "read_ledger");
     }
 }

@@ -240,14 +240,7 @@ pub fn build(
 /// Owner reference to a core `v1` Node, so the garbage collector resolves it
 /// (upstream writes `nodecore.fluidos.eu/v1alpha1`, which it cannot).
 pub fn node_owner_ref(name: &str, uid: &str) -> OwnerReference {
-    OwnerReference {
-        api_version: "v1".into(),
-        kind: "Node".into(),
-        name: name.into(),
-        uid: uid.into(),
-        controller: Some(true),
-        block_owner_deletion: None,
-    }
+    crate::owner::SourceKind::Node.owner_ref(name, uid)
 }
 
 /// Raises every characteristic below `committed` up to it, so a flavor never

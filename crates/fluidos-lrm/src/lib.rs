@@ -52,6 +52,7 @@ mod lifecycle_controller;
 pub mod metrics;
 pub mod names;
 mod node_controller;
+pub mod owner;
 mod pod_index;
 pub mod requests;
 pub mod service;
@@ -62,15 +63,16 @@ use std::sync::Arc;
 use fluidos_api::Flavor;
 use fluidos_api::common::FlavorTypeIdentifier;
 use fluidos_api::service_blueprint::ServiceBlueprint;
+use fluidos_controller::reconcile::{Reconciler, drain};
+use fluidos_controller::{ReadinessGate, events};
 use futures::channel::mpsc;
+use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Node, NodeStatus, Pod};
-use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
-use tokio::sync::watch;
 
 pub use blueprint_controller::{PUBLISHED, READY};
 pub use config::LrmConfig;
@@ -78,6 +80,7 @@ pub use error::{BuildError, ConfigError, Error};
 
 use context::{Context, Gate, Synced};
 use k8slice::Publisher;
+use owner::SourceKind;
 use pod_index::PodIndex;
 
 /// How long shutdown waits for queued events to be published.
@@ -86,36 +89,7 @@ const EVENT_FLUSH: std::time::Duration = std::time::Duration::from_secs(5);
 /// Readiness of the manager: true once every cache has its first full list
 /// (nodes, pods, flavors, blueprints), i.e. once decisions are made on
 /// complete data. With auto-discovery disabled it is ready at once.
-#[derive(Clone, Debug)]
-pub struct Readiness(Arc<watch::Sender<bool>>);
-
-impl Default for Readiness {
-    fn default() -> Self {
-        Readiness(Arc::new(watch::Sender::new(false)))
-    }
-}
-
-impl Readiness {
-    /// Not ready yet.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// True once ready.
-    pub fn is_ready(&self) -> bool {
-        *self.0.borrow()
-    }
-
-    /// Waits until ready.
-    pub async fn wait(&self) {
-        let mut rx = self.0.subscribe();
-        let _ = rx.wait_for(|r| *r).await;
-    }
-
-    fn set_ready(&self) {
-        self.0.send_replace(true);
-    }
-}
+pub type Readiness = ReadinessGate;
 
 /// Runs both controllers (K8Slice flavors from nodes, Service flavors from
 /// blueprints) until `shutdown` completes.
@@ -134,6 +108,10 @@ pub async fn run(
 }
 
 /// [`run`], reporting readiness through `readiness`.
+#[expect(
+    clippy::too_many_lines,
+    reason = "wiring: four watches feeding three controllers through shared caches and triggers; split up, the data flow between them no longer reads in one place"
+)]
 pub async fn run_with_readiness(
     client: Client,
     cfg: LrmConfig,
@@ -210,14 +188,14 @@ pub async fn run_with_readiness(
         let ns = ns.clone();
         move |f| {
             for o in f.owner_references() {
-                match (o.api_version.as_str(), o.kind.as_str()) {
-                    ("v1", "Node") => {
+                match SourceKind::of(o) {
+                    Some(SourceKind::Node) => {
                         let _ = to_node.unbounded_send(ObjectRef::new(&o.name));
                     }
-                    ("nodecore.fluidos.eu/v1alpha1", "ServiceBlueprint") => {
+                    Some(SourceKind::ServiceBlueprint) => {
                         let _ = to_bp.unbounded_send(ObjectRef::new(&o.name).within(&ns));
                     }
-                    _ => {}
+                    None => {}
                 }
             }
         }
@@ -269,13 +247,7 @@ pub async fn run_with_readiness(
 
     let (event_sink, event_queue) = mpsc::unbounded();
     let events = tokio::spawn(context::publish_events(
-        Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: names::REPORTER.into(),
-                instance: std::env::var("POD_NAME").ok(),
-            },
-        ),
+        events::recorder(client.clone(), names::REPORTER),
         event_queue,
     ));
     let ctx = Arc::new(Context {
@@ -297,33 +269,48 @@ pub async fn run_with_readiness(
         .with_config(config.clone())
         .reconcile_on(pod_triggers)
         .reconcile_on(node_triggers)
-        .graceful_shutdown_on(shutdown.clone())
-        .run(
-            node_controller::reconcile,
-            node_controller::error_policy,
-            ctx.clone(),
+        .graceful_shutdown_on(shutdown.clone());
+    let node_controller = {
+        let rec = Reconciler::new("node", &cfg.metrics);
+        drain(
+            rec.controller(),
+            node_controller.run(
+                observed(&rec, node_controller::reconcile),
+                move |n, e, _| rec.error_policy(n.as_ref(), e),
+                ctx.clone(),
+            ),
         )
-        .for_each(|r| log_outcome("node", r));
+    };
     let blueprint_controller = Controller::for_stream(blueprints, bp_reader)
         .with_config(config.clone())
         .reconcile_on(bp_triggers)
-        .graceful_shutdown_on(shutdown.clone())
-        .run(
-            blueprint_controller::reconcile,
-            blueprint_controller::error_policy,
-            ctx.clone(),
+        .graceful_shutdown_on(shutdown.clone());
+    let blueprint_controller = {
+        let rec = Reconciler::new("serviceblueprint", &cfg.metrics);
+        drain(
+            rec.controller(),
+            blueprint_controller.run(
+                observed(&rec, blueprint_controller::reconcile),
+                move |b, e, _| rec.error_policy(b.as_ref(), e),
+                ctx.clone(),
+            ),
         )
-        .for_each(|r| log_outcome("serviceblueprint", r));
+    };
     let lifecycle_controller = Controller::for_stream(flavors, flavor_reader)
         .with_config(config)
         .reconcile_on(flavor_triggers)
-        .graceful_shutdown_on(shutdown.clone())
-        .run(
-            lifecycle_controller::reconcile,
-            lifecycle_controller::error_policy,
-            ctx.clone(),
+        .graceful_shutdown_on(shutdown.clone());
+    let lifecycle_controller = {
+        let rec = Reconciler::new("flavor-lifecycle", &cfg.metrics);
+        drain(
+            rec.controller(),
+            lifecycle_controller.run(
+                observed(&rec, lifecycle_controller::reconcile),
+                move |f, e, _| rec.error_policy(f.as_ref(), e),
+                ctx.clone(),
+            ),
         )
-        .for_each(|r| log_outcome("flavor-lifecycle", r));
+    };
     let ready = async {
         tokio::select! {
             () = ctx.caches_ready() => {
@@ -380,27 +367,21 @@ fn strip_node(n: &mut Node) {
     }
 }
 
-async fn log_outcome<K, E, Q>(
-    controller: &'static str,
-    r: Result<(ObjectRef<K>, Action), controller::Error<E, Q>>,
-) where
-    K: kube::Resource,
-    E: std::error::Error,
-    Q: std::error::Error,
+/// `reconcile` counted, timed and its backoff reset through `rec`.
+fn observed<K, F, Fut>(
+    rec: &Reconciler,
+    reconcile: F,
+) -> impl FnMut(Arc<K>, Arc<Context>) -> BoxFuture<'static, Result<controller::Action, Error>>
++ use<K, F, Fut>
+where
+    K: kube::Resource<DynamicType = ()> + Send + Sync + 'static,
+    F: Fn(Arc<K>, Arc<Context>) -> Fut,
+    Fut: Future<Output = Result<controller::Action, Error>> + Send + 'static,
 {
-    match r {
-        Ok((obj, action)) => tracing::trace!(controller, %obj, ?action, "reconciled"),
-        // A deleted object's last event; the lifecycle controller handles it.
-        Err(controller::Error::ObjectNotFound(obj)) => {
-            tracing::trace!(controller, %obj, "object gone")
-        }
-        // Already logged by the error policy.
-        Err(controller::Error::ReconcilerFailed(_, obj)) => {
-            tracing::trace!(controller, %obj, "reconcile failed")
-        }
-        Err(controller::Error::QueueError(e)) => {
-            tracing::warn!(controller, error = %e, "watch failed; retrying")
-        }
-        Err(e) => tracing::warn!(controller, error = %e, "controller error"),
+    let rec = rec.clone();
+    move |obj, ctx| {
+        let rec = rec.clone();
+        let run = reconcile(obj.clone(), ctx);
+        async move { rec.observe(obj.as_ref(), run).await }.boxed()
     }
 }

@@ -22,6 +22,7 @@ use kube::runtime::reflector::ObjectRef;
 use crate::context::{Context, flavor_ref, has_finalizer, ledger_view};
 use crate::error::Error;
 use crate::names;
+use crate::owner::SourceKind;
 use crate::service;
 
 /// Whether a flavor's source still wants it.
@@ -39,8 +40,8 @@ pub(crate) enum Source {
 pub(crate) fn source_of(f: &Flavor, ctx: &Context) -> Source {
     let domain = &ctx.publisher.identity.domain;
     for o in f.owner_references() {
-        match (o.api_version.as_str(), o.kind.as_str()) {
-            ("v1", "Node") => {
+        match SourceKind::of(o) {
+            Some(SourceKind::Node) => {
                 let expected = names::flavor_name(domain, FlavorTypeIdentifier::K8Slice, &o.uid);
                 return match ctx.nodes.get(&ObjectRef::new(&o.name)) {
                     None => Source::Gone(format!(
@@ -60,7 +61,7 @@ pub(crate) fn source_of(f: &Flavor, ctx: &Context) -> Source {
                     Some(_) => Source::Alive,
                 };
             }
-            ("nodecore.fluidos.eu/v1alpha1", "ServiceBlueprint") => {
+            Some(SourceKind::ServiceBlueprint) => {
                 let key = ObjectRef::new(&o.name).within(ctx.namespace());
                 return match ctx.blueprints.get(&key) {
                     None => Source::Gone(format!("service blueprint {} is gone", o.name)),
@@ -81,7 +82,7 @@ pub(crate) fn source_of(f: &Flavor, ctx: &Context) -> Source {
                     },
                 };
             }
-            _ => {}
+            None => {}
         }
     }
     Source::NotOurs
@@ -93,12 +94,15 @@ fn owner_ref(f: &Flavor, ns: &str) -> Option<ObjectReference> {
         kind: Some(o.kind.clone()),
         name: Some(o.name.clone()),
         uid: Some(o.uid.clone()),
-        namespace: (o.kind != "Node").then(|| ns.to_owned()),
+        namespace: SourceKind::of(o)
+            .is_none_or(SourceKind::is_namespaced)
+            .then(|| ns.to_owned()),
         ..Default::default()
     })
 }
 
 /// Retires the flavor if its source is gone.
+#[tracing::instrument(skip_all, fields(flavor = %flavor.name_any()))]
 pub(crate) async fn reconcile(flavor: Arc<Flavor>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.caches_ready().await;
     let why = match source_of(&flavor, &ctx) {
@@ -149,15 +153,4 @@ pub(crate) async fn reconcile(flavor: Arc<Flavor>, ctx: Arc<Context>) -> Result<
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
     Ok(Action::await_change())
-}
-
-/// Retry policy: conflicts quickly, the rest after a few seconds.
-pub(crate) fn error_policy(flavor: Arc<Flavor>, err: &Error, _ctx: Arc<Context>) -> Action {
-    let after = if err.is_conflict() {
-        Duration::from_millis(100)
-    } else {
-        Duration::from_secs(5)
-    };
-    tracing::warn!(flavor = flavor.name_any(), error = %err, retry_in = ?after, "flavor lifecycle reconcile failed");
-    Action::requeue(after)
 }

@@ -2,17 +2,17 @@
 //! the node and the pods bound to it (fetch → build → apply).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
-use crate::context::Context;
+use crate::context::{Context, Ensured};
 use crate::error::Error;
 use crate::k8slice;
 
 /// Reconciles the flavor of one labelled node.
+#[tracing::instrument(skip_all, fields(node = %node.name_any()))]
 pub(crate) async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.caches_ready().await;
     if !ctx.publisher.selects(&node) {
@@ -27,7 +27,7 @@ pub(crate) async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Acti
     // build (pure)
     let desired = k8slice::build(&node, &load, usage.as_ref(), &ctx.publisher)?;
     // apply
-    let (change, ledger) = ctx.ensure(&desired, true).await?;
+    let Ensured { change, ledger } = ctx.ensure(&desired, true).await?;
     tracing::debug!(
         node = name,
         flavor = desired.name,
@@ -40,15 +40,4 @@ pub(crate) async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Acti
         next = Some(next.map_or(ctx.metrics_resync, |n| n.min(ctx.metrics_resync)));
     }
     Ok(next.map_or_else(Action::await_change, Action::requeue))
-}
-
-/// Retry policy: conflicts quickly, unreadable nodes slowly, the rest after a few seconds.
-pub(crate) fn error_policy(node: Arc<Node>, err: &Error, _ctx: Arc<Context>) -> Action {
-    let after = match err {
-        e if e.is_conflict() => Duration::from_millis(100),
-        Error::Build(_) => Duration::from_secs(300),
-        _ => Duration::from_secs(5),
-    };
-    tracing::warn!(node = node.name_any(), error = %err, retry_in = ?after, "node flavor reconcile failed");
-    Action::requeue(after)
 }

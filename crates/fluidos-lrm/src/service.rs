@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 use fluidos_api::common::{FlavorTypeIdentifier, HostingPolicy};
 use fluidos_api::flavor::{FlavorType, ServiceFlavor};
 use fluidos_api::service_blueprint::ServiceBlueprint;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde_json::{Value, json};
 
 use crate::k8slice::{DesiredFlavor, Publisher};
 use crate::names;
+use crate::owner::SourceKind;
 
 /// Category with a built-in configuration template (upstream `consts.Database`).
 pub const DATABASE: &str = "database";
@@ -201,14 +201,7 @@ pub fn build(bp: &ServiceBlueprint, publisher: &Publisher) -> Result<DesiredServ
                 uid,
             ),
             labels,
-            owner: OwnerReference {
-                api_version: "nodecore.fluidos.eu/v1alpha1".into(),
-                kind: "ServiceBlueprint".into(),
-                name: name.into(),
-                uid: uid.into(),
-                controller: Some(true),
-                block_owner_deletion: None,
-            },
+            owner: SourceKind::ServiceBlueprint.owner_ref(name, uid),
             spec: publisher.spec(FlavorType::service(&service)),
         },
         service,

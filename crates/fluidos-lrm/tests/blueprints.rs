@@ -1,6 +1,10 @@
 //! Service flavors from ServiceBlueprints, on a real kube-apiserver.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::too_many_lines,
+    reason = "an integration scenario reads top to bottom as one story; its steps share one running cluster"
+)]
 
 mod common;
 

@@ -115,9 +115,19 @@ pub struct Args {
     #[arg(long = "peers", env = "FLUIDOS_PEERS", value_delimiter = ',')]
     pub peers: Vec<String>,
 
-    /// Per-provider timeout of a discovery query, in milliseconds.
+    /// Per-provider timeout of a discovery query (a flavor listing), in milliseconds.
     #[arg(long, env = "FLUIDOS_PEER_TIMEOUT_MS", default_value_t = 3000)]
     pub peer_timeout_ms: u64,
+
+    /// Timeout of a RESERVE call to a provider, in milliseconds.
+    #[arg(long, env = "FLUIDOS_RESERVE_TIMEOUT_MS", default_value_t = 10_000)]
+    pub reserve_timeout_ms: u64,
+
+    /// Timeout of a PURCHASE call to a provider, in milliseconds. A Go
+    /// provider takes 10–17 s; a purchase that gets no answer in time is asked
+    /// again, never reported failed before the provider has answered.
+    #[arg(long, env = "FLUIDOS_PURCHASE_TIMEOUT_MS", default_value_t = 60_000)]
+    pub purchase_timeout_ms: u64,
 
     /// API server URL written into peering kubeconfigs (default: the one this node uses).
     #[arg(long, env = "FLUIDOS_API_SERVER_URL")]

@@ -1,6 +1,7 @@
 //! What every component shares: API client, identity, settings, readiness.
 
 use fluidos_api::NodeIdentity;
+use fluidos_controller::Metrics;
 use kube::Client;
 
 use crate::cli::Args;
@@ -18,6 +19,8 @@ pub struct Context {
     pub args: Args,
     /// Where components report readiness for `/readyz`.
     pub readiness: Readiness,
+    /// The node's one metrics registry, served on `/metrics`; each component records into it.
+    pub metrics: Metrics,
 }
 
 impl Context {

@@ -9,6 +9,8 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
+use fluidos_controller::Metrics;
+use fluidos_controller::metrics;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -84,11 +86,18 @@ pub fn probe_router(readiness: Readiness) -> Router {
         .with_state(readiness)
 }
 
-/// Routes `/metrics` (Prometheus text format).
-pub fn metrics_router(readiness: Readiness) -> Router {
+/// What `/metrics` reports: the node's registry, plus component readiness.
+#[derive(Clone, Debug)]
+struct MetricsState {
+    readiness: Readiness,
+    metrics: Metrics,
+}
+
+/// Routes `/metrics` (OpenMetrics text format).
+pub fn metrics_router(readiness: Readiness, metrics: Metrics) -> Router {
     Router::new()
-        .route("/metrics", get(metrics))
-        .with_state(readiness)
+        .route("/metrics", get(serve_metrics))
+        .with_state(MetricsState { readiness, metrics })
 }
 
 /// Serves `router` on `listener` until `shutdown` is cancelled.
@@ -121,18 +130,15 @@ async fn readyz(State(readiness): State<Readiness>) -> (StatusCode, String) {
     }
 }
 
-async fn metrics(State(readiness): State<Readiness>) -> impl IntoResponse {
-    let mut body = String::from(
-        "# HELP fluidos_node_component_ready Whether a running component reports ready (1) or not (0).\n\
-         # TYPE fluidos_node_component_ready gauge\n",
-    );
-    for (component, ready) in readiness.snapshot() {
-        body.push_str(&format!(
-            "fluidos_node_component_ready{{component=\"{component}\"}} {}\n",
-            u8::from(ready)
-        ));
+/// Every metric in OpenMetrics text; readiness is read at scrape time.
+async fn serve_metrics(State(st): State<MetricsState>) -> impl IntoResponse {
+    for (component, ready) in st.readiness.snapshot() {
+        st.metrics.components.set_ready(component.as_str(), ready);
     }
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
+    (
+        [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
+        st.metrics.encode(),
+    )
 }
 
 #[cfg(test)]
@@ -201,11 +207,22 @@ mod tests {
     async fn metrics_report_each_component() {
         let r = Readiness::new([Component::RearGateway, Component::NetworkManager]);
         r.mark_ready(Component::NetworkManager);
-        let body = metrics(State(r)).await.into_response().into_body();
-        let bytes = axum::body::to_bytes(body, 4096).await.unwrap();
+        let state = MetricsState {
+            readiness: r,
+            metrics: Metrics::new(),
+        };
+        let response = serve_metrics(State(state)).await.into_response();
+        assert_eq!(
+            response.headers()[header::CONTENT_TYPE],
+            metrics::CONTENT_TYPE
+        );
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .unwrap();
         let text = String::from_utf8(bytes.to_vec()).unwrap();
-        assert!(text.contains("fluidos_node_component_ready{component=\"rear-gateway\"} 0\n"));
-        assert!(text.contains("fluidos_node_component_ready{component=\"network-manager\"} 1\n"));
+        assert!(text.contains("fluidos_component_ready{component=\"rear-gateway\"} 0\n"));
+        assert!(text.contains("fluidos_component_ready{component=\"network-manager\"} 1\n"));
+        assert!(text.ends_with("# EOF\n"));
     }
 
     /// Minimal HTTP/1.0 GET returning the status code, to avoid an HTTP client dependency.

@@ -132,7 +132,7 @@ async fn run(started: startup::Started, shutdown: CancellationToken) -> ExitCode
         if let Ok(addr) = metrics.local_addr() {
             tracing::info!(%addr, "serving /metrics");
         }
-        let router = health::metrics_router(ctx.readiness.clone());
+        let router = health::metrics_router(ctx.readiness.clone(), ctx.metrics.clone());
         let stop = shutdown.clone();
         tasks.spawn(async move {
             let result = health::serve(metrics, router, stop).await;

@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 
+use fluidos_controller::Metrics;
 use kube::Client;
 use tokio::net::TcpListener;
 
@@ -89,6 +90,7 @@ pub async fn start_with_client(client: Client, args: Args) -> Result<Started, St
             identity,
             args,
             readiness,
+            metrics: Metrics::new(),
         },
         probes,
         metrics,

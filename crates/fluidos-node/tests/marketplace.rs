@@ -274,6 +274,10 @@ async fn transactions(cp: &ControlPlane) -> usize {
 }
 
 #[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one market, several purchases in sequence: the scenario reads top to bottom"
+)]
 async fn k8slice_and_service_solvers_buy_across_two_clusters() {
     let m = market().await;
     let logs = [&m.provider_node, &m.consumer_node];

@@ -22,8 +22,13 @@ use serde::de::DeserializeOwned;
 pub struct ClientConfig {
     /// TCP connect timeout.
     pub connect_timeout: Duration,
-    /// Whole-request timeout.
-    pub request_timeout: Duration,
+    /// Whole-request timeout of a flavor listing.
+    pub list_timeout: Duration,
+    /// Whole-request timeout of a RESERVE.
+    pub reserve_timeout: Duration,
+    /// Whole-request timeout of a PURCHASE. A Go provider takes 10–17 s to
+    /// answer one (it sleeps twice while minting the buyer's credentials).
+    pub purchase_timeout: Duration,
     /// Extra attempts for retryable failures.
     pub retries: u32,
     /// Pause before the first retry; doubles each time.
@@ -34,7 +39,9 @@ impl Default for ClientConfig {
     fn default() -> Self {
         ClientConfig {
             connect_timeout: Duration::from_secs(2),
-            request_timeout: Duration::from_secs(10),
+            list_timeout: Duration::from_secs(10),
+            reserve_timeout: Duration::from_secs(10),
+            purchase_timeout: Duration::from_secs(60),
             retries: 2,
             backoff: Duration::from_millis(100),
         }
@@ -113,10 +120,14 @@ impl RearClient {
     pub fn new(config: ClientConfig) -> Result<Self, RearError> {
         let http = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
-            .timeout(config.request_timeout)
             .build()
             .map_err(|e| RearError::Build(e.to_string()))?;
         Ok(RearClient { http, config })
+    }
+
+    /// The timeouts and retries in use.
+    pub fn config(&self) -> &ClientConfig {
+        &self.config
     }
 
     /// Lists flavors: the typed route with the selector's filters, or
@@ -134,7 +145,12 @@ impl RearClient {
             }
         };
         let body = self
-            .send(address, Retry::Always, |c, url| c.get(url), &path)
+            .send(
+                address,
+                Retry::Always,
+                |c, url| c.get(url).timeout(self.config.list_timeout),
+                &path,
+            )
             .await?;
         match body {
             None => Ok(Vec::new()),
@@ -155,7 +171,11 @@ impl RearClient {
             .send(
                 address,
                 Retry::ConnectOnly,
-                |c, url| c.post(url).json(request),
+                |c, url| {
+                    c.post(url)
+                        .timeout(self.config.reserve_timeout)
+                        .json(request)
+                },
                 "/api/v2/reservations",
             )
             .await?;
@@ -183,7 +203,11 @@ impl RearClient {
             .send(
                 address,
                 Retry::ConnectOnly,
-                |c, url| c.post(url).json(request),
+                |c, url| {
+                    c.post(url)
+                        .timeout(self.config.purchase_timeout)
+                        .json(request)
+                },
                 &path,
             )
             .await?;

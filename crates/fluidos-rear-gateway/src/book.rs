@@ -17,7 +17,10 @@ use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 
 use crate::catalog::{Catalog, creation_timestamp};
-use crate::error::{ApiError, is_conflict, is_not_found};
+use fluidos_controller::api_error::{is_conflict, is_not_found};
+use fluidos_controller::metrics::LedgerMetrics;
+
+use crate::error::ApiError;
 use crate::time;
 
 /// Upper bound of compare-and-swap rounds before answering 503.
@@ -57,6 +60,8 @@ pub(crate) struct Book {
     /// the watch cache until the watch catches up, which spares a doomed
     /// write (409) or a re-read right after our own write.
     latest: Arc<Mutex<HashMap<String, Arc<Flavor>>>>,
+    /// Counts the compare-and-swap rounds lost to another writer.
+    metrics: LedgerMetrics,
 }
 
 /// The numeric `resourceVersion` (etcd revision), when it is one.
@@ -77,11 +82,12 @@ fn jitter(attempt: u32) -> Duration {
 
 impl Book {
     /// Ledger access through `api`, reading from `catalog` first.
-    pub(crate) fn new(api: Api<Flavor>, catalog: Arc<Catalog>) -> Self {
+    pub(crate) fn new(api: Api<Flavor>, catalog: Arc<Catalog>, metrics: LedgerMetrics) -> Self {
         Book {
             api,
             catalog,
             latest: Arc::default(),
+            metrics,
         }
     }
 
@@ -175,6 +181,7 @@ impl Book {
                     return Ok(value);
                 }
                 Err(e) if is_conflict(&e) => {
+                    self.metrics.conflict();
                     tracing::debug!(flavor = name, attempt, "ledger write conflict; re-reading");
                     tokio::time::sleep(jitter(attempt)).await;
                     flavor = self.fetch(name).await?;

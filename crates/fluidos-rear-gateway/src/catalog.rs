@@ -117,7 +117,7 @@ fn prepare(f: &Flavor, now: &str) -> Option<(Prepared, Option<String>)> {
     };
     let timestamp = creation_timestamp(f);
     let wire = WireFlavor::from_crd(&name, &spec, timestamp).ok()?;
-    let json = crate::wire_json::flavor(&wire).ok()?;
+    let json = serde_json::to_string(&wire).ok()?;
     Some((
         Prepared {
             data,

@@ -33,8 +33,8 @@ use crate::book::Decision;
 use crate::credentials::{
     BUYER_ANNOTATION, MANAGED_LABEL, REVOKING_ANNOTATION, service_account_name,
 };
-use crate::error::is_not_found;
 use crate::{State, labels, time};
+use fluidos_controller::api_error::{self, ApiErrorKind, is_not_found};
 
 /// Every how many sweeps expired Contracts are looked for.
 const EXPIRY_EVERY: u64 = 10;
@@ -106,26 +106,38 @@ pub(crate) fn revocations(
         .collect()
 }
 
+/// What a sweep needs to know of one provider-side Contract.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ContractKey {
+    /// Contract name.
+    pub name: String,
+    /// The transaction it was sold under.
+    pub transaction: String,
+    /// The buyer's node ID.
+    pub buyer: String,
+    /// Its expiration time has passed (false when not read).
+    pub expired: bool,
+}
+
 /// Decides what ends, given what was noted first (`sold`, `peers`) and what
-/// was listed after (`transactions`, then `contracts`: (name, transaction
-/// ID, buyer, expired)).
+/// was listed after (`transactions`, then `contracts`).
 pub(crate) fn decide(
     sold: &SoldEntries,
     peers: &BTreeSet<String>,
     transactions: &[(String, String)],
-    contracts: &[(String, String, String, bool)],
+    contracts: &[ContractKey],
 ) -> Endings {
     let mut out = Endings::default();
     let tx_ids: BTreeSet<&str> = transactions.iter().map(|(id, _)| id.as_str()).collect();
     let mut live_contracts = BTreeSet::new();
     let mut busy_buyers: BTreeSet<&str> = transactions.iter().map(|(_, b)| b.as_str()).collect();
-    for (name, tx, buyer, expired) in contracts {
+    for c in contracts {
         // A Transaction left means the sale may still be finishing.
-        if *expired && !tx_ids.contains(tx.as_str()) {
-            out.expired.push((name.clone(), tx.clone()));
+        if c.expired && !tx_ids.contains(c.transaction.as_str()) {
+            out.expired.push((c.name.clone(), c.transaction.clone()));
         } else {
-            live_contracts.insert(name.as_str());
-            busy_buyers.insert(buyer.as_str());
+            live_contracts.insert(c.name.as_str());
+            busy_buyers.insert(c.buyer.as_str());
         }
     }
     for (flavor, entries) in sold {
@@ -176,13 +188,21 @@ impl State {
         // Expiry is checked on every `EXPIRY_EVERY`th sweep only: contracts
         // last days, and a whole listing costs the API server far more.
         let round = self.sweeps.fetch_add(1, Ordering::Relaxed);
-        let contracts = match self.contract_keys(round.is_multiple_of(EXPIRY_EVERY)).await {
+        let with_expiry = round.is_multiple_of(EXPIRY_EVERY);
+        let contracts = match self.contract_keys(with_expiry).await {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "listing Contracts");
                 return;
             }
         };
+        // Only a whole listing knows which Contracts expired.
+        if with_expiry {
+            let expired = contracts.iter().filter(|c| c.expired).count();
+            let market = &self.cfg.metrics.market;
+            market.set_contracts("active", contracts.len() - expired);
+            market.set_contracts("expired", expired);
+        }
         let endings = decide(&sold, &peers, &transactions, &contracts);
 
         // 3. Expired Contracts go, with their Allocations.
@@ -369,10 +389,7 @@ impl State {
     /// unless `with_expiry` a metadata-only listing is used: the transaction
     /// label and buyer annotation this gateway writes say all but the expiry
     /// (reported as not expired). Contracts without them are read whole.
-    async fn contract_keys(
-        &self,
-        with_expiry: bool,
-    ) -> Result<Vec<(String, String, String, bool)>, kube::Error> {
+    async fn contract_keys(&self, with_expiry: bool) -> Result<Vec<ContractKey>, kube::Error> {
         let provider = labels::provider();
         if with_expiry {
             let list = self.contracts.list(&provider).await?;
@@ -383,7 +400,12 @@ impl State {
             let name = meta.name_any();
             let tx = meta.labels().get(labels::TRANSACTION);
             match (tx, meta.annotations().get(labels::BUYER)) {
-                (Some(tx), Some(buyer)) => keys.push((name, tx.clone(), buyer.clone(), false)),
+                (Some(tx), Some(buyer)) => keys.push(ContractKey {
+                    name,
+                    transaction: tx.clone(),
+                    buyer: buyer.clone(),
+                    expired: false,
+                }),
                 _ => {
                     if let Some(c) = self.contracts.get_opt(&name).await? {
                         keys.push(contract_key(&c));
@@ -431,7 +453,11 @@ impl State {
         match result {
             Ok(()) => {}
             // The account changed or went meanwhile: the next sweep sees how.
-            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {}
+            Err(e)
+                if matches!(
+                    api_error::classify(&e),
+                    ApiErrorKind::Conflict | ApiErrorKind::NotFound
+                ) => {}
             Err(e) => tracing::warn!(%buyer, error = %e, "marking a pending revocation"),
         }
     }
@@ -441,13 +467,13 @@ fn tx_key(t: &Transaction) -> (String, String) {
     (t.name_any(), t.spec.buyer.node_id.clone())
 }
 
-fn contract_key(c: &Contract) -> (String, String, String, bool) {
-    (
-        c.name_any(),
-        c.spec.transaction_id.clone(),
-        c.spec.buyer.node_id.clone(),
-        c.spec.expiration_time.as_deref().is_some_and(time::is_past),
-    )
+fn contract_key(c: &Contract) -> ContractKey {
+    ContractKey {
+        name: c.name_any(),
+        transaction: c.spec.transaction_id.clone(),
+        buyer: c.spec.buyer.node_id.clone(),
+        expired: c.spec.expiration_time.as_deref().is_some_and(time::is_past),
+    }
 }
 
 #[cfg(test)]
@@ -468,6 +494,15 @@ mod tests {
         v.to_owned()
     }
 
+    fn contract(name: &str, tx: &str, buyer: &str, expired: bool) -> ContractKey {
+        ContractKey {
+            name: s(name),
+            transaction: s(tx),
+            buyer: s(buyer),
+            expired,
+        }
+    }
+
     #[test]
     fn a_sale_ends_when_its_contract_and_transaction_are_gone() {
         let sold = sold(&[("f", "t1", "c1"), ("f", "t2", "c2"), ("g", "t3", "c3")]);
@@ -475,7 +510,7 @@ mod tests {
         // t1: contract live. t2: contract deleted. t3: contract not created
         // yet, its Transaction still there (a purchase in flight).
         let txs = [(s("t3"), s("b3"))];
-        let contracts = [(s("c1"), s("t1"), s("b1"), false)];
+        let contracts = [contract("c1", "t1", "b1", false)];
         let e = decide(&sold, &peers, &txs, &contracts);
         assert!(e.expired.is_empty());
         assert_eq!(
@@ -489,7 +524,7 @@ mod tests {
     fn an_expired_contract_is_deleted_and_its_capacity_released() {
         let sold = sold(&[("f", "t1", "c1")]);
         let peers = BTreeSet::from([s("b1")]);
-        let contracts = [(s("c1"), s("t1"), s("b1"), true)];
+        let contracts = [contract("c1", "t1", "b1", true)];
         let e = decide(&sold, &peers, &[], &contracts);
         assert_eq!(e.expired, vec![(s("c1"), s("t1"))]);
         assert_eq!(
@@ -504,8 +539,8 @@ mod tests {
         let sold = sold(&[("f", "t1", "c1"), ("f", "t2", "c2")]);
         let peers = BTreeSet::from([s("b1")]);
         let contracts = [
-            (s("c1"), s("t1"), s("b1"), true),
-            (s("c2"), s("t2"), s("b1"), false),
+            contract("c1", "t1", "b1", true),
+            contract("c2", "t2", "b1", false),
         ];
         let e = decide(&sold, &peers, &[], &contracts);
         assert_eq!(e.release[&s("f")], BTreeSet::from([s("t1")]));
@@ -516,7 +551,7 @@ mod tests {
     fn an_expired_contract_whose_sale_is_still_finishing_is_left_alone() {
         let sold = sold(&[("f", "t1", "c1")]);
         let txs = [(s("t1"), s("b1"))];
-        let contracts = [(s("c1"), s("t1"), s("b1"), true)];
+        let contracts = [contract("c1", "t1", "b1", true)];
         let e = decide(&sold, &BTreeSet::from([s("b1")]), &txs, &contracts);
         assert_eq!(e, Endings::default());
     }

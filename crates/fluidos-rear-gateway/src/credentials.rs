@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
+use fluidos_controller::api_error;
 use futures::StreamExt;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
@@ -441,8 +442,8 @@ impl Credentials {
             .await
         {
             Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => return Ok(false),
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) if api_error::is_conflict(&e) => return Ok(false),
+            Err(e) if api_error::is_not_found(&e) => {}
             Err(source) => {
                 return Err(CredentialsError::Kube {
                     step: "deleting the peer ServiceAccount",
@@ -460,7 +461,7 @@ impl Credentials {
             .await
         {
             Ok(_) => Ok(true),
-            Err(kube::Error::Api(e)) if e.code == 404 => Ok(true),
+            Err(e) if api_error::is_not_found(&e) => Ok(true),
             Err(source) => Err(CredentialsError::Kube {
                 step: "deleting the peer RoleBinding",
                 source,

@@ -88,7 +88,11 @@ impl ApiError {
 
     /// A failed Kubernetes call, logged with its context.
     pub fn kube(context: &str, e: &kube::Error) -> Self {
-        tracing::warn!(error = %e, "{context}");
+        tracing::warn!(
+            api_error = %fluidos_controller::api_error::classify(e),
+            error = %e,
+            "{context}"
+        );
         Self::internal(format!("{context}: {e}"))
     }
 }
@@ -121,14 +125,4 @@ impl IntoResponse for ApiError {
         }
         response
     }
-}
-
-/// True when a Kubernetes error is `404 Not Found`.
-pub(crate) fn is_not_found(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 404)
-}
-
-/// True when a Kubernetes error is `409 Conflict` (stale resourceVersion or AlreadyExists).
-pub(crate) fn is_conflict(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 409)
 }

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, RawQuery, Request, State as AxState};
-use axum::http::{StatusCode, header};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Path, RawQuery, Request, State as AxState};
+use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -53,6 +53,7 @@ fn body_or_error(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError>
         (status = 204, description = "No flavor is for sale (as upstream)"),
         (status = 503, description = "Watch cache not synced yet", body = ErrorBody),
     ))]
+#[tracing::instrument(skip_all)]
 async fn list_flavors(AxState(st): AxState<Arc<State>>) -> Response {
     match st.catalog.list_all() {
         Some(body) => json_bytes(StatusCode::OK, body),
@@ -79,6 +80,7 @@ fn list_typed(st: &State, raw: Option<String>, t: FlavorTypeIdentifier) -> Respo
         (status = 200, description = "Matching flavors, maybe []", body = [FlavorDoc]),
         (status = 400, description = "Bad filter key or value", body = ErrorBody),
     ))]
+#[tracing::instrument(skip_all, fields(query = q.as_deref().unwrap_or_default()))]
 async fn list_k8slice(AxState(st): AxState<Arc<State>>, RawQuery(q): RawQuery) -> Response {
     list_typed(&st, q, FlavorTypeIdentifier::K8Slice)
 }
@@ -90,6 +92,7 @@ async fn list_k8slice(AxState(st): AxState<Arc<State>>, RawQuery(q): RawQuery) -
         (status = 200, description = "Matching flavors, maybe []", body = [FlavorDoc]),
         (status = 400, description = "Bad filter key", body = ErrorBody),
     ))]
+#[tracing::instrument(skip_all, fields(query = q.as_deref().unwrap_or_default()))]
 async fn list_service(AxState(st): AxState<Arc<State>>, RawQuery(q): RawQuery) -> Response {
     list_typed(&st, q, FlavorTypeIdentifier::Service)
 }
@@ -104,13 +107,16 @@ async fn list_service(AxState(st): AxState<Arc<State>>, RawQuery(q): RawQuery) -
         (status = 409, description = "Not available, or not enough left", body = ErrorBody),
         (status = 413, description = "Body over the limit", body = ErrorBody),
     ))]
+// The ids are recorded by `State::reserve` once the body is decoded.
+#[tracing::instrument(skip_all, fields(flavor_id = tracing::field::Empty, transaction_id = tracing::field::Empty))]
 async fn reserve(
     AxState(st): AxState<Arc<State>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body_or_error(body)?;
     let tx = st.reserve(&body).await?;
-    wire_response(crate::wire_json::transaction(&tx))
+    tracing::Span::current().record("transaction_id", tx.transaction_id.as_str());
+    wire_response(serde_json::to_string(&tx))
 }
 
 /// Buy a reserved transaction.
@@ -124,6 +130,7 @@ async fn reserve(
         (status = 408, description = "The transaction expired (upstream's code)", body = ErrorBody),
         (status = 413, description = "Body over the limit", body = ErrorBody),
     ))]
+#[tracing::instrument(skip_all, fields(transaction_id = %tx_id))]
 async fn purchase(
     AxState(st): AxState<Arc<State>>,
     Path(tx_id): Path<String>,
@@ -131,9 +138,10 @@ async fn purchase(
 ) -> Result<Response, ApiError> {
     let body = body_or_error(body)?;
     let contract = st.purchase(&tx_id, &body).await?;
-    wire_response(crate::wire_json::contract(&contract))
+    wire_response(serde_json::to_string(&contract))
 }
 
+#[tracing::instrument]
 async fn openapi_json() -> Response {
     match ApiDoc::openapi().to_json() {
         Ok(s) => json_bytes(StatusCode::OK, Bytes::from(s)),
@@ -174,6 +182,44 @@ async fn readiness_gate(
     }
 }
 
+/// Route label of requests no route matched (one label, whatever the path).
+const UNMATCHED_ROUTE: &str = "unmatched";
+
+/// The method as a metric label: the standard ones, anything else as `OTHER` (pure).
+fn method_label(m: &Method) -> &'static str {
+    match *m {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "OTHER",
+    }
+}
+
+/// Counts and times every request by route template (never the raw path,
+/// which would give a series per transaction id), method and status.
+async fn record_request(
+    AxState(st): AxState<Arc<State>>,
+    matched: Option<MatchedPath>,
+    req: Request<Body>,
+    next: Next,
+) -> Response {
+    let method = method_label(req.method());
+    let started = std::time::Instant::now();
+    let response = next.run(req).await;
+    let route = matched
+        .as_ref()
+        .map_or(UNMATCHED_ROUTE, MatchedPath::as_str);
+    st.cfg
+        .metrics
+        .rear
+        .observe(route, method, response.status().as_u16(), started.elapsed());
+    response
+}
+
 /// All REAR routes over `state`.
 pub(crate) fn router(state: Arc<State>) -> Router {
     let limit = state.cfg.body_limit;
@@ -195,6 +241,10 @@ pub(crate) fn router(state: Arc<State>) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            record_request,
+        ))
         .with_state(state)
 }
 

@@ -32,6 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fluidos_api::{Allocation, Contract, Flavor, NodeIdentity, Transaction};
+use fluidos_controller::Metrics;
 use kube::Api;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -79,6 +80,8 @@ pub const DEFAULT_REVOKE_GRACE: Duration = Duration::from_secs(10);
 const MIN_TOKEN_TTL: Duration = Duration::from_secs(600);
 /// Default request body limit (1 MiB).
 pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
+/// Reporting controller of the gateway's Events.
+const REPORTER: &str = "fluidos-rear-gateway";
 /// Default interval of the expiry sweeper.
 pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -112,6 +115,9 @@ pub struct GatewayConfig {
     /// How often expired holds and Transactions are cleaned up, and ended
     /// Contracts settled (capacity released, credentials revoked).
     pub sweep_interval: Duration,
+    /// Where REAR requests, ledger conflicts and market gauges are recorded
+    /// (the node's one registry).
+    pub metrics: Metrics,
 }
 
 impl GatewayConfig {
@@ -134,6 +140,7 @@ impl GatewayConfig {
             body_limit: DEFAULT_BODY_LIMIT,
             sweep_interval: DEFAULT_SWEEP_INTERVAL,
             revoke_grace: DEFAULT_REVOKE_GRACE,
+            metrics: Metrics::default(),
         }
     }
 
@@ -182,6 +189,8 @@ pub(crate) struct State {
     sweeps: std::sync::atomic::AtomicU64,
     recent: recent::Recent,
     ready: watch::Receiver<bool>,
+    /// Flavor types published so far (their gauge drops to 0, not away).
+    published_types: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 /// A started gateway: watch cache and sweeper running, routes ready to serve.
@@ -218,22 +227,18 @@ impl Gateway {
             book: Book::new(
                 Api::<Flavor>::namespaced(client.clone(), ns),
                 catalog.clone(),
+                cfg.metrics.ledger.clone(),
             ),
             transactions: Api::namespaced(client.clone(), ns),
             contracts: Api::namespaced(client.clone(), ns),
             allocations: Api::namespaced(client.clone(), ns),
             client,
             sweeps: Default::default(),
-            recorder: kube::runtime::events::Recorder::new(
-                client_for_events,
-                kube::runtime::events::Reporter {
-                    controller: "fluidos-rear-gateway".into(),
-                    instance: std::env::var("POD_NAME").ok(),
-                },
-            ),
+            recorder: fluidos_controller::events::recorder(client_for_events, REPORTER),
             catalog,
             credentials,
             recent: recent::Recent::default(),
+            published_types: Default::default(),
             ready,
             cfg,
         });
@@ -268,7 +273,8 @@ impl Gateway {
 
     /// Runs one expiry sweep now (the background sweeper also does, periodically).
     pub async fn sweep_now(&self) {
-        self.state.sweep().await;
+        // Failures are logged; the caller sees their effects.
+        let _ = self.state.sweep().await;
     }
 
     /// Serves the routes on `listener` until `shutdown` completes.

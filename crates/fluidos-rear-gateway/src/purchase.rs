@@ -29,7 +29,9 @@ use kube::api::{ObjectMeta, PostParams};
 
 use crate::book::Decision;
 use crate::catalog::creation_timestamp;
-use crate::error::{ApiError, is_conflict, is_not_found};
+use fluidos_controller::api_error::{is_already_exists, is_not_found};
+
+use crate::error::ApiError;
 use crate::reserve::flavor_data;
 use crate::{State, decode, labels, time};
 
@@ -76,6 +78,71 @@ fn plausible_tx_id(id: &str) -> bool {
 
 fn tx_not_found(tx_id: &str) -> ApiError {
     ApiError::not_found(format!("transaction {tx_id:?} not found")).field("transactionID")
+}
+
+/// Why a Transaction not sold yet cannot be bought now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum UnsoldRefusal {
+    /// Its hold (or, without one, the Transaction) has expired: 408.
+    Expired,
+    /// It holds no capacity any more: 409.
+    NoHold,
+}
+
+/// Whether an unsold Transaction may be bought at `now` (pure). The hold is
+/// authoritative: a cached Transaction may predate a re-reserve that
+/// extended both.
+fn unsold_refusal(
+    hold: Option<&LedgerEntry>,
+    tx_expiry: Option<&str>,
+    now: &str,
+) -> Option<UnsoldRefusal> {
+    let expired = match hold {
+        Some(e) => !ledger::is_live(e, now),
+        None => tx_expiry.is_none_or(time::is_past),
+    };
+    if expired {
+        Some(UnsoldRefusal::Expired)
+    } else if hold.is_none() {
+        Some(UnsoldRefusal::NoHold)
+    } else {
+        None
+    }
+}
+
+/// Upstream's answer to a purchase of an expired transaction.
+fn transaction_timeout() -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::REQUEST_TIMEOUT,
+        "Error: transaction Timeout",
+    )
+    .field("transactionID")
+}
+
+/// Marks transaction `id`'s live hold on flavor `fid` sold under a new
+/// Contract name, or keeps the Contract an earlier purchase wrote (pure).
+fn mark_sold(
+    fid: &str,
+    id: &str,
+    entries: &mut [LedgerEntry],
+    now: &str,
+) -> Result<Decision<String>, ApiError> {
+    let n = suffix_len(fid, id, entries);
+    match entries.iter_mut().find(|e| e.transaction_id == id) {
+        Some(e) if e.state == LedgerState::Sold => Ok(Decision::Keep(
+            e.contract
+                .clone()
+                .unwrap_or_else(|| contract_name(fid, id, 4)),
+        )),
+        Some(e) if ledger::is_live(e, now) => {
+            let name = contract_name(fid, id, n);
+            e.state = LedgerState::Sold;
+            e.contract = Some(name.clone());
+            e.expiration_time = None;
+            Ok(Decision::Write(name))
+        }
+        _ => Err(transaction_timeout()),
+    }
 }
 
 impl State {
@@ -150,26 +217,22 @@ impl State {
             }
         }
         if !sold {
-            let now = time::now_string();
-            // The hold is authoritative (a cached Transaction may predate a
-            // re-reserve that extended both).
-            let expired = match &entry {
-                Some(e) => !ledger::is_live(e, &now),
-                None => tx.spec.expiration_time.as_deref().is_none_or(time::is_past),
-            };
-            if expired {
-                self.delete_transaction(tx_id).await;
-                return Err(ApiError::new(
-                    axum::http::StatusCode::REQUEST_TIMEOUT,
-                    "Error: transaction Timeout",
-                )
-                .field("transactionID"));
-            }
-            if entry.is_none() {
-                return Err(ApiError::conflict(
-                    "the transaction holds no capacity (its hold was released)",
-                )
-                .field("transactionID"));
+            match unsold_refusal(
+                entry.as_ref(),
+                tx.spec.expiration_time.as_deref(),
+                &time::now_string(),
+            ) {
+                Some(UnsoldRefusal::Expired) => {
+                    self.delete_transaction(tx_id).await;
+                    return Err(transaction_timeout());
+                }
+                Some(UnsoldRefusal::NoHold) => {
+                    return Err(ApiError::conflict(
+                        "the transaction holds no capacity (its hold was released)",
+                    )
+                    .field("transactionID"));
+                }
+                None => {}
             }
         }
 
@@ -182,26 +245,7 @@ impl State {
         let contract = self
             .book
             .update_from(&flavor_id, flavor.clone(), move |_, entries, now| {
-                let n = suffix_len(&fid, &id, entries);
-                match entries.iter_mut().find(|e| e.transaction_id == id) {
-                    Some(e) if e.state == LedgerState::Sold => Ok(Decision::Keep(
-                        e.contract
-                            .clone()
-                            .unwrap_or_else(|| contract_name(&fid, &id, 4)),
-                    )),
-                    Some(e) if ledger::is_live(e, now) => {
-                        let name = contract_name(&fid, &id, n);
-                        e.state = LedgerState::Sold;
-                        e.contract = Some(name.clone());
-                        e.expiration_time = None;
-                        Ok(Decision::Write(name))
-                    }
-                    _ => Err(ApiError::new(
-                        axum::http::StatusCode::REQUEST_TIMEOUT,
-                        "Error: transaction Timeout",
-                    )
-                    .field("transactionID")),
-                }
+                mark_sold(&fid, &id, entries, now)
             })
             .await?;
         let suffix = contract.rsplit('-').next().map(str::len).unwrap_or(4);
@@ -302,7 +346,7 @@ impl State {
             .await
         {
             Ok(c) => Ok(c),
-            Err(e) if is_conflict(&e) => {
+            Err(e) if is_already_exists(&e) => {
                 let existing = self
                     .contracts
                     .get(name)
@@ -349,7 +393,7 @@ impl State {
             .await
         {
             Ok(_) => Ok(()),
-            Err(e) if is_conflict(&e) => Ok(()),
+            Err(e) if is_already_exists(&e) => Ok(()),
             Err(e) => Err(ApiError::kube(
                 "Contract created but we ran into an error while allocating the resources",
                 &e,

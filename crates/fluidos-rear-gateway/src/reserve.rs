@@ -24,7 +24,9 @@ use kube::{Resource, ResourceExt};
 
 use crate::book::Decision;
 use crate::catalog::remaining;
-use crate::error::{ApiError, is_not_found};
+use fluidos_controller::api_error::is_not_found;
+
+use crate::error::ApiError;
 use crate::{State, decode, labels, time};
 
 /// What the buyer asks of the flavor, validated against its type.
@@ -257,6 +259,8 @@ impl State {
     /// Handles a RESERVE body.
     pub(crate) async fn reserve(&self, body: &[u8]) -> Result<WireTransaction, ApiError> {
         let req: ReserveRequest = decode::json(body)?;
+        // The REAR handler's span declares the field; a sale's log lines carry it.
+        tracing::Span::current().record("flavor_id", req.flavor_id.as_str());
         if req.flavor_id.is_empty() {
             return Err(ApiError::bad_request("flavorID is required").field("flavorID"));
         }

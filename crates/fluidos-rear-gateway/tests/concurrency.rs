@@ -3,6 +3,10 @@
 //! Contracts plus the live Transactions of each flavor fit its capacity.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::too_many_lines,
+    reason = "an integration scenario reads top to bottom as one story; its steps share one running cluster"
+)]
 
 mod common;
 

@@ -2,6 +2,10 @@
 //! share them, and a gateway restart between RESERVE and PURCHASE is harmless.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::too_many_lines,
+    reason = "an integration scenario reads top to bottom as one story; its steps share one running cluster"
+)]
 
 mod common;
 

@@ -2,6 +2,10 @@
 //! keys (fluidos-node.md §2.5), filters, RESERVE/PURCHASE, and the 4xx answers.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::too_many_lines,
+    reason = "an integration scenario reads top to bottom as one story; its steps share one running cluster"
+)]
 
 mod common;
 

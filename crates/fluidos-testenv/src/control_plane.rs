@@ -327,75 +327,7 @@ impl ControlPlane {
         wait_for(&mut processes, &client, Probe::DefaultNamespace).await?;
 
         if let Some(workloads) = &binaries.workloads {
-            let kubeconfig_flag = flag("kubeconfig", kubeconfig_path.display());
-            processes.push(ManagedProcess::spawn(
-                KUBE_CONTROLLER_MANAGER,
-                &workloads.kube_controller_manager,
-                &[
-                    kubeconfig_flag.clone(),
-                    flag("leader-elect", false),
-                    flag("bind-address", "127.0.0.1"),
-                    flag("secure-port", free_port()?),
-                    flag("service-account-private-key-file", files.sa_key.display()),
-                    flag("root-ca-file", files.ca_cert.display()),
-                    flag("use-service-account-credentials", false),
-                    flag("service-cluster-ip-range", SERVICE_CLUSTER_IP_RANGE),
-                    // Workload, namespace, ServiceAccount and RBAC aggregation
-                    // controllers; storage, cloud and IPAM ones have nothing
-                    // to act on with fake nodes and only slow the start.
-                    flag(
-                        "controllers",
-                        [
-                            "deployment-controller",
-                            "replicaset-controller",
-                            "statefulset-controller",
-                            "daemonset-controller",
-                            "job-controller",
-                            "cronjob-controller",
-                            "ttl-after-finished-controller",
-                            "disruption-controller",
-                            "clusterrole-aggregation-controller",
-                            "garbage-collector-controller",
-                            "namespace-controller",
-                            "serviceaccount-controller",
-                            "serviceaccount-token-controller",
-                            "root-ca-certificate-publisher-controller",
-                            "endpointslice-controller",
-                            "node-lifecycle-controller",
-                            "pod-garbage-collector-controller",
-                        ]
-                        .join(","),
-                    ),
-                ],
-                &[],
-                path("kube-controller-manager.log"),
-            )?);
-            processes.push(ManagedProcess::spawn(
-                KUBE_SCHEDULER,
-                &workloads.kube_scheduler,
-                &[
-                    kubeconfig_flag.clone(),
-                    flag("leader-elect", false),
-                    flag("bind-address", "127.0.0.1"),
-                    flag("secure-port", free_port()?),
-                ],
-                &[],
-                path("kube-scheduler.log"),
-            )?);
-            // kwok reads ~/.kwok/kwok.yaml if present; a private HOME keeps a
-            // developer's configuration out of the tests.
-            let kwok_home = path("kwok-home");
-            std::fs::create_dir_all(&kwok_home)
-                .map_err(|e| Error::io(format!("creating {}", kwok_home.display()), e))?;
-            processes.push(ManagedProcess::spawn(
-                KWOK,
-                &workloads.kwok,
-                &[kubeconfig_flag, flag("manage-all-nodes", true)],
-                &[("HOME", kwok_home.as_path())],
-                path("kwok.log"),
-            )?);
-            // The ServiceAccount admission plugin is on in this mode, so Pods
-            // are only accepted once kube-controller-manager made this account.
+            processes.extend(spawn_workloads(workloads, &files, &kubeconfig_path, &path)?);
             wait_for(&mut processes, &client, Probe::DefaultServiceAccount).await?;
         }
 
@@ -479,6 +411,84 @@ impl fmt::Debug for ControlPlane {
             )
             .finish()
     }
+}
+
+/// Workload, namespace, ServiceAccount and RBAC aggregation controllers;
+/// storage, cloud and IPAM ones have nothing to act on with fake nodes and
+/// only slow the start.
+const KUBE_CONTROLLER_MANAGER_CONTROLLERS: &[&str] = &[
+    "deployment-controller",
+    "replicaset-controller",
+    "statefulset-controller",
+    "daemonset-controller",
+    "job-controller",
+    "cronjob-controller",
+    "ttl-after-finished-controller",
+    "disruption-controller",
+    "clusterrole-aggregation-controller",
+    "garbage-collector-controller",
+    "namespace-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "root-ca-certificate-publisher-controller",
+    "endpointslice-controller",
+    "node-lifecycle-controller",
+    "pod-garbage-collector-controller",
+];
+
+/// Starts kube-controller-manager, kube-scheduler and kwok against the API server.
+fn spawn_workloads(
+    workloads: &WorkloadBinaries,
+    files: &ApiserverFiles<'_>,
+    kubeconfig_path: &Path,
+    path: &dyn Fn(&str) -> PathBuf,
+) -> Result<Vec<ManagedProcess>, Error> {
+    let mut out = Vec::new();
+    let kubeconfig_flag = flag("kubeconfig", kubeconfig_path.display());
+    out.push(ManagedProcess::spawn(
+        KUBE_CONTROLLER_MANAGER,
+        &workloads.kube_controller_manager,
+        &[
+            kubeconfig_flag.clone(),
+            flag("leader-elect", false),
+            flag("bind-address", "127.0.0.1"),
+            flag("secure-port", free_port()?),
+            flag("service-account-private-key-file", files.sa_key.display()),
+            flag("root-ca-file", files.ca_cert.display()),
+            flag("use-service-account-credentials", false),
+            flag("service-cluster-ip-range", SERVICE_CLUSTER_IP_RANGE),
+            flag("controllers", KUBE_CONTROLLER_MANAGER_CONTROLLERS.join(",")),
+        ],
+        &[],
+        path("kube-controller-manager.log"),
+    )?);
+    out.push(ManagedProcess::spawn(
+        KUBE_SCHEDULER,
+        &workloads.kube_scheduler,
+        &[
+            kubeconfig_flag.clone(),
+            flag("leader-elect", false),
+            flag("bind-address", "127.0.0.1"),
+            flag("secure-port", free_port()?),
+        ],
+        &[],
+        path("kube-scheduler.log"),
+    )?);
+    // kwok reads ~/.kwok/kwok.yaml if present; a private HOME keeps a
+    // developer's configuration out of the tests.
+    let kwok_home = path("kwok-home");
+    std::fs::create_dir_all(&kwok_home)
+        .map_err(|e| Error::io(format!("creating {}", kwok_home.display()), e))?;
+    out.push(ManagedProcess::spawn(
+        KWOK,
+        &workloads.kwok,
+        &[kubeconfig_flag, flag("manage-all-nodes", true)],
+        &[("HOME", kwok_home.as_path())],
+        path("kwok.log"),
+    )?);
+    // The ServiceAccount admission plugin is on in this mode, so Pods
+    // are only accepted once kube-controller-manager made this account.
+    Ok(out)
 }
 
 #[cfg(test)]

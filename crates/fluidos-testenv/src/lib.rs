@@ -13,6 +13,7 @@ mod certs;
 mod control_plane;
 mod crds;
 pub mod fixtures;
+pub mod go_rear_standin;
 mod kubeconfig;
 mod ports;
 mod process;

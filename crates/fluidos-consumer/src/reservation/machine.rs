@@ -8,6 +8,8 @@
 //! attempted, so a restart purchases that transaction instead of reserving
 //! again.
 
+use std::time::Duration;
+
 use fluidos_api::common::{GenericRef, NodeIdentityAdditionalInfo};
 use fluidos_api::flavor::FlavorTypeData;
 use fluidos_api::rear::{
@@ -18,7 +20,7 @@ use fluidos_api::reservation::{ReservationStatus, TransactionSpec};
 use fluidos_api::{Contract, NodeIdentity, PeeringCandidate, Phase, Reservation, Transaction};
 use kube::{Resource, ResourceExt};
 
-use crate::status::{set_phase_at, touch_at};
+use crate::status::{seconds_between, set_phase_at, touch_at};
 
 /// Annotation on a PeeringCandidate naming the Reservation that holds it, so
 /// a restarted controller recognises its own hold.
@@ -81,8 +83,9 @@ pub struct Plan {
     pub status: ReservationStatus,
     /// Writes after the status (clean-up that must follow the record).
     pub after: Vec<Effect>,
-    /// Reconcile again at once (the next step is ready).
-    pub again: bool,
+    /// Reconcile again after this delay (zero: the next step is ready);
+    /// `None`: only when something changes.
+    pub requeue: Option<Duration>,
 }
 
 impl Plan {
@@ -91,13 +94,17 @@ impl Plan {
             before: Vec::new(),
             status,
             after: Vec::new(),
-            again: false,
+            requeue: None,
         }
     }
 }
 
 /// What the executor does in this reconcile.
 #[derive(Clone, Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one short-lived Decision per reconcile, consumed at once; boxing buys nothing"
+)]
 pub enum Decision {
     /// No call to the provider: make the writes and stop.
     Settle(Plan),
@@ -184,7 +191,6 @@ pub fn decide(input: &Input<'_>) -> Decision {
         }
     };
     let seller = pc.spec.flavor.spec.owner.ip.clone();
-    let holder = holder(r);
 
     if reserve && st.reserve_phase != Some(Phase::Solved) {
         if st.transaction_id.is_some() {
@@ -192,47 +198,7 @@ pub fn decide(input: &Input<'_>) -> Decision {
             st.reserve_phase = Some(Phase::Solved);
             touch_at(&mut st.phase, now);
         } else {
-            let held_by_us = pc.annotations().get(HELD_BY) == Some(&holder);
-            if !pc.spec.available && !held_by_us {
-                st.reserve_phase = Some(Phase::Failed);
-                set_phase_at(&mut st.phase, Phase::Failed, NOT_AVAILABLE, now);
-                return Decision::Settle(Plan::settle(st));
-            }
-            let hold = Effect::UpdateCandidate {
-                name: pc.name_any(),
-                available: false,
-                holder: Some(holder),
-            };
-            st.reserve_phase = Some(Phase::Running);
-            let configuration = match r
-                .spec
-                .configuration
-                .as_ref()
-                .map(WireConfiguration::from_crd)
-                .transpose()
-            {
-                Ok(c) => c,
-                Err(e) => {
-                    let mut plan = fail(
-                        st,
-                        Some(pc),
-                        &format!("Reservation failed: error when reserving flavor: {e}"),
-                        now,
-                    );
-                    plan.before.insert(0, hold);
-                    return Decision::Settle(plan);
-                }
-            };
-            return Decision::Reserve {
-                before: vec![hold],
-                status: st,
-                seller,
-                request: ReserveRequest {
-                    flavor_id: pc.spec.flavor.id().to_owned(),
-                    buyer: WireNodeIdentity::from(input.identity),
-                    configuration,
-                },
-            };
+            return reserve_or_refuse(input, st, pc, seller);
         }
     }
 
@@ -276,6 +242,60 @@ pub fn decide(input: &Input<'_>) -> Decision {
         seller,
         transaction_id,
         body,
+    }
+}
+
+/// RESERVE, or why not: the candidate must be free or already held by this
+/// Reservation.
+fn reserve_or_refuse(
+    input: &Input<'_>,
+    mut st: ReservationStatus,
+    pc: &PeeringCandidate,
+    seller: String,
+) -> Decision {
+    let r = input.reservation;
+    let now = input.now.as_str();
+    let holder = holder(r);
+    let held_by_us = pc.annotations().get(HELD_BY) == Some(&holder);
+    if !pc.spec.available && !held_by_us {
+        st.reserve_phase = Some(Phase::Failed);
+        set_phase_at(&mut st.phase, Phase::Failed, NOT_AVAILABLE, now);
+        return Decision::Settle(Plan::settle(st));
+    }
+    let hold = Effect::UpdateCandidate {
+        name: pc.name_any(),
+        available: false,
+        holder: Some(holder),
+    };
+    st.reserve_phase = Some(Phase::Running);
+    let configuration = match r
+        .spec
+        .configuration
+        .as_ref()
+        .map(WireConfiguration::from_crd)
+        .transpose()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            let mut plan = fail(
+                st,
+                Some(pc),
+                &format!("Reservation failed: error when reserving flavor: {e}"),
+                now,
+            );
+            plan.before.insert(0, hold);
+            return Decision::Settle(plan);
+        }
+    };
+    Decision::Reserve {
+        before: vec![hold],
+        status: st,
+        seller,
+        request: ReserveRequest {
+            flavor_id: pc.spec.flavor.id().to_owned(),
+            buyer: WireNodeIdentity::from(input.identity),
+            configuration,
+        },
     }
 }
 
@@ -343,7 +363,7 @@ pub fn after_reserve(
         before: vec![Effect::ApplyTransaction(Box::new(record))],
         status: st,
         after: Vec::new(),
-        again: purchase,
+        requeue: purchase.then_some(Duration::ZERO),
     }
 }
 
@@ -359,6 +379,22 @@ pub fn after_purchase(
     let ns = r.namespace().unwrap_or_default();
     let wire = match answer {
         Ok(c) => c,
+        Err(e) if st.purchase_unanswered_since.is_some() => {
+            // Asked again after a purchase got no answer: a refusal now does
+            // not prove nothing was sold (a Go provider forgets the
+            // transaction before its slow steps, and has no route to ask).
+            let tx = st.transaction_id.clone().unwrap_or_default();
+            let seller = &r.spec.seller.ip;
+            st.purchase_phase = Some(Phase::Failed);
+            return fail(
+                st,
+                None,
+                &format!(
+                    "Reservation failed: error when purchasing flavor: the purchase of transaction {tx} from {seller} got no answer in time, and asked again the provider answered: {e}. It may have sold it: look for a Contract with transactionID {tx} on the provider"
+                ),
+                now,
+            );
+        }
         Err(e) => {
             st.purchase_phase = Some(Phase::Failed);
             return fail(
@@ -409,7 +445,62 @@ pub fn after_purchase(
         before: vec![Effect::ApplyContract(Box::new(contract))],
         status: st,
         after,
-        again: false,
+        requeue: None,
+    }
+}
+
+/// How long a purchase that gets no answer is asked again before the
+/// Reservation gives up on it.
+pub const UNANSWERED_PURCHASE_LIMIT: Duration = Duration::from_secs(600);
+
+/// How soon an unanswered purchase is asked again.
+pub const UNANSWERED_PURCHASE_RETRY: Duration = Duration::from_secs(1);
+
+/// A PURCHASE call got no answer within `timeout`. The provider may still be
+/// selling (a Go provider takes 10–17 s), so it is asked again: a repeated
+/// purchase of the same transaction is answered with the same Contract. The
+/// status says so, with the transaction and the provider.
+pub fn after_purchase_timeout(
+    input: &Input<'_>,
+    mut st: ReservationStatus,
+    timeout: Duration,
+) -> Plan {
+    let now = input.now.as_str();
+    let since = st
+        .purchase_unanswered_since
+        .get_or_insert_with(|| now.to_owned())
+        .clone();
+    let tx = st.transaction_id.clone().unwrap_or_default();
+    let seller = &input.reservation.spec.seller.ip;
+    let waited = now
+        .parse::<jiff::Timestamp>()
+        .ok()
+        .and_then(|now| seconds_between(&since, now))
+        .unwrap_or(0);
+    if waited > i64::try_from(UNANSWERED_PURCHASE_LIMIT.as_secs()).unwrap_or(i64::MAX) {
+        st.purchase_phase = Some(Phase::Failed);
+        // The hold stays: the provider may have sold it.
+        return fail(
+            st,
+            None,
+            &format!(
+                "Reservation failed: error when purchasing flavor: the purchase of transaction {tx} from {seller} got no answer for {}s. It may have sold it: look for a Contract with transactionID {tx} on the provider",
+                UNANSWERED_PURCHASE_LIMIT.as_secs()
+            ),
+            now,
+        );
+    }
+    st.purchase_phase = Some(Phase::Running);
+    st.phase.message = Some(format!(
+        "Reservation: the purchase of transaction {tx} from {seller} got no answer within {}s; asking again",
+        timeout.as_secs()
+    ));
+    touch_at(&mut st.phase, now);
+    Plan {
+        before: Vec::new(),
+        status: st,
+        after: Vec::new(),
+        requeue: Some(UNANSWERED_PURCHASE_RETRY),
     }
 }
 
@@ -436,7 +527,7 @@ fn fail(
             .collect(),
         status: st,
         after: Vec::new(),
-        again: false,
+        requeue: None,
     }
 }
 
@@ -465,6 +556,7 @@ mod tests {
             purchase_phase: Some(purchase),
             transaction_id: tx.map(str::to_owned),
             contract: None,
+            purchase_unanswered_since: None,
         }
     }
 
@@ -622,7 +714,11 @@ mod tests {
         assert_eq!(p.status.transaction_id.as_deref(), Some("tx-1"));
         assert_eq!(p.status.reserve_phase, Some(Phase::Solved));
         assert_eq!(p.status.phase.phase, Phase::Running);
-        assert!(p.again, "purchase follows in the next reconcile");
+        assert_eq!(
+            p.requeue,
+            Some(Duration::ZERO),
+            "purchase follows in the next reconcile"
+        );
         let [Effect::ApplyTransaction(t)] = &p.before[..] else {
             panic!("{:?}", p.before);
         };
@@ -643,7 +739,7 @@ mod tests {
             p.status.phase.message.as_deref(),
             Some("Reservation solved")
         );
-        assert!(!p.again);
+        assert_eq!(p.requeue, None);
 
         // Refused: failed, the candidate given back.
         let refusal = Refusal {
@@ -785,5 +881,64 @@ mod tests {
             !releases(&p),
             "the provider may have sold it: the hold stays"
         );
+    }
+
+    #[test]
+    fn an_unanswered_purchase_is_asked_again_and_never_silently_failed() {
+        let me = me();
+        let pc = candidate("f1", "4", "1");
+        let r = reservation(None, "peeringcandidate-f1");
+        let st = running(Phase::Solved, Phase::Running, Some("tx-1"));
+        let p = after_purchase_timeout(&input(&r, Some(&pc), &me), st, Duration::from_secs(60));
+        assert_eq!(p.status.phase.phase, Phase::Running);
+        assert_eq!(p.status.purchase_phase, Some(Phase::Running));
+        assert_eq!(p.status.purchase_unanswered_since.as_deref(), Some(NOW));
+        assert_eq!(
+            p.status.phase.message.as_deref(),
+            Some(
+                "Reservation: the purchase of transaction tx-1 from 127.0.0.1:1 got no answer within 60s; asking again"
+            )
+        );
+        assert_eq!(p.requeue, Some(UNANSWERED_PURCHASE_RETRY));
+        assert!(p.before.is_empty() && p.after.is_empty());
+
+        // Asked again, a provider that forgot the transaction (a Go one) is
+        // not taken at its word: the Reservation says what may have happened.
+        let asked_again = p.status;
+        let q = after_purchase(
+            &input(&r, Some(&pc), &me),
+            asked_again.clone(),
+            Err(
+                "provider 127.0.0.1:1 rejected the request with 500: Error getting the Transaction"
+                    .into(),
+            ),
+        );
+        let msg = failed_with(&q).to_owned();
+        assert!(
+            msg.contains("transaction tx-1 from 127.0.0.1:1 got no answer in time"),
+            "{msg}"
+        );
+        assert!(msg.contains("500: Error getting the Transaction"), "{msg}");
+        assert!(
+            msg.contains("look for a Contract with transactionID tx-1 on the provider"),
+            "{msg}"
+        );
+        assert!(!releases(&q), "it may be sold: the hold stays");
+
+        // Answered with the Contract on a later attempt: bought.
+        let ok = after_purchase(
+            &input(&r, Some(&pc), &me),
+            asked_again.clone(),
+            Ok(&contract()),
+        );
+        assert_eq!(ok.status.phase.phase, Phase::Solved);
+
+        // A provider silent for longer than the limit: given up on, saying why.
+        let mut long = asked_again;
+        long.purchase_unanswered_since = Some("2026-12-01T09:00:00Z".into());
+        let p = after_purchase_timeout(&input(&r, Some(&pc), &me), long, Duration::from_secs(60));
+        let msg = failed_with(&p).to_owned();
+        assert!(msg.contains("got no answer for 600s"), "{msg}");
+        assert!(!releases(&p));
     }
 }

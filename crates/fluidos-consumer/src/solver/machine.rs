@@ -124,6 +124,15 @@ pub struct Input<'a> {
     pub now: jiff::Timestamp,
 }
 
+/// True once the Solver failed or timed out: nothing more happens to it.
+pub fn is_over(solver: &Solver) -> bool {
+    solver
+        .status
+        .as_ref()
+        .and_then(|s| s.solver_phase.as_ref())
+        .is_some_and(|p| matches!(p.phase, Phase::Failed | Phase::TimedOut))
+}
+
 /// Computes the Solver's next status and writes.
 pub fn plan(input: &Input<'_>, observed: &Observed) -> Plan {
     let solver = input.solver;

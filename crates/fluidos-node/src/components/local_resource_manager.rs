@@ -26,6 +26,7 @@ pub fn lrm_config(ctx: &Context) -> LrmConfig {
     cfg.pods_step = f.pods_step.0.clone();
     cfg.gpu_step = f.gpu_step.0.clone();
     cfg.namespace = ctx.namespace().to_owned();
+    cfg.metrics = ctx.metrics.clone();
     cfg
 }
 

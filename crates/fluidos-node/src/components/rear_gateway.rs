@@ -25,6 +25,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
     cfg.bind = ctx.args.rear_gateway_address();
     cfg.liqo_cluster_id = ctx.identity.liqo_id().map(str::to_owned);
     cfg.transaction_ttl = Duration::from_secs(ctx.args.transaction_ttl_seconds);
+    cfg.metrics = ctx.metrics.clone();
 
     let (ready_tx, mut ready_rx) = watch::channel(false);
     let report = {

@@ -19,16 +19,13 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
     cfg.static_peers = ctx.args.peers.clone();
     cfg.peer_timeout = Duration::from_millis(ctx.args.peer_timeout_ms);
     let rear = ClientConfig {
-        request_timeout: cfg.peer_timeout.max(Duration::from_secs(10)),
+        list_timeout: cfg.peer_timeout,
+        reserve_timeout: Duration::from_millis(ctx.args.reserve_timeout_ms),
+        purchase_timeout: Duration::from_millis(ctx.args.purchase_timeout_ms),
         ..ClientConfig::default()
     };
-    let consumer = ConsumerContext::new(
-        ctx.client.clone(),
-        cfg,
-        rear,
-        fluidos_consumer::Metrics::new(),
-    )
-    .map_err(|e| Error::Setup(e.to_string()))?;
+    let consumer = ConsumerContext::new(ctx.client.clone(), cfg, rear, ctx.metrics.clone())
+        .map_err(|e| Error::Setup(e.to_string()))?;
     tracing::info!(component = %Component::RearManager, "component started");
     ctx.readiness.mark_ready(Component::RearManager);
     fluidos_consumer::run(consumer, async move { shutdown.cancelled().await }).await;

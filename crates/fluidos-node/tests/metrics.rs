@@ -1,0 +1,302 @@
+//! `/metrics` of a running provider node during a sale: one real control
+//! plane, one `fluidos-node` process (local resource manager + REAR gateway),
+//! a RESERVE and a PURCHASE over loopback REAR, and the exposition read the
+//! way Prometheus reads it: over HTTP, through a real OpenMetrics parser.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // in tests a panic is the failure report
+
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fluidos_api::rear::{PurchaseRequest, ReserveRequest};
+use fluidos_rear_client::{ClientConfig, RearClient};
+use fluidos_testenv::{ControlPlane, ControlPlaneOptions, fixtures};
+use openmetrics_parser::{
+    MetricsExposition, OpenMetricsType, OpenMetricsValue, openmetrics::parse_openmetrics,
+};
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::{Child, Command};
+
+const NS: &str = "fluidos";
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+const RESERVE_ROUTE: &str = "/api/v2/reservations";
+const PURCHASE_ROUTE: &str = "/api/v2/transactions/{transactionID}/purchase";
+
+type Exposition = MetricsExposition<OpenMetricsType, OpenMetricsValue>;
+
+/// The provider node process, its output collected for failure messages.
+struct Provider {
+    _child: Child,
+    log: Arc<Mutex<String>>,
+    metrics: SocketAddr,
+    rear: String,
+}
+
+impl Provider {
+    fn spawn(cp: &ControlPlane, rear_port: u16) -> Provider {
+        let port = || fixtures::free_port().unwrap();
+        let metrics: SocketAddr = format!("127.0.0.1:{}", port()).parse().unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fluidos-node"));
+        for (key, _) in std::env::vars() {
+            if key.starts_with("FLUIDOS_") || key.starts_with("KUBERNETES_") {
+                cmd.env_remove(key);
+            }
+        }
+        cmd.env("KUBECONFIG", cp.kubeconfig_path())
+            .env("RUST_LOG", "info,kube=warn")
+            .args(["--namespace", NS])
+            .args(["--components", "local-resource-manager,rear-gateway"])
+            .args(["--liqo-cluster-id", "liqo-provider"])
+            .args([
+                "--health-probe-bind-address",
+                &format!("127.0.0.1:{}", port()),
+            ])
+            .args(["--metrics-bind-address", &metrics.to_string()])
+            .args(["--rear-bind-address", "127.0.0.1"])
+            .args(["--http-port", &rear_port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        collect(child.stdout.take().unwrap(), log.clone());
+        collect(child.stderr.take().unwrap(), log.clone());
+        Provider {
+            _child: child,
+            log,
+            metrics,
+            rear: format!("127.0.0.1:{rear_port}"),
+        }
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// GETs `/metrics`: the content type and the parsed exposition.
+    async fn scrape(&self, http: &reqwest::Client) -> Option<(String, Exposition)> {
+        let response = http
+            .get(format!("http://{}/metrics", self.metrics))
+            .send()
+            .await
+            .ok()?;
+        assert!(response.status().is_success(), "{}", response.status());
+        let content_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)?
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let text = response.text().await.unwrap();
+        let parsed = parse_openmetrics(&text)
+            .unwrap_or_else(|e| panic!("/metrics is not valid OpenMetrics: {e:?}\n{text}"));
+        Some((content_type, parsed))
+    }
+
+    /// Polls `f` until it returns `Some`, failing with `what` and the node's log.
+    async fn eventually<T, F, Fut>(&self, what: &str, mut f: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Option<T>>,
+    {
+        let start = Instant::now();
+        loop {
+            if let Some(v) = f().await {
+                return v;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "timed out waiting for {what}\n--- node log\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+fn collect(r: impl AsyncRead + Unpin + Send + 'static, into: Arc<Mutex<String>>) {
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(r).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let mut s = into.lock().unwrap();
+            s.push_str(&line);
+            s.push('\n');
+        }
+    });
+}
+
+/// The samples of `family` whose labels satisfy `wanted`, with their values.
+fn samples<'a>(
+    exp: &'a Exposition,
+    family: &str,
+    wanted: impl Fn(&dyn Fn(&str) -> Option<String>) -> bool + 'a,
+) -> Vec<&'a OpenMetricsValue> {
+    let Some(f) = exp.families.get(family) else {
+        return Vec::new();
+    };
+    f.iter_samples()
+        .filter(|s| {
+            let labels = s.get_labelset().unwrap();
+            wanted(&|name| labels.get_label_value(name).map(str::to_owned))
+        })
+        .map(|s| &s.value)
+        .collect()
+}
+
+/// Sum of the counter `family` over the samples `wanted` accepts.
+fn counter_sum(
+    exp: &Exposition,
+    family: &str,
+    wanted: impl Fn(&dyn Fn(&str) -> Option<String>) -> bool,
+) -> f64 {
+    samples(exp, family, wanted)
+        .into_iter()
+        .map(|v| match v {
+            OpenMetricsValue::Counter(c) => c.value.as_f64(),
+            other => panic!("{family} is not a counter: {other:?}"),
+        })
+        .sum()
+}
+
+/// 2xx answers of `route` (a route template) to POST.
+fn successes(exp: &Exposition, route: &str) -> f64 {
+    counter_sum(exp, "fluidos_rear_requests", |l| {
+        l("route").as_deref() == Some(route)
+            && l("method").as_deref() == Some("POST")
+            && l("status").is_some_and(|s| s.starts_with('2'))
+    })
+}
+
+/// The gauge `family` (unlabelled), if exposed.
+fn gauge(exp: &Exposition, family: &str) -> Option<f64> {
+    match samples(exp, family, |_| true).first()? {
+        OpenMetricsValue::Gauge(n) => Some(n.as_f64()),
+        other => panic!("{family} is not a gauge: {other:?}"),
+    }
+}
+
+/// Asserts `family` is a histogram with at least one observation in every
+/// sample `wanted` accepts, and cumulative buckets ending at +Inf.
+fn assert_histogram_observed(
+    exp: &Exposition,
+    family: &str,
+    wanted: impl Fn(&dyn Fn(&str) -> Option<String>) -> bool,
+) {
+    let found = samples(exp, family, wanted);
+    assert!(!found.is_empty(), "{family}: no sample");
+    for v in found {
+        let OpenMetricsValue::Histogram(h) = v else {
+            panic!("{family} is not a histogram: {v:?}");
+        };
+        assert!(h.buckets.len() > 1, "{family}: buckets {:?}", h.buckets);
+        let last = h.buckets.last().unwrap();
+        assert!(
+            last.upper_bound.is_infinite(),
+            "{family}: last bucket {last:?}"
+        );
+        assert!(last.count.as_f64() >= 1.0, "{family}: nothing observed");
+        assert!(
+            h.buckets
+                .windows(2)
+                .all(|w| w[0].count.as_f64() <= w[1].count.as_f64()),
+            "{family}: buckets not cumulative: {:?}",
+            h.buckets
+        );
+        assert_eq!(h.count.map(|c| c as f64), Some(last.count.as_f64()));
+    }
+}
+
+#[tokio::test]
+async fn metrics_move_during_a_sale() {
+    let cp = ControlPlane::start(ControlPlaneOptions {
+        workloads: false,
+        crd_dirs: vec![fluidos_testenv::crds_dir()],
+    })
+    .await
+    .unwrap();
+    let rear_port = fixtures::free_port().unwrap();
+    fixtures::namespace(&cp, NS).await.unwrap();
+    fixtures::node_identity(&cp, NS, "provider01", "127.0.0.1", rear_port)
+        .await
+        .unwrap();
+    fixtures::worker_node(&cp, "worker-1", "8", "16Gi")
+        .await
+        .unwrap();
+    let node = Provider::spawn(&cp, rear_port);
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+
+    // Before the sale: served as OpenMetrics, no REAR call counted yet.
+    let (content_type, before) = node
+        .eventually("/metrics to answer", || node.scrape(&http))
+        .await;
+    assert_eq!(content_type, OPENMETRICS);
+    let (reserves_before, purchases_before) = (
+        successes(&before, RESERVE_ROUTE),
+        successes(&before, PURCHASE_ROUTE),
+    );
+
+    // The sale, as a consumer node makes it.
+    let rear = RearClient::new(ClientConfig::default()).unwrap();
+    let flavor = node
+        .eventually("the provider's flavor on REAR", || async {
+            rear.list_flavors(&node.rear, None)
+                .await
+                .ok()?
+                .into_iter()
+                .next()
+        })
+        .await;
+    let buyer = json!({"ID": "consumer01", "IP": "127.0.0.1:30001", "domain": "fluidos.eu",
+        "additionalInformation": {"liqoID": "liqo-consumer"}});
+    let reserve: ReserveRequest = serde_json::from_value(json!({
+        "flavorID": flavor.flavor_id,
+        "buyerID": buyer,
+        "configuration": {"type": "k8slice", "data": {"cpu": "1", "memory": "1Gi", "pods": "1"}},
+    }))
+    .unwrap();
+    let tx = rear.reserve(&node.rear, &reserve).await.unwrap();
+    let purchase: PurchaseRequest = serde_json::from_value(json!({})).unwrap();
+    let contract = rear
+        .purchase(&node.rear, &tx.transaction_id, &purchase)
+        .await
+        .unwrap();
+    assert_eq!(contract.transaction_id, tx.transaction_id);
+
+    let (content_type, after) = node.scrape(&http).await.unwrap();
+    assert_eq!(content_type, OPENMETRICS);
+    // Per route template (never the raw path with the transaction id).
+    assert_eq!(successes(&after, RESERVE_ROUTE), reserves_before + 1.0);
+    assert_eq!(successes(&after, PURCHASE_ROUTE), purchases_before + 1.0);
+    let raw_paths = counter_sum(&after, "fluidos_rear_requests", |l| {
+        l("route").is_some_and(|r| r.contains(&tx.transaction_id))
+    });
+    assert_eq!(raw_paths, 0.0, "a raw path became a label");
+    assert_histogram_observed(&after, "fluidos_rear_request_duration_seconds", |l| {
+        l("route").as_deref() == Some(PURCHASE_ROUTE)
+    });
+
+    // The local resource manager's controllers reconciled the worker node.
+    let reconciles = counter_sum(&after, "fluidos_controller_reconciles", |l| {
+        l("controller").as_deref() == Some("node")
+    });
+    assert!(reconciles > 0.0, "node controller reconciles: {reconciles}");
+    assert_histogram_observed(
+        &after,
+        "fluidos_controller_reconcile_duration_seconds",
+        |l| l("controller").as_deref() == Some("node"),
+    );
+
+    // The sweeper's market gauges catch up with the sale.
+    node.eventually("the sale on the market gauges", || async {
+        let (_, m) = node.scrape(&http).await?;
+        (gauge(&m, "fluidos_ledger_sales")? >= 1.0).then_some(())
+    })
+    .await;
+}
