@@ -8,9 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // in tests a panic is the failure report
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fluidos_api::network::KnownClusterSpec;
 use fluidos_api::reservation::ReservationSpec;
@@ -19,115 +17,14 @@ use fluidos_api::{
     Contract, Flavor, GenericRef, KnownCluster, NodeIdentity, PeeringCandidate, Phase, Reservation,
     ServiceBlueprint, Solver, Transaction,
 };
-use fluidos_testenv::{ControlPlane, ControlPlaneOptions, fixtures};
+use fluidos_testenv::{ControlPlane, fixtures};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
-use tokio::process::{Child, Command};
 
-const NS: &str = "fluidos";
+mod support;
 
-fn free_port() -> u16 {
-    fixtures::free_port().unwrap()
-}
-
-async fn cluster() -> ControlPlane {
-    ControlPlane::start(ControlPlaneOptions {
-        workloads: false,
-        crd_dirs: vec![fluidos_testenv::crds_dir()],
-    })
-    .await
-    .unwrap()
-}
-
-async fn prepare(cp: &ControlPlane, node_id: &str, rear_port: u16) {
-    fixtures::namespace(cp, NS).await.unwrap();
-    fixtures::node_identity(cp, NS, node_id, "127.0.0.1", rear_port)
-        .await
-        .unwrap();
-}
-
-struct NodeProcess {
-    child: Child,
-    log: Arc<Mutex<String>>,
-}
-
-impl NodeProcess {
-    fn spawn(cp: &ControlPlane, rear_port: u16, components: &str, extra: &[&str]) -> NodeProcess {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fluidos-node"));
-        for (key, _) in std::env::vars() {
-            if key.starts_with("FLUIDOS_") {
-                cmd.env_remove(key);
-            }
-        }
-        cmd.env("KUBECONFIG", cp.kubeconfig_path())
-            .env("RUST_LOG", "info,kube=warn")
-            .args(["--namespace", NS, "--components", components])
-            .args([
-                "--health-probe-bind-address",
-                &format!("127.0.0.1:{}", free_port()),
-            ])
-            .args(["--metrics-bind-address", "0"])
-            .args([
-                "--rear-bind-address",
-                "127.0.0.1",
-                "--http-port",
-                &rear_port.to_string(),
-            ])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        collect(child.stdout.take().unwrap(), log.clone());
-        collect(child.stderr.take().unwrap(), log.clone());
-        NodeProcess { child, log }
-    }
-
-    fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
-    }
-
-    async fn kill(mut self) {
-        self.child.kill().await.unwrap();
-    }
-}
-
-fn collect(r: impl AsyncRead + Unpin + Send + 'static, into: Arc<Mutex<String>>) {
-    tokio::spawn(async move {
-        let mut lines = BufReader::new(r).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            let mut s = into.lock().unwrap();
-            s.push_str(&line);
-            s.push('\n');
-        }
-    });
-}
-
-/// Polls `f` until it returns `Some`, failing with `what` and the logs.
-async fn eventually<T, F, Fut>(what: &str, limit: Duration, logs: &[&NodeProcess], mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        if start.elapsed() > limit {
-            let logs: Vec<String> = logs.iter().map(|n| n.log()).collect();
-            panic!(
-                "timed out waiting for {what}\n--- logs\n{}",
-                logs.join("\n---\n")
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+use support::{NS, NodeProcess, cluster, eventually, free_port, prepare};
 
 fn solver(name: &str, flavor_type: &str, filters: serde_json::Value, buy: bool) -> Solver {
     let mut s = Solver::new(
@@ -200,12 +97,14 @@ async fn market() -> Market {
         &provider,
         pport,
         "local-resource-manager,rear-gateway",
+        "0",
         &["--liqo-cluster-id", "liqo-provider"],
     );
     let consumer_node = NodeProcess::spawn(
         &consumer,
         cport,
         "rear-manager",
+        "0",
         &[
             "--liqo-cluster-id",
             "liqo-consumer",
@@ -567,6 +466,7 @@ async fn consumer_killed_between_reserve_and_purchase_buys_exactly_once() {
         &consumer,
         cport,
         "rear-manager",
+        "0",
         &["--liqo-cluster-id", "liqo-consumer"],
     );
     let contract = eventually(

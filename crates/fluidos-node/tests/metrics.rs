@@ -5,128 +5,45 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // in tests a panic is the failure report
 
+mod support;
+
 use std::net::SocketAddr;
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fluidos_api::rear::{PurchaseRequest, ReserveRequest};
 use fluidos_rear_client::{ClientConfig, RearClient};
-use fluidos_testenv::{ControlPlane, ControlPlaneOptions, fixtures};
+use fluidos_testenv::fixtures;
 use openmetrics_parser::{
     MetricsExposition, OpenMetricsType, OpenMetricsValue, openmetrics::parse_openmetrics,
 };
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
-use tokio::process::{Child, Command};
+use support::{NodeProcess, cluster, free_port, prepare};
 
-const NS: &str = "fluidos";
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 const RESERVE_ROUTE: &str = "/api/v2/reservations";
 const PURCHASE_ROUTE: &str = "/api/v2/transactions/{transactionID}/purchase";
+const LIMIT: Duration = Duration::from_secs(60);
 
 type Exposition = MetricsExposition<OpenMetricsType, OpenMetricsValue>;
 
-/// The provider node process, its output collected for failure messages.
-struct Provider {
-    _child: Child,
-    log: Arc<Mutex<String>>,
-    metrics: SocketAddr,
-    rear: String,
-}
-
-impl Provider {
-    fn spawn(cp: &ControlPlane, rear_port: u16) -> Provider {
-        let port = || fixtures::free_port().unwrap();
-        let metrics: SocketAddr = format!("127.0.0.1:{}", port()).parse().unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fluidos-node"));
-        for (key, _) in std::env::vars() {
-            if key.starts_with("FLUIDOS_") || key.starts_with("KUBERNETES_") {
-                cmd.env_remove(key);
-            }
-        }
-        cmd.env("KUBECONFIG", cp.kubeconfig_path())
-            .env("RUST_LOG", "info,kube=warn")
-            .args(["--namespace", NS])
-            .args(["--components", "local-resource-manager,rear-gateway"])
-            .args(["--liqo-cluster-id", "liqo-provider"])
-            .args([
-                "--health-probe-bind-address",
-                &format!("127.0.0.1:{}", port()),
-            ])
-            .args(["--metrics-bind-address", &metrics.to_string()])
-            .args(["--rear-bind-address", "127.0.0.1"])
-            .args(["--http-port", &rear_port.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        collect(child.stdout.take().unwrap(), log.clone());
-        collect(child.stderr.take().unwrap(), log.clone());
-        Provider {
-            _child: child,
-            log,
-            metrics,
-            rear: format!("127.0.0.1:{rear_port}"),
-        }
-    }
-
-    fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
-    }
-
-    /// GETs `/metrics`: the content type and the parsed exposition.
-    async fn scrape(&self, http: &reqwest::Client) -> Option<(String, Exposition)> {
-        let response = http
-            .get(format!("http://{}/metrics", self.metrics))
-            .send()
-            .await
-            .ok()?;
-        assert!(response.status().is_success(), "{}", response.status());
-        let content_type = response
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)?
-            .to_str()
-            .unwrap()
-            .to_owned();
-        let text = response.text().await.unwrap();
-        let parsed = parse_openmetrics(&text)
-            .unwrap_or_else(|e| panic!("/metrics is not valid OpenMetrics: {e:?}\n{text}"));
-        Some((content_type, parsed))
-    }
-
-    /// Polls `f` until it returns `Some`, failing with `what` and the node's log.
-    async fn eventually<T, F, Fut>(&self, what: &str, mut f: F) -> T
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Option<T>>,
-    {
-        let start = Instant::now();
-        loop {
-            if let Some(v) = f().await {
-                return v;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "timed out waiting for {what}\n--- node log\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-}
-
-fn collect(r: impl AsyncRead + Unpin + Send + 'static, into: Arc<Mutex<String>>) {
-    tokio::spawn(async move {
-        let mut lines = BufReader::new(r).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            let mut s = into.lock().unwrap();
-            s.push_str(&line);
-            s.push('\n');
-        }
-    });
+/// GETs `/metrics` at `addr`: the content type and the parsed exposition.
+async fn scrape(http: &reqwest::Client, addr: SocketAddr) -> Option<(String, Exposition)> {
+    let response = http
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .await
+        .ok()?;
+    assert!(response.status().is_success(), "{}", response.status());
+    let content_type = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)?
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let text = response.text().await.unwrap();
+    let parsed = parse_openmetrics(&text)
+        .unwrap_or_else(|e| panic!("/metrics is not valid OpenMetrics: {e:?}\n{text}"));
+    Some((content_type, parsed))
 }
 
 /// The samples of `family` whose labels satisfy `wanted`, with their values.
@@ -212,30 +129,31 @@ fn assert_histogram_observed(
 
 #[tokio::test]
 async fn metrics_move_during_a_sale() {
-    let cp = ControlPlane::start(ControlPlaneOptions {
-        workloads: false,
-        crd_dirs: vec![fluidos_testenv::crds_dir()],
-    })
-    .await
-    .unwrap();
-    let rear_port = fixtures::free_port().unwrap();
-    fixtures::namespace(&cp, NS).await.unwrap();
-    fixtures::node_identity(&cp, NS, "provider01", "127.0.0.1", rear_port)
-        .await
-        .unwrap();
+    let cp = cluster().await;
+    let rear_port = free_port();
+    prepare(&cp, "provider01", rear_port).await;
     fixtures::worker_node(&cp, "worker-1", "8", "16Gi")
         .await
         .unwrap();
-    let node = Provider::spawn(&cp, rear_port);
+    let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let node = NodeProcess::spawn(
+        &cp,
+        rear_port,
+        "local-resource-manager,rear-gateway",
+        &metrics.to_string(),
+        &["--liqo-cluster-id", "liqo-provider"],
+    );
+    let rear_address = format!("127.0.0.1:{rear_port}");
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()
         .unwrap();
 
     // Before the sale: served as OpenMetrics, no REAR call counted yet.
-    let (content_type, before) = node
-        .eventually("/metrics to answer", || node.scrape(&http))
-        .await;
+    let (content_type, before) = support::eventually("/metrics to answer", LIMIT, &[&node], || {
+        scrape(&http, metrics)
+    })
+    .await;
     assert_eq!(content_type, OPENMETRICS);
     let (reserves_before, purchases_before) = (
         successes(&before, RESERVE_ROUTE),
@@ -244,15 +162,14 @@ async fn metrics_move_during_a_sale() {
 
     // The sale, as a consumer node makes it.
     let rear = RearClient::new(ClientConfig::default()).unwrap();
-    let flavor = node
-        .eventually("the provider's flavor on REAR", || async {
-            rear.list_flavors(&node.rear, None)
-                .await
-                .ok()?
-                .into_iter()
-                .next()
-        })
-        .await;
+    let flavor = support::eventually("the provider's flavor on REAR", LIMIT, &[&node], || async {
+        rear.list_flavors(&rear_address, None)
+            .await
+            .ok()?
+            .into_iter()
+            .next()
+    })
+    .await;
     let buyer = json!({"ID": "consumer01", "IP": "127.0.0.1:30001", "domain": "fluidos.eu",
         "additionalInformation": {"liqoID": "liqo-consumer"}});
     let reserve: ReserveRequest = serde_json::from_value(json!({
@@ -261,15 +178,15 @@ async fn metrics_move_during_a_sale() {
         "configuration": {"type": "k8slice", "data": {"cpu": "1", "memory": "1Gi", "pods": "1"}},
     }))
     .unwrap();
-    let tx = rear.reserve(&node.rear, &reserve).await.unwrap();
+    let tx = rear.reserve(&rear_address, &reserve).await.unwrap();
     let purchase: PurchaseRequest = serde_json::from_value(json!({})).unwrap();
     let contract = rear
-        .purchase(&node.rear, &tx.transaction_id, &purchase)
+        .purchase(&rear_address, &tx.transaction_id, &purchase)
         .await
         .unwrap();
     assert_eq!(contract.transaction_id, tx.transaction_id);
 
-    let (content_type, after) = node.scrape(&http).await.unwrap();
+    let (content_type, after) = scrape(&http, metrics).await.unwrap();
     assert_eq!(content_type, OPENMETRICS);
     // Per route template (never the raw path with the transaction id).
     assert_eq!(successes(&after, RESERVE_ROUTE), reserves_before + 1.0);
@@ -294,8 +211,8 @@ async fn metrics_move_during_a_sale() {
     );
 
     // The sweeper's market gauges catch up with the sale.
-    node.eventually("the sale on the market gauges", || async {
-        let (_, m) = node.scrape(&http).await?;
+    support::eventually("the sale on the market gauges", LIMIT, &[&node], || async {
+        let (_, m) = scrape(&http, metrics).await?;
         (gauge(&m, "fluidos_ledger_sales")? >= 1.0).then_some(())
     })
     .await;

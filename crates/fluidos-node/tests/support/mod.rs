@@ -1,0 +1,136 @@
+//! Shared by the integration tests that run `fluidos-node` as a process
+//! against real control planes.
+
+// Each test binary compiles this module and uses a part of it.
+#![allow(dead_code)]
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fluidos_testenv::{ControlPlane, ControlPlaneOptions, fixtures};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::{Child, Command};
+
+/// The namespace every test node uses.
+pub const NS: &str = "fluidos";
+
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    fixtures::free_port().unwrap()
+}
+
+/// A control plane with our CRDs.
+pub async fn cluster() -> ControlPlane {
+    ControlPlane::start(ControlPlaneOptions {
+        workloads: false,
+        crd_dirs: vec![fluidos_testenv::crds_dir()],
+    })
+    .await
+    .unwrap()
+}
+
+/// The namespace and the identity ConfigMap a node needs to start.
+pub async fn prepare(cp: &ControlPlane, node_id: &str, rear_port: u16) {
+    fixtures::namespace(cp, NS).await.unwrap();
+    fixtures::node_identity(cp, NS, node_id, "127.0.0.1", rear_port)
+        .await
+        .unwrap();
+}
+
+/// A `fluidos-node` process, its output collected for failure messages.
+pub struct NodeProcess {
+    child: Child,
+    log: Arc<Mutex<String>>,
+}
+
+impl NodeProcess {
+    /// Starts `components` on `cp`, REAR on `rear_port`, `/metrics` on
+    /// `metrics_bind` (`"0"`: off), with `extra` flags.
+    pub fn spawn(
+        cp: &ControlPlane,
+        rear_port: u16,
+        components: &str,
+        metrics_bind: &str,
+        extra: &[&str],
+    ) -> NodeProcess {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fluidos-node"));
+        for (key, _) in std::env::vars() {
+            if key.starts_with("FLUIDOS_") || key.starts_with("KUBERNETES_") {
+                cmd.env_remove(key);
+            }
+        }
+        cmd.env("KUBECONFIG", cp.kubeconfig_path())
+            .env("RUST_LOG", "info,kube=warn")
+            .args(["--namespace", NS, "--components", components])
+            .args([
+                "--health-probe-bind-address",
+                &format!("127.0.0.1:{}", free_port()),
+            ])
+            .args(["--metrics-bind-address", metrics_bind])
+            .args([
+                "--rear-bind-address",
+                "127.0.0.1",
+                "--http-port",
+                &rear_port.to_string(),
+            ])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        collect(child.stdout.take().unwrap(), log.clone());
+        collect(child.stderr.take().unwrap(), log.clone());
+        NodeProcess { child, log }
+    }
+
+    /// Everything it printed so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// SIGKILL.
+    pub async fn kill(mut self) {
+        self.child.kill().await.unwrap();
+    }
+}
+
+fn collect(r: impl AsyncRead + Unpin + Send + 'static, into: Arc<Mutex<String>>) {
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(r).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let mut s = into.lock().unwrap();
+            s.push_str(&line);
+            s.push('\n');
+        }
+    });
+}
+
+/// Polls `f` until it returns `Some`, failing with `what` and the logs.
+pub async fn eventually<T, F, Fut>(
+    what: &str,
+    limit: Duration,
+    logs: &[&NodeProcess],
+    mut f: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        if start.elapsed() > limit {
+            let logs: Vec<String> = logs.iter().map(|n| n.log()).collect();
+            panic!(
+                "timed out waiting for {what}\n--- logs\n{}",
+                logs.join("\n---\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
