@@ -16,10 +16,10 @@ use fluidos_api::solver::FlavorSelector;
 use fluidos_api::{Discovery, KnownCluster, PeeringCandidate, Phase, naming};
 use fluidos_controller::api_error::is_already_exists;
 use fluidos_controller::api_error::is_conflict;
+use fluidos_controller::readiness::ReadinessGate;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
 use serde_json::json;
 
 use crate::{Context, Error, Step};
@@ -30,24 +30,28 @@ use machine::{Answer, ProviderAnswer, Start};
 const CONTROLLER: &str = "discovery";
 
 /// Runs the Discovery controller until `shutdown`.
-pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+pub async fn run(
+    ctx: Arc<Context>,
+    ready: ReadinessGate,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
     let api: Api<Discovery> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
     let reconciler = ctx.reconciler(CONTROLLER);
     let policy = reconciler.clone();
-    let stream = Controller::new(api, watcher::Config::default())
-        .graceful_shutdown_on(shutdown)
-        .run(
-            move |d, ctx| {
-                let reconciler = reconciler.clone();
-                async move {
-                    reconciler
-                        .observe(d.as_ref(), reconcile(d.clone(), ctx))
-                        .await
-                }
-            },
-            move |d, err, _| policy.error_policy(d.as_ref(), err),
-            ctx,
-        );
+    let (cache, objects) = crate::watched(api, ready);
+    let controller = Controller::for_stream(objects, cache).graceful_shutdown_on(shutdown);
+    let stream = controller.run(
+        move |d, ctx| {
+            let reconciler = reconciler.clone();
+            async move {
+                reconciler
+                    .observe(d.as_ref(), reconcile(d.clone(), ctx))
+                    .await
+            }
+        },
+        move |d, err, _| policy.error_policy(d.as_ref(), err),
+        ctx,
+    );
     fluidos_controller::reconcile::drain(CONTROLLER, stream).await;
 }
 

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use fluidos_api::NodeIdentity;
 pub use fluidos_controller::metrics::Metrics;
+use fluidos_controller::readiness::ReadinessGate;
 use fluidos_controller::reconcile::{ReconcileError, Reconciler};
 use fluidos_rear_client::{ClientConfig, RearClient, RearError};
 
@@ -249,16 +250,83 @@ impl Context {
 /// On shutdown the controllers are dropped mid-flight: every reconcile is
 /// idempotent and all state is in the API server, so nothing is lost.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 'static) {
+    run_with_readiness(ctx, ReadinessGate::new(), shutdown).await;
+}
+
+/// [`run`], opening `ready` once every controller has listed its objects
+/// (its watch is established): a Solver created after that is acted on at
+/// once.
+pub async fn run_with_readiness(
+    ctx: Arc<Context>,
+    ready: ReadinessGate,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
     let never = || futures::future::pending::<()>();
+    let gates = [
+        ReadinessGate::new(),
+        ReadinessGate::new(),
+        ReadinessGate::new(),
+    ];
+    let report = {
+        let gates = gates.clone();
+        async move {
+            for gate in &gates {
+                gate.wait().await;
+            }
+            tracing::info!("consumer controllers' watches established");
+            ready.set_ready();
+            futures::future::pending::<()>().await;
+        }
+    };
+    let [solvers, discoveries, reservations] = gates;
     let controllers = async {
         tokio::join!(
-            solver::run(ctx.clone(), never()),
-            discovery::run(ctx.clone(), never()),
-            reservation::run(ctx, never()),
+            solver::run(ctx.clone(), solvers, never()),
+            discovery::run(ctx.clone(), discoveries, never()),
+            reservation::run(ctx, reservations, never()),
+            report,
         )
     };
     tokio::select! {
         _ = controllers => {}
         _ = shutdown => {}
     }
+}
+
+/// The objects of `api` for a controller: its cache and the stream feeding
+/// it, opening `ready` once the first complete list is in the cache.
+///
+/// Not `Store::wait_until_ready`: it wakes only the last of several
+/// concurrent waiters, and the controller's own runner is one of them.
+pub(crate) fn watched<K>(
+    api: kube::Api<K>,
+    ready: ReadinessGate,
+) -> (
+    kube::runtime::reflector::Store<K>,
+    impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + 'static,
+)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    use futures::TryStreamExt;
+    use kube::runtime::WatchStreamExt;
+    use kube::runtime::watcher::{self, Event};
+    let (reader, writer) = kube::runtime::reflector::store();
+    let stream = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .inspect_ok(move |event| {
+            // After `reflect`: the cache already holds the list.
+            if matches!(event, Event::InitDone) {
+                ready.set_ready();
+            }
+        })
+        .applied_objects();
+    (reader, stream)
 }

@@ -21,11 +21,11 @@ use std::sync::Arc;
 use fluidos_api::reservation::ReservationStatus;
 use fluidos_api::{Contract, PeeringCandidate, Reservation, Transaction};
 use fluidos_controller::api_error::ok_if_not_found;
+use fluidos_controller::readiness::ReadinessGate;
 use fluidos_rear_client::RearError;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
 use serde_json::json;
 
 use crate::{Context, Error, MANAGER, Step};
@@ -36,24 +36,28 @@ use machine::{Decision, Effect, Input, Plan, Refusal};
 const CONTROLLER: &str = "reservation";
 
 /// Runs the Reservation controller until `shutdown`.
-pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+pub async fn run(
+    ctx: Arc<Context>,
+    ready: ReadinessGate,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
     let api: Api<Reservation> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
     let reconciler = ctx.reconciler(CONTROLLER);
     let policy = reconciler.clone();
-    let stream = Controller::new(api, watcher::Config::default())
-        .graceful_shutdown_on(shutdown)
-        .run(
-            move |r, ctx| {
-                let reconciler = reconciler.clone();
-                async move {
-                    reconciler
-                        .observe(r.as_ref(), reconcile(r.clone(), ctx))
-                        .await
-                }
-            },
-            move |r, err, _| policy.error_policy(r.as_ref(), err),
-            ctx,
-        );
+    let (cache, objects) = crate::watched(api, ready);
+    let controller = Controller::for_stream(objects, cache).graceful_shutdown_on(shutdown);
+    let stream = controller.run(
+        move |r, ctx| {
+            let reconciler = reconciler.clone();
+            async move {
+                reconciler
+                    .observe(r.as_ref(), reconcile(r.clone(), ctx))
+                    .await
+            }
+        },
+        move |r, err, _| policy.error_policy(r.as_ref(), err),
+        ctx,
+    );
     fluidos_controller::reconcile::drain(CONTROLLER, stream).await;
 }
 

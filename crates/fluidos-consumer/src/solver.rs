@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use fluidos_api::{Allocation, Discovery, PeeringCandidate, Reservation, Solver, naming};
 use fluidos_controller::api_error::{is_already_exists, is_not_found, ok_if_not_found};
+use fluidos_controller::readiness::ReadinessGate;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
@@ -32,12 +33,17 @@ use machine::{ChildKind, Effect, Input, Next, Observed, Timeouts};
 const CONTROLLER: &str = "solver";
 
 /// Runs the Solver controller until `shutdown`.
-pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+pub async fn run(
+    ctx: Arc<Context>,
+    ready: ReadinessGate,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
     let ns = ctx.cfg.namespace.clone();
     let solvers: Api<Solver> = Api::namespaced(ctx.client.clone(), &ns);
     let reconciler = ctx.reconciler(CONTROLLER);
     let policy = reconciler.clone();
-    let stream = Controller::new(solvers, watcher::Config::default())
+    let (cache, objects) = crate::watched(solvers, ready);
+    let controller = Controller::for_stream(objects, cache)
         .owns(
             Api::<Discovery>::namespaced(ctx.client.clone(), &ns),
             watcher::Config::default(),
@@ -50,19 +56,19 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
             Api::<Allocation>::namespaced(ctx.client.clone(), &ns),
             watcher::Config::default(),
         )
-        .graceful_shutdown_on(shutdown)
-        .run(
-            move |solver, ctx| {
-                let reconciler = reconciler.clone();
-                async move {
-                    reconciler
-                        .observe(solver.as_ref(), reconcile(solver.clone(), ctx))
-                        .await
-                }
-            },
-            move |solver, err, _| policy.error_policy(solver.as_ref(), err),
-            ctx,
-        );
+        .graceful_shutdown_on(shutdown);
+    let stream = controller.run(
+        move |solver, ctx| {
+            let reconciler = reconciler.clone();
+            async move {
+                reconciler
+                    .observe(solver.as_ref(), reconcile(solver.clone(), ctx))
+                    .await
+            }
+        },
+        move |solver, err, _| policy.error_policy(solver.as_ref(), err),
+        ctx,
+    );
     fluidos_controller::reconcile::drain(CONTROLLER, stream).await;
 }
 

@@ -262,6 +262,14 @@ async fn with_everything_in_place_it_becomes_ready_and_stops_on_sigterm() {
         .await;
     node.until_ok(node.probes, "/readyz", Duration::from_secs(10))
         .await;
+    // Ready means the consumer's watches are established (a Solver created
+    // now is acted on at once), not merely that its task started.
+    assert!(
+        node.stdout()
+            .contains("consumer controllers' watches established"),
+        "{}",
+        node.output()
+    );
     node.until_ok(node.metrics, "/metrics", Duration::from_secs(5))
         .await;
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fluidos_consumer::{ConsumerConfig, Context as ConsumerContext};
+use fluidos_controller::readiness::ReadinessGate;
 use fluidos_rear_client::ClientConfig;
 use tokio_util::sync::CancellationToken;
 
@@ -26,9 +27,23 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
     };
     let consumer = ConsumerContext::new(ctx.client.clone(), cfg, rear, ctx.metrics.clone())
         .map_err(|e| Error::Setup(e.to_string()))?;
+    // Ready once every consumer controller has listed its objects: a Solver
+    // created after /readyz says 200 is acted on at once (the first list of a
+    // freshly installed CRD can wait out a 429 from the API server).
+    let ready = ReadinessGate::new();
+    let report = {
+        let (ctx, ready) = (ctx.clone(), ready.clone());
+        tokio::spawn(async move {
+            ready.wait().await;
+            ctx.readiness.mark_ready(Component::RearManager);
+        })
+    };
     tracing::info!(component = %Component::RearManager, "component started");
-    ctx.readiness.mark_ready(Component::RearManager);
-    fluidos_consumer::run(consumer, async move { shutdown.cancelled().await }).await;
+    fluidos_consumer::run_with_readiness(consumer, ready, async move {
+        shutdown.cancelled().await;
+    })
+    .await;
+    report.abort();
     tracing::info!(component = %Component::RearManager, "component stopped");
     Ok(())
 }
