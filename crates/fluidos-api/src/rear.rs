@@ -178,11 +178,20 @@ pub enum WireFlavorData {
 impl WireFlavorData {
     /// Types `data` by the sibling type name; anything else stays raw.
     pub fn decode(name: &str, data: RawObject) -> Self {
-        match FlavorTypeIdentifier::from_wire(name) {
-            Some(FlavorTypeIdentifier::K8Slice) => WireK8Slice::deserialize(&data)
-                .map_or(WireFlavorData::Raw(data), WireFlavorData::K8Slice),
-            Some(FlavorTypeIdentifier::Service) => ServiceFlavor::deserialize(&data)
-                .map_or(WireFlavorData::Raw(data), WireFlavorData::Service),
+        let typed = match FlavorTypeIdentifier::from_wire(name) {
+            Some(FlavorTypeIdentifier::K8Slice) => {
+                WireK8Slice::deserialize(&data).map(WireFlavorData::K8Slice)
+            }
+            Some(FlavorTypeIdentifier::Service) => {
+                ServiceFlavor::deserialize(&data).map(WireFlavorData::Service)
+            }
+            _ => return WireFlavorData::Raw(data),
+        };
+        // Typed only when nothing is lost: a key we do not model, or a
+        // value the typed form would rewrite (`1` → `"1"`), keeps the
+        // payload as sent.
+        match typed {
+            Ok(t) if to_raw(&t) == data => t,
             _ => WireFlavorData::Raw(data),
         }
     }
@@ -672,15 +681,18 @@ pub enum WireConfigurationData {
 impl WireConfigurationData {
     /// Types `data` by the configuration's type; anything else stays raw.
     pub fn decode(t: Option<FlavorTypeIdentifier>, data: RawObject) -> Self {
-        match t {
-            Some(FlavorTypeIdentifier::K8Slice) => K8SliceConfiguration::deserialize(&data).map_or(
-                WireConfigurationData::Raw(data),
-                WireConfigurationData::K8Slice,
-            ),
-            Some(FlavorTypeIdentifier::Service) => ServiceConfiguration::deserialize(&data).map_or(
-                WireConfigurationData::Raw(data),
-                WireConfigurationData::Service,
-            ),
+        let typed = match t {
+            Some(FlavorTypeIdentifier::K8Slice) => {
+                K8SliceConfiguration::deserialize(&data).map(WireConfigurationData::K8Slice)
+            }
+            Some(FlavorTypeIdentifier::Service) => {
+                ServiceConfiguration::deserialize(&data).map(WireConfigurationData::Service)
+            }
+            _ => return WireConfigurationData::Raw(data),
+        };
+        // Typed only when nothing is lost (see `WireFlavorData::decode`).
+        match typed {
+            Ok(c) if to_raw(&c) == data => c,
             _ => WireConfigurationData::Raw(data),
         }
     }
@@ -1126,7 +1138,7 @@ mod tests {
     #[test]
     fn typed_payloads_decode_by_their_sibling_type() {
         let c: WireConfiguration = serde_json::from_str(
-            r#"{"data":{"pods":"1","memory":"1Gi","cpu":1},"type":"k8slice"}"#,
+            r#"{"data":{"pods":"1","memory":"1Gi","cpu":"1"},"type":"k8slice"}"#,
         )
         .unwrap();
         let WireConfigurationData::K8Slice(k) = &c.data else {
@@ -1143,6 +1155,23 @@ mod tests {
             crd.data,
             serde_json::json!({"cpu": "1", "memory": "1Gi", "pods": "1"})
         );
+    }
+
+    #[test]
+    fn payloads_the_typed_form_would_alter_are_kept_as_sent() {
+        // A number where Go writes a string, and a key this node does not
+        // model: typing them would rewrite or drop something.
+        for data in [
+            serde_json::json!({"cpu": 1, "memory": "1Gi", "pods": "1"}),
+            serde_json::json!({"cpu": "1", "memory": "1Gi", "pods": "1", "newField": "x"}),
+        ] {
+            let c: WireConfiguration =
+                serde_json::from_value(serde_json::json!({"type": "k8slice", "data": data}))
+                    .unwrap();
+            assert_eq!(c.data, WireConfigurationData::Raw(data.clone()));
+            assert_eq!(c.to_crd().unwrap().0.data, data);
+            assert_eq!(serde_json::to_value(&c).unwrap()["data"], data);
+        }
     }
 
     #[test]

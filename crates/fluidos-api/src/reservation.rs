@@ -119,11 +119,12 @@ pub struct ReservationStatus {
     /// The Contract bought.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub contract: Option<GenericRef>,
-    /// When a purchase call first got no answer in time (beyond upstream):
-    /// the provider may have sold the transaction, so it is asked again
-    /// rather than reported failed.
+    /// When the first PURCHASE of the transaction was sent (beyond
+    /// upstream). Written before the call: after a crash or an unanswered
+    /// call, the provider may have sold the transaction, so a later refusal
+    /// is not taken as proof that nothing was sold.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub purchase_unanswered_since: Option<String>,
+    pub purchase_attempted_at: Option<String>,
 }
 
 /// A reservation held by a provider for a buyer, until it expires or is bought.

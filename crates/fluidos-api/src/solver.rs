@@ -126,6 +126,10 @@ pub struct ChosenCandidate {
     pub name: String,
     /// Why it ranked first.
     pub reason: String,
+    /// Candidates tried before it and refused as not available (at most a
+    /// few: the Solver then stops trying others).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<String>,
 }
 
 /// Flavor type plus raw filters, shared by Solver and Discovery.

@@ -38,6 +38,7 @@ pub async fn run(
     let api: Api<Discovery> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
     let reconciler = ctx.reconciler(CONTROLLER);
     let policy = reconciler.clone();
+    let drained = reconciler.clone();
     let (cache, objects) = crate::watched(api, ready);
     let controller = Controller::for_stream(objects, cache).graceful_shutdown_on(shutdown);
     let stream = controller.run(
@@ -52,7 +53,7 @@ pub async fn run(
         move |d, err, _| policy.error_policy(d.as_ref(), err),
         ctx,
     );
-    fluidos_controller::reconcile::drain(CONTROLLER, stream).await;
+    fluidos_controller::reconcile::drain(drained, stream).await;
 }
 
 /// Queries one provider with the configured timeout.
@@ -78,16 +79,28 @@ async fn ask(ctx: &Context, address: String, selector: Option<&FlavorSelector>) 
     answer
 }
 
-#[tracing::instrument(skip_all, fields(discovery = %d.name_any()))]
-async fn reconcile(d: Arc<Discovery>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let ns = d.namespace().ok_or(Error::Incomplete("namespace"))?;
+#[tracing::instrument(skip_all, fields(discovery = %cached.name_any()))]
+async fn reconcile(cached: Arc<Discovery>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = cached.namespace().ok_or(Error::Incomplete("namespace"))?;
     let api: Api<Discovery> = Api::namespaced(ctx.client.clone(), &ns);
+    // The watch cache may predate our last status write: deciding on it
+    // would start a finished search again.
+    let Some(d) = api
+        .get_opt(&cached.name_any())
+        .await
+        .map_err(Error::kube(Step::ReadDiscovery))?
+    else {
+        return Ok(Action::await_change());
+    };
     let status = match machine::start(d.status.as_ref(), &crate::status::now_string()) {
         Start::Done => return Ok(Action::await_change()),
         Start::Begin(status) => {
-            // Recorded on its own so that watchers see the search running.
+            // Written before the queries (which may take the per-provider
+            // timeout) so that watchers see the search running; the round
+            // goes on in this reconcile, whose watch cache would not show
+            // this write yet.
             patch_status(&api, &d.name_any(), &status).await?;
-            return Ok(Action::requeue(std::time::Duration::ZERO));
+            *status
         }
         Start::Query => d.status.clone().unwrap_or_default(),
     };

@@ -19,7 +19,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use fluidos_api::reservation::ReservationStatus;
-use fluidos_api::{Contract, PeeringCandidate, Reservation, Transaction};
+use fluidos_api::{Contract, PeeringCandidate, Reservation, Solver, Transaction};
 use fluidos_controller::api_error::ok_if_not_found;
 use fluidos_controller::readiness::ReadinessGate;
 use fluidos_rear_client::RearError;
@@ -30,7 +30,7 @@ use serde_json::json;
 
 use crate::{Context, Error, MANAGER, Step};
 pub use machine::HELD_BY;
-use machine::{Decision, Effect, Input, Plan, Refusal};
+use machine::{Decision, Effect, Input, Plan, Refusal, RefusalKind};
 
 /// Controller name in logs and metrics.
 const CONTROLLER: &str = "reservation";
@@ -44,6 +44,7 @@ pub async fn run(
     let api: Api<Reservation> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
     let reconciler = ctx.reconciler(CONTROLLER);
     let policy = reconciler.clone();
+    let drained = reconciler.clone();
     let (cache, objects) = crate::watched(api, ready);
     let controller = Controller::for_stream(objects, cache).graceful_shutdown_on(shutdown);
     let stream = controller.run(
@@ -58,7 +59,7 @@ pub async fn run(
         move |r, err, _| policy.error_policy(r.as_ref(), err),
         ctx,
     );
-    fluidos_controller::reconcile::drain(CONTROLLER, stream).await;
+    fluidos_controller::reconcile::drain(drained, stream).await;
 }
 
 #[tracing::instrument(skip_all, fields(reservation = %cached.name_any()))]
@@ -89,6 +90,7 @@ async fn reconcile(cached: Arc<Reservation>, ctx: Arc<Context>) -> Result<Action
         candidate: pc.as_ref(),
         identity: &ctx.cfg.identity,
         now: crate::status::now_string(),
+        owner_ended: owner_ended(&ctx, &r).await?,
     };
     let plan = match machine::decide(&input) {
         Decision::Settle(plan) => plan,
@@ -101,10 +103,7 @@ async fn reconcile(cached: Arc<Reservation>, ctx: Arc<Context>) -> Result<Action
             run_effects(&ctx, &ns, &before).await?;
             let answer = match ctx.rear.reserve(&seller, &request).await {
                 Err(e) if e.is_unreachable() => return Err(rear_error(Step::Reserve, &seller, e)),
-                other => other.map_err(|e| Refusal {
-                    unavailable: e.status() == Some(409),
-                    message: e.to_string(),
-                }),
+                other => other.map_err(|e| refusal(&e)),
             };
             machine::after_reserve(&input, status, answer.as_ref())
         }
@@ -113,7 +112,14 @@ async fn reconcile(cached: Arc<Reservation>, ctx: Arc<Context>) -> Result<Action
             seller,
             transaction_id,
             body,
+            first_attempt,
         } => {
+            if first_attempt {
+                // Recorded before the call: after a crash or an unanswered
+                // call, a later refusal is not taken as proof that nothing
+                // was sold.
+                save(&api, &name, &status).await?;
+            }
             let answer = match ctx.rear.purchase(&seller, &transaction_id, &body).await {
                 Err(RearError::Unreachable {
                     timed_out: true, ..
@@ -122,18 +128,57 @@ async fn reconcile(cached: Arc<Reservation>, ctx: Arc<Context>) -> Result<Action
                         &input,
                         status,
                         ctx.rear.config().purchase_timeout,
+                        &seller,
                     );
                     return finish(&ctx, &api, &r, plan).await;
                 }
                 Err(e) if e.is_unreachable() => {
                     return Err(rear_error(Step::Purchase, &seller, e));
                 }
-                other => other.map_err(|e| e.to_string()),
+                other => other.map_err(|e| refusal(&e)),
             };
-            machine::after_purchase(&input, status, answer.as_ref().map_err(Clone::clone))
+            machine::after_purchase(&input, status, answer.as_ref(), first_attempt, &seller)
         }
     };
     finish(&ctx, &api, &r, plan).await
+}
+
+/// What a provider's refusal means (pure classification in the machine).
+fn refusal(e: &RearError) -> Refusal {
+    let status = match e {
+        RearError::Malformed { .. } => None,
+        other => Some(other.status().unwrap_or(0)),
+    };
+    Refusal {
+        message: e.to_string(),
+        kind: RefusalKind::of_status(status),
+    }
+}
+
+/// The owning Solver's name when it has failed or timed out.
+async fn owner_ended(ctx: &Context, r: &Reservation) -> Result<Option<String>, Error> {
+    let running = r
+        .status
+        .as_ref()
+        .is_some_and(|s| s.phase.phase == fluidos_api::Phase::Running);
+    let Some(owner) = r
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "Solver" && o.controller == Some(true))
+        .filter(|_| running)
+    else {
+        return Ok(None);
+    };
+    let solvers: Api<Solver> =
+        Api::namespaced(ctx.client.clone(), &r.namespace().unwrap_or_default());
+    let solver = solvers
+        .get_opt(&owner.name)
+        .await
+        .map_err(Error::kube(Step::ReadSolver))?;
+    Ok(solver
+        .filter(|s| s.uid().as_deref() == Some(owner.uid.as_str()))
+        .filter(crate::solver::machine::is_over)
+        .map(|s| s.name_any()))
 }
 
 fn rear_error(step: Step, provider: &str, source: fluidos_rear_client::RearError) -> Error {

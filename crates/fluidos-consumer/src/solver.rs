@@ -42,6 +42,7 @@ pub async fn run(
     let solvers: Api<Solver> = Api::namespaced(ctx.client.clone(), &ns);
     let reconciler = ctx.reconciler(CONTROLLER);
     let policy = reconciler.clone();
+    let drained = reconciler.clone();
     let (cache, objects) = crate::watched(solvers, ready);
     let controller = Controller::for_stream(objects, cache)
         .owns(
@@ -69,7 +70,7 @@ pub async fn run(
         move |solver, err, _| policy.error_policy(solver.as_ref(), err),
         ctx,
     );
-    fluidos_controller::reconcile::drain(CONTROLLER, stream).await;
+    fluidos_controller::reconcile::drain(drained, stream).await;
 }
 
 #[tracing::instrument(skip_all, fields(solver = %cached.name_any()))]

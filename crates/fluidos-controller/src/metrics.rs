@@ -21,10 +21,11 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 /// A histogram family whose histograms all use the same latency buckets.
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
-/// Latency buckets from 1 ms to about 33 s (doubling), which covers both a
-/// cached REAR list and a reconcile waiting on a slow API server.
+/// Latency buckets from 1 ms to about 131 s (doubling), which covers a
+/// cached REAR list, a reconcile waiting on a slow API server, and one
+/// waiting out a 60 s purchase.
 fn latency_histogram() -> Histogram {
-    Histogram::new(exponential_buckets(0.001, 2.0, 16))
+    Histogram::new(exponential_buckets(0.001, 2.0, 18))
 }
 
 /// Labels of the per-controller metrics.
@@ -90,7 +91,7 @@ pub struct StateLabels {
 /// A single `outcome` label (per-provider discovery outcome).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
-    /// The outcome string the consumer writes, e.g. `Listed`.
+    /// The outcome the consumer writes: `Answered`, `Failed` or `TimedOut`.
     pub outcome: String,
 }
 
@@ -308,7 +309,7 @@ impl DiscoveryMetrics {
         );
     }
 
-    /// Counts one provider queried with `outcome` (e.g. `Listed`, `Unreachable`).
+    /// Counts one provider queried with `outcome` (`Answered`, `Failed` or `TimedOut`).
     pub fn query(&self, outcome: &str) {
         self.queries
             .get_or_create(&OutcomeLabels {
@@ -332,7 +333,7 @@ pub struct ComponentMetrics {
 impl ComponentMetrics {
     fn register(&self, r: &mut Registry) {
         r.register(
-            "fluidos_component_ready",
+            "fluidos_node_component_ready",
             "1 when the component is ready, 0 otherwise",
             self.ready.clone(),
         );
@@ -461,7 +462,7 @@ mod tests {
         m.controllers.failed("node", "build");
         m.rear.observe("/a", "GET", 200, Duration::from_millis(1));
         m.market.set_flavors("K8Slice", 1);
-        m.discovery.query("Listed");
+        m.discovery.query("Answered");
         m.components.set_ready("rear-gateway", false);
         let text = m.encode();
         let mut found = families(&text);
@@ -469,7 +470,6 @@ mod tests {
         assert_eq!(
             found,
             vec![
-                "fluidos_component_ready",
                 "fluidos_contracts",
                 "fluidos_controller_reconcile_duration_seconds",
                 "fluidos_controller_reconcile_failures",
@@ -480,6 +480,7 @@ mod tests {
                 "fluidos_ledger_conflicts",
                 "fluidos_ledger_holds",
                 "fluidos_ledger_sales",
+                "fluidos_node_component_ready",
                 "fluidos_rear_request_duration_seconds",
                 "fluidos_rear_requests",
             ],
@@ -515,7 +516,7 @@ mod tests {
             r#"fluidos_controller_reconcile_duration_seconds_bucket{le="0.008",controller="node"} 1"#
         ), "{text}");
         assert!(
-            text.contains(r#"fluidos_component_ready{component="rear-gateway"} 1"#),
+            text.contains(r#"fluidos_node_component_ready{component="rear-gateway"} 1"#),
             "{text}"
         );
     }

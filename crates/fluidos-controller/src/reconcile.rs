@@ -56,10 +56,15 @@ pub enum Retry {
     Backoff,
 }
 
-/// How to retry an error whose API cause is `kind` (pure).
-pub fn retry_for(kind: Option<ApiErrorKind>) -> Retry {
+/// Conflicts in a row retried at once before the object backs off like any
+/// other failure (sustained contention must not become a busy loop).
+pub const CONFLICTS_BEFORE_BACKOFF: u32 = 5;
+
+/// How to retry the `attempt`-th failure in a row of an object, whose API
+/// cause is `kind` (pure).
+pub fn retry_for(kind: Option<ApiErrorKind>, attempt: u32) -> Retry {
     match kind {
-        Some(ApiErrorKind::Conflict) => Retry::Conflict,
+        Some(ApiErrorKind::Conflict) if attempt <= CONFLICTS_BEFORE_BACKOFF => Retry::Conflict,
         _ => Retry::Backoff,
     }
 }
@@ -159,17 +164,17 @@ impl Reconciler {
     {
         let key = object_key(obj);
         let kind = err.api_error().map(api_error::classify);
-        let (retry_in, attempt) = match retry_for(kind) {
-            Retry::Conflict => (CONFLICT_RETRY, None),
+        let attempt = {
+            let mut failures = self.failures();
+            let n = failures.entry(key.clone()).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        };
+        let retry_in = match retry_for(kind, attempt) {
+            Retry::Conflict => CONFLICT_RETRY,
             Retry::Backoff => {
-                let attempt = {
-                    let mut failures = self.failures();
-                    let n = failures.entry(key.clone()).or_insert(0);
-                    *n = n.saturating_add(1);
-                    *n
-                };
                 let noise = self.noise.hash_one((&key, attempt));
-                (with_jitter(backoff_delay(attempt), noise), Some(attempt))
+                with_jitter(backoff_delay(attempt), noise)
             }
         };
         tracing::warn!(
@@ -186,19 +191,26 @@ impl Reconciler {
     }
 }
 
-/// Drains a controller's output stream, logging each outcome at debug level with the object (errors were already logged by error_policy); never ends early on error.
-pub async fn drain<K, E, S>(controller: &'static str, stream: S)
+/// Drains a controller's output stream, logging each outcome at debug level with the object (errors were already logged by error_policy); never ends early on error. A deleted object's backoff is forgotten.
+pub async fn drain<K, E, S>(reconciler: Reconciler, stream: S)
 where
     S: Stream<Item = Result<(ObjectRef<K>, Action), controller::Error<E, watcher::Error>>>,
     K: Resource,
     E: std::error::Error + 'static,
 {
+    let controller = reconciler.controller;
+    let reconciler = &reconciler;
     stream
         .for_each(|r| async move {
             match r {
                 Ok((obj, action)) => tracing::debug!(controller, %obj, ?action, "reconciled"),
                 // A deleted object's last event.
                 Err(controller::Error::ObjectNotFound(obj)) => {
+                    let key = match obj.namespace.as_deref() {
+                        Some(ns) => format!("{}/{ns}/{}", obj.dyntype.kind, obj.name),
+                        None => format!("{}/{}", obj.dyntype.kind, obj.name),
+                    };
+                    reconciler.failures().remove(&key);
                     tracing::debug!(controller, %obj, "object gone");
                 }
                 // Already logged by the error policy.
@@ -279,16 +291,25 @@ mod tests {
 
     #[test]
     fn retry_classification() {
-        assert_eq!(retry_for(Some(ApiErrorKind::Conflict)), Retry::Conflict);
+        assert_eq!(retry_for(Some(ApiErrorKind::Conflict), 1), Retry::Conflict);
+        assert_eq!(
+            retry_for(Some(ApiErrorKind::Conflict), CONFLICTS_BEFORE_BACKOFF),
+            Retry::Conflict
+        );
+        assert_eq!(
+            retry_for(Some(ApiErrorKind::Conflict), CONFLICTS_BEFORE_BACKOFF + 1),
+            Retry::Backoff,
+            "sustained contention backs off"
+        );
         for k in [
             ApiErrorKind::Throttled,
             ApiErrorKind::Unavailable,
             ApiErrorKind::NotFound,
             ApiErrorKind::AlreadyExists,
         ] {
-            assert_eq!(retry_for(Some(k)), Retry::Backoff, "{k}");
+            assert_eq!(retry_for(Some(k), 1), Retry::Backoff, "{k}");
         }
-        assert_eq!(retry_for(None), Retry::Backoff);
+        assert_eq!(retry_for(None, 1), Retry::Backoff);
     }
 
     #[test]
@@ -327,7 +348,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn policy_grows_per_object_resets_on_success_and_ignores_conflicts() {
+    async fn policy_grows_per_object_resets_on_success_and_bounds_conflict_retries() {
         let metrics = Metrics::new();
         let r = Reconciler::new("test", &metrics);
         let (a, b) = (cm("a"), cm("b"));
@@ -340,10 +361,16 @@ mod tests {
         assert!((4.0..=4.4).contains(&d3), "{d3}");
         // Another object has its own backoff.
         assert!((1.0..=1.1).contains(&requeue_secs(&r.error_policy(&b, &build))));
-        // A conflict neither waits long nor grows the backoff.
+        // A conflict is retried at once, but counts: sustained contention
+        // ends up backing off too.
         let conflict = TestError::Write(api(409, "Conflict"));
         assert_eq!(requeue_secs(&r.error_policy(&a, &conflict)), 0.02);
-        assert!((8.0..=8.8).contains(&requeue_secs(&r.error_policy(&a, &build))));
+        assert!((16.0..=17.6).contains(&requeue_secs(&r.error_policy(&a, &build))));
+        let c = cm("contended");
+        for _ in 0..CONFLICTS_BEFORE_BACKOFF {
+            assert_eq!(requeue_secs(&r.error_policy(&c, &conflict)), 0.02);
+        }
+        assert!(requeue_secs(&r.error_policy(&c, &conflict)) >= 32.0);
         // Success resets.
         let ok: Result<Action, TestError> =
             r.observe(&a, async { Ok(Action::await_change()) }).await;

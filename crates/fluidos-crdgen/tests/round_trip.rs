@@ -448,7 +448,7 @@ fn objects_our_types_write() -> Vec<(Value, Option<Value>)> {
                 purchase_phase: Some(Phase::Solved),
                 transaction_id: Some("abababababababababababababababab-1".into()),
                 contract: Some(GenericRef::named(NS, "contract-x")),
-                purchase_unanswered_since: None,
+                purchase_attempted_at: None,
             }),
         ),
         pair(

@@ -54,7 +54,7 @@ const EXTRA_FIELDS: &[(&str, &str)] = &[
     ),
     (
         "reservation.fluidos.eu_reservations.yaml",
-        "status.purchaseUnansweredSince",
+        "status.purchaseAttemptedAt",
     ),
 ];
 

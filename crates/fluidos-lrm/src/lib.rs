@@ -273,7 +273,7 @@ pub async fn run_with_readiness(
     let node_controller = {
         let rec = Reconciler::new("node", &cfg.metrics);
         drain(
-            rec.controller(),
+            rec.clone(),
             node_controller.run(
                 observed(&rec, node_controller::reconcile),
                 move |n, e, _| rec.error_policy(n.as_ref(), e),
@@ -288,7 +288,7 @@ pub async fn run_with_readiness(
     let blueprint_controller = {
         let rec = Reconciler::new("serviceblueprint", &cfg.metrics);
         drain(
-            rec.controller(),
+            rec.clone(),
             blueprint_controller.run(
                 observed(&rec, blueprint_controller::reconcile),
                 move |b, e, _| rec.error_policy(b.as_ref(), e),
@@ -303,7 +303,7 @@ pub async fn run_with_readiness(
     let lifecycle_controller = {
         let rec = Reconciler::new("flavor-lifecycle", &cfg.metrics);
         drain(
-            rec.controller(),
+            rec.clone(),
             lifecycle_controller.run(
                 observed(&rec, lifecycle_controller::reconcile),
                 move |f, e, _| rec.error_policy(f.as_ref(), e),

@@ -120,13 +120,13 @@ pub struct Args {
     pub peer_timeout_ms: u64,
 
     /// Timeout of a RESERVE call to a provider, in milliseconds.
-    #[arg(long, env = "FLUIDOS_RESERVE_TIMEOUT_MS", default_value_t = 10_000)]
+    #[arg(long, env = "FLUIDOS_RESERVE_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub reserve_timeout_ms: u64,
 
     /// Timeout of a PURCHASE call to a provider, in milliseconds. A Go
     /// provider takes 10–17 s; a purchase that gets no answer in time is asked
-    /// again, never reported failed before the provider has answered.
-    #[arg(long, env = "FLUIDOS_PURCHASE_TIMEOUT_MS", default_value_t = 60_000)]
+    /// again (for up to 10 minutes), not reported failed.
+    #[arg(long, env = "FLUIDOS_PURCHASE_TIMEOUT_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub purchase_timeout_ms: u64,
 
     /// API server URL written into peering kubeconfigs (default: the one this node uses).

@@ -220,8 +220,8 @@ mod tests {
             .await
             .unwrap();
         let text = String::from_utf8(bytes.to_vec()).unwrap();
-        assert!(text.contains("fluidos_component_ready{component=\"rear-gateway\"} 0\n"));
-        assert!(text.contains("fluidos_component_ready{component=\"network-manager\"} 1\n"));
+        assert!(text.contains("fluidos_node_component_ready{component=\"rear-gateway\"} 0\n"));
+        assert!(text.contains("fluidos_node_component_ready{component=\"network-manager\"} 1\n"));
         assert!(text.ends_with("# EOF\n"));
     }
 

@@ -47,6 +47,7 @@ struct Book {
     transactions: BTreeMap<String, WireTransaction>,
     contracts: Vec<WireContract>,
     next: u64,
+    purchase_requests: usize,
 }
 
 #[derive(Clone)]
@@ -117,6 +118,11 @@ impl GoRearStandIn {
     pub fn sold(&self) -> Vec<WireContract> {
         self.shared.book().contracts.clone()
     }
+
+    /// How many PURCHASE requests it has received.
+    pub fn purchase_requests(&self) -> usize {
+        self.shared.book().purchase_requests
+    }
 }
 
 impl Drop for GoRearStandIn {
@@ -151,7 +157,21 @@ fn json<T: serde::Serialize>(value: &T) -> Response {
 }
 
 async fn list(State(s): State<Shared>) -> Response {
-    json(&s.config.flavors)
+    // A sold flavor is withdrawn (the Go provider's allocation turns it
+    // unavailable and lists any remainder under a new flavor ID).
+    let book = s.book();
+    let unsold: Vec<&WireFlavor> = s
+        .config
+        .flavors
+        .iter()
+        .filter(|f| {
+            !book
+                .contracts
+                .iter()
+                .any(|c| c.flavor.flavor_id == f.flavor_id)
+        })
+        .collect();
+    json(&unsold)
 }
 
 async fn reserve(State(s): State<Shared>, body: axum::body::Bytes) -> Response {
@@ -217,15 +237,13 @@ async fn purchase(
     // Looked up first, then dropped before the slow steps (§2.7 steps 2–5).
     let tx = {
         let mut book = s.book();
+        book.purchase_requests += 1;
         let Some(tx) = book.transactions.remove(&id) else {
             return go_error(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "Error getting the Transaction",
             );
         };
-        if let Some(c) = book.contracts.iter().find(|c| c.transaction_id == id) {
-            return json(c);
-        }
         tx
     };
     // Go's handler goes on when the buyer hangs up: so does this one.

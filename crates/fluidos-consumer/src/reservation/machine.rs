@@ -31,14 +31,42 @@ pub const HELD_BY: &str = "reservation.fluidos.eu/held-by";
 /// The Solver then tries its next candidate.
 pub const NOT_AVAILABLE: &str = "Reservation failed: PeeringCandidate not available";
 
+/// What a provider's refusal means for the buyer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RefusalKind {
+    /// 409: the flavor is not available (sold out, or taken meanwhile).
+    Unavailable,
+    /// 404, or the Go provider's 500 `Error getting the Transaction`: it
+    /// does not know the transaction (now).
+    UnknownTransaction,
+    /// 429, 502, 503, 504: try again later.
+    Transient,
+    /// A 2xx answer whose body cannot be read: the call succeeded.
+    Unreadable,
+    /// Anything else: a definite no.
+    Other,
+}
+
+impl RefusalKind {
+    /// The meaning of an HTTP status (`None`: an unreadable 2xx body).
+    pub fn of_status(status: Option<u16>) -> Self {
+        match status {
+            None => RefusalKind::Unreadable,
+            Some(409) => RefusalKind::Unavailable,
+            Some(404 | 500) => RefusalKind::UnknownTransaction,
+            Some(429 | 502 | 503 | 504) => RefusalKind::Transient,
+            Some(_) => RefusalKind::Other,
+        }
+    }
+}
+
 /// A provider's refusal of a call.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
     /// What it said (status and message).
     pub message: String,
-    /// It refused because the flavor is not available (409): sold out or
-    /// taken meanwhile.
-    pub unavailable: bool,
+    /// What it means.
+    pub kind: RefusalKind,
 }
 
 /// Everything one decision needs.
@@ -52,6 +80,9 @@ pub struct Input<'a> {
     pub identity: &'a NodeIdentity,
     /// Now, formatted as status times are.
     pub now: String,
+    /// The owning Solver's name, when that Solver has failed or timed out:
+    /// nobody waits for this Reservation any more.
+    pub owner_ended: Option<String>,
 }
 
 /// A write the executor makes.
@@ -129,6 +160,9 @@ pub enum Decision {
         transaction_id: String,
         /// The request body.
         body: PurchaseRequest,
+        /// No PURCHASE was sent before: `status` records this one and is
+        /// written before the call, and the answer is definite.
+        first_attempt: bool,
     },
 }
 
@@ -167,6 +201,9 @@ pub fn decide(input: &Input<'_>) -> Decision {
             st.reserve_phase = Some(Phase::Idle);
             st.purchase_phase = Some(Phase::Idle);
         }
+    }
+    if let Some(solver) = &input.owner_ended {
+        return Decision::Settle(abandon(st, input.candidate, solver, now));
     }
 
     let Some(pc) = input.candidate else {
@@ -222,6 +259,10 @@ pub fn decide(input: &Input<'_>) -> Decision {
         ));
     };
     st.purchase_phase = Some(Phase::Running);
+    let first_attempt = st.purchase_attempted_at.is_none();
+    if first_attempt {
+        st.purchase_attempted_at = Some(now.to_owned());
+    }
     let body = PurchaseRequest {
         // A Go provider refuses a Service purchase without buyer credentials
         // (and then ignores them); we send our cluster ID, never a kubeconfig.
@@ -242,6 +283,33 @@ pub fn decide(input: &Input<'_>) -> Decision {
         seller,
         transaction_id,
         body,
+        first_attempt,
+    }
+}
+
+/// The owning Solver ended first: stop. A purchase that may have gone
+/// through keeps the candidate held and says where to look.
+fn abandon(
+    st: ReservationStatus,
+    candidate: Option<&PeeringCandidate>,
+    solver: &str,
+    now: &str,
+) -> Plan {
+    match (&st.purchase_attempted_at, st.transaction_id.clone()) {
+        (Some(_), Some(tx)) => fail(
+            st,
+            None,
+            &format!(
+                "Reservation failed: Solver {solver} ended before the purchase of transaction {tx} was confirmed. The provider may have sold it: look for a Contract with transactionID {tx} on the provider"
+            ),
+            now,
+        ),
+        _ => fail(
+            st,
+            candidate,
+            &format!("Reservation failed: Solver {solver} ended before the reservation completed"),
+            now,
+        ),
     }
 }
 
@@ -312,7 +380,7 @@ pub fn after_reserve(
         Ok(tx) => tx,
         Err(Refusal {
             message,
-            unavailable: true,
+            kind: RefusalKind::Unavailable,
         }) => {
             // Not released: the provider says it is gone; the next Discovery
             // frees it again if it is listed.
@@ -367,43 +435,22 @@ pub fn after_reserve(
     }
 }
 
-/// The provider answered PURCHASE with `answer` (an error's text when it
-/// refused; an unreachable provider is retried by the executor instead).
+/// The provider answered PURCHASE (sent to `seller`) with `answer`; an
+/// unreachable provider is retried by the executor instead, and an
+/// unanswered call goes to [`after_purchase_timeout`].
 pub fn after_purchase(
     input: &Input<'_>,
     mut st: ReservationStatus,
-    answer: Result<&WireContract, String>,
+    answer: Result<&WireContract, &Refusal>,
+    first_attempt: bool,
+    seller: &str,
 ) -> Plan {
     let r = input.reservation;
     let now = input.now.as_str();
     let ns = r.namespace().unwrap_or_default();
     let wire = match answer {
         Ok(c) => c,
-        Err(e) if st.purchase_unanswered_since.is_some() => {
-            // Asked again after a purchase got no answer: a refusal now does
-            // not prove nothing was sold (a Go provider forgets the
-            // transaction before its slow steps, and has no route to ask).
-            let tx = st.transaction_id.clone().unwrap_or_default();
-            let seller = &r.spec.seller.ip;
-            st.purchase_phase = Some(Phase::Failed);
-            return fail(
-                st,
-                None,
-                &format!(
-                    "Reservation failed: error when purchasing flavor: the purchase of transaction {tx} from {seller} got no answer in time, and asked again the provider answered: {e}. It may have sold it: look for a Contract with transactionID {tx} on the provider"
-                ),
-                now,
-            );
-        }
-        Err(e) => {
-            st.purchase_phase = Some(Phase::Failed);
-            return fail(
-                st,
-                input.candidate,
-                &format!("Reservation failed: error when purchasing flavor: {e}"),
-                now,
-            );
-        }
+        Err(refusal) => return purchase_refused(input, st, refusal, first_attempt, seller),
     };
     let spec = match wire.to_crd(&ns) {
         Ok(s) => s,
@@ -449,12 +496,71 @@ pub fn after_purchase(
     }
 }
 
-/// How long a purchase that gets no answer is asked again before the
-/// Reservation gives up on it.
+/// How long after its first attempt a purchase that gets no definite answer
+/// is asked again before the Reservation gives up on it.
 pub const UNANSWERED_PURCHASE_LIMIT: Duration = Duration::from_secs(600);
 
 /// How soon an unanswered purchase is asked again.
 pub const UNANSWERED_PURCHASE_RETRY: Duration = Duration::from_secs(1);
+
+/// A PURCHASE refused with `refusal`. A definite no gives the candidate back;
+/// a refusal that may hide a sale (the provider no longer knows a
+/// transaction an earlier attempt may have bought, or sold it and sent an
+/// unreadable Contract) keeps it held and says where to look; a transient
+/// one is asked again.
+fn purchase_refused(
+    input: &Input<'_>,
+    mut st: ReservationStatus,
+    refusal: &Refusal,
+    first_attempt: bool,
+    seller: &str,
+) -> Plan {
+    let now = input.now.as_str();
+    let tx = st.transaction_id.clone().unwrap_or_default();
+    let e = &refusal.message;
+    let look = format!("look for a Contract with transactionID {tx} on the provider");
+    match refusal.kind {
+        RefusalKind::Transient => ask_again(
+            input,
+            st,
+            &format!("the purchase of transaction {tx} from {seller} was answered {e}"),
+            seller,
+        ),
+        RefusalKind::Unreadable => {
+            st.purchase_phase = Some(Phase::Failed);
+            fail(
+                st,
+                None,
+                &format!(
+                    "Reservation failed: error when purchasing flavor: the provider sold transaction {tx} but its Contract cannot be read ({e}): {look}"
+                ),
+                now,
+            )
+        }
+        RefusalKind::UnknownTransaction if !first_attempt => {
+            // A Go provider forgets the transaction before finishing its
+            // sale, and cannot be asked whether it did.
+            st.purchase_phase = Some(Phase::Failed);
+            fail(
+                st,
+                None,
+                &format!(
+                    "Reservation failed: error when purchasing flavor: an earlier purchase of transaction {tx} from {seller} got no answer, and asked again the provider answered {e}. It may have sold it: {look}"
+                ),
+                now,
+            )
+        }
+        _ => {
+            st.purchase_phase = Some(Phase::Failed);
+            fail(
+                st,
+                input.candidate,
+                &format!("Reservation failed: error when purchasing flavor: {e}"),
+                now,
+            )
+        }
+    }
+}
 
 /// A PURCHASE call got no answer within `timeout`. The provider may still be
 /// selling (a Go provider takes 10–17 s), so it is asked again: a repeated
@@ -462,39 +568,53 @@ pub const UNANSWERED_PURCHASE_RETRY: Duration = Duration::from_secs(1);
 /// status says so, with the transaction and the provider.
 pub fn after_purchase_timeout(
     input: &Input<'_>,
-    mut st: ReservationStatus,
+    st: ReservationStatus,
     timeout: Duration,
+    seller: &str,
 ) -> Plan {
-    let now = input.now.as_str();
-    let since = st
-        .purchase_unanswered_since
-        .get_or_insert_with(|| now.to_owned())
-        .clone();
     let tx = st.transaction_id.clone().unwrap_or_default();
-    let seller = &input.reservation.spec.seller.ip;
-    let waited = now
-        .parse::<jiff::Timestamp>()
-        .ok()
-        .and_then(|now| seconds_between(&since, now))
-        .unwrap_or(0);
-    if waited > i64::try_from(UNANSWERED_PURCHASE_LIMIT.as_secs()).unwrap_or(i64::MAX) {
+    ask_again(
+        input,
+        st,
+        &format!(
+            "the purchase of transaction {tx} from {seller} got no answer within {}s",
+            timeout.as_secs()
+        ),
+        seller,
+    )
+}
+
+/// Asks the provider again after `what` happened, until
+/// [`UNANSWERED_PURCHASE_LIMIT`] after the first attempt.
+fn ask_again(input: &Input<'_>, mut st: ReservationStatus, what: &str, seller: &str) -> Plan {
+    let now = input.now.as_str();
+    let tx = st.transaction_id.clone().unwrap_or_default();
+    // An unreadable mark (edited by hand) restarts the clock rather than
+    // asking forever.
+    let waited = st
+        .purchase_attempted_at
+        .as_deref()
+        .zip(now.parse::<jiff::Timestamp>().ok())
+        .and_then(|(since, now)| seconds_between(since, now));
+    if waited.is_none() {
+        st.purchase_attempted_at = Some(now.to_owned());
+    }
+    if waited.unwrap_or(0) > i64::try_from(UNANSWERED_PURCHASE_LIMIT.as_secs()).unwrap_or(i64::MAX)
+    {
         st.purchase_phase = Some(Phase::Failed);
         // The hold stays: the provider may have sold it.
         return fail(
             st,
             None,
             &format!(
-                "Reservation failed: error when purchasing flavor: the purchase of transaction {tx} from {seller} got no answer for {}s. It may have sold it: look for a Contract with transactionID {tx} on the provider",
+                "Reservation failed: error when purchasing flavor: {what}, and no definite answer came in {}s since the first attempt. The provider may have sold it: look for a Contract with transactionID {tx} on {seller}",
                 UNANSWERED_PURCHASE_LIMIT.as_secs()
             ),
             now,
         );
     }
     st.purchase_phase = Some(Phase::Running);
-    st.phase.message = Some(format!(
-        "Reservation: the purchase of transaction {tx} from {seller} got no answer within {}s; asking again",
-        timeout.as_secs()
-    ));
+    st.phase.message = Some(format!("Reservation: {what}; asking again"));
     touch_at(&mut st.phase, now);
     Plan {
         before: Vec::new(),
@@ -546,6 +666,7 @@ mod tests {
             candidate: pc,
             identity: me,
             now: NOW.into(),
+            owner_ended: None,
         }
     }
 
@@ -556,7 +677,7 @@ mod tests {
             purchase_phase: Some(purchase),
             transaction_id: tx.map(str::to_owned),
             contract: None,
-            purchase_unanswered_since: None,
+            purchase_attempted_at: None,
         }
     }
 
@@ -744,7 +865,7 @@ mod tests {
         // Refused: failed, the candidate given back.
         let refusal = Refusal {
             message: "400: bad configuration".into(),
-            unavailable: false,
+            kind: RefusalKind::Other,
         };
         let p = after_reserve(&input(&r, Some(&pc), &me), st.clone(), Err(&refusal));
         assert_eq!(
@@ -758,7 +879,7 @@ mod tests {
         // candidate withdrawn rather than released.
         let refusal = Refusal {
             message: "409: not enough [\"pods\"] left".into(),
-            unavailable: true,
+            kind: RefusalKind::Unavailable,
         };
         let p = after_reserve(&input(&r, Some(&pc), &me), st, Err(&refusal));
         assert_eq!(
@@ -790,6 +911,7 @@ mod tests {
                 seller,
                 transaction_id,
                 body,
+                ..
             } = decide(&input(&r, Some(&pc), &me))
             else {
                 panic!("expected Purchase");
@@ -830,13 +952,23 @@ mod tests {
         assert!(releases(&p));
     }
 
+    fn refused(kind: RefusalKind, message: &str) -> Refusal {
+        Refusal {
+            message: message.into(),
+            kind,
+        }
+    }
+
+    const SELLER: &str = "127.0.0.1:1";
+
     #[test]
     fn a_purchase_answer_becomes_the_contract() {
         let me = me();
         let pc = candidate("f1", "4", "1");
         let r = reservation(None, "peeringcandidate-f1");
         let st = running(Phase::Solved, Phase::Running, Some("tx-1"));
-        let p = after_purchase(&input(&r, Some(&pc), &me), st.clone(), Ok(&contract()));
+        let i = input(&r, Some(&pc), &me);
+        let p = after_purchase(&i, st.clone(), Ok(&contract()), true, SELLER);
         assert_eq!(p.status.phase.phase, Phase::Solved);
         assert_eq!(
             p.status.phase.message.as_deref(),
@@ -855,21 +987,30 @@ mod tests {
             [Effect::UpdateCandidate { available: false, holder: None, .. }, Effect::DeleteTransaction(t)] if t == "tx-1"
         ));
 
-        let p = after_purchase(
-            &input(&r, Some(&pc), &me),
-            st.clone(),
-            Err("500: boom".into()),
-        );
-        assert_eq!(
-            failed_with(&p),
-            "Reservation failed: error when purchasing flavor: 500: boom"
-        );
-        assert_eq!(p.status.purchase_phase, Some(Phase::Failed));
-        assert!(releases(&p));
+        // A definite no on the first attempt: failed, candidate given back.
+        for kind in [
+            RefusalKind::UnknownTransaction,
+            RefusalKind::Other,
+            RefusalKind::Unavailable,
+        ] {
+            let p = after_purchase(
+                &i,
+                st.clone(),
+                Err(&refused(kind, "500: boom")),
+                true,
+                SELLER,
+            );
+            assert_eq!(
+                failed_with(&p),
+                "Reservation failed: error when purchasing flavor: 500: boom"
+            );
+            assert_eq!(p.status.purchase_phase, Some(Phase::Failed));
+            assert!(releases(&p), "{kind:?}");
+        }
 
         let mut bad = contract();
         bad.flavor.type_.name = "teleporter".into();
-        let p = after_purchase(&input(&r, Some(&pc), &me), st, Ok(&bad));
+        let p = after_purchase(&i, st.clone(), Ok(&bad), true, SELLER);
         assert!(
             failed_with(&p).starts_with(
                 "Reservation failed: error when purchasing flavor: malformed contract: "
@@ -881,6 +1022,56 @@ mod tests {
             !releases(&p),
             "the provider may have sold it: the hold stays"
         );
+
+        // A 2xx the client cannot decode is a sale too.
+        let p = after_purchase(
+            &i,
+            st,
+            Err(&refused(
+                RefusalKind::Unreadable,
+                "sent a malformed contract",
+            )),
+            true,
+            SELLER,
+        );
+        assert!(
+            failed_with(&p).contains("the provider sold transaction tx-1"),
+            "{:?}",
+            p.status
+        );
+        assert!(!releases(&p));
+    }
+
+    #[test]
+    fn the_first_purchase_is_recorded_before_it_is_sent() {
+        let me = me();
+        let pc = candidate("f1", "4", "1");
+        let r = reservation(
+            Some(running(Phase::Solved, Phase::Idle, Some("tx-1"))),
+            "peeringcandidate-f1",
+        );
+        let Decision::Purchase {
+            status,
+            first_attempt,
+            ..
+        } = decide(&input(&r, Some(&pc), &me))
+        else {
+            panic!("expected Purchase");
+        };
+        assert!(first_attempt);
+        assert_eq!(status.purchase_attempted_at.as_deref(), Some(NOW));
+        // After a crash or an unanswered call: not the first any more.
+        let r = reservation(Some(status), "peeringcandidate-f1");
+        let Decision::Purchase {
+            status,
+            first_attempt,
+            ..
+        } = decide(&input(&r, Some(&pc), &me))
+        else {
+            panic!("expected Purchase");
+        };
+        assert!(!first_attempt);
+        assert_eq!(status.purchase_attempted_at.as_deref(), Some(NOW));
     }
 
     #[test]
@@ -888,11 +1079,12 @@ mod tests {
         let me = me();
         let pc = candidate("f1", "4", "1");
         let r = reservation(None, "peeringcandidate-f1");
-        let st = running(Phase::Solved, Phase::Running, Some("tx-1"));
-        let p = after_purchase_timeout(&input(&r, Some(&pc), &me), st, Duration::from_secs(60));
+        let i = input(&r, Some(&pc), &me);
+        let mut st = running(Phase::Solved, Phase::Running, Some("tx-1"));
+        st.purchase_attempted_at = Some(NOW.into());
+        let p = after_purchase_timeout(&i, st, Duration::from_secs(60), SELLER);
         assert_eq!(p.status.phase.phase, Phase::Running);
         assert_eq!(p.status.purchase_phase, Some(Phase::Running));
-        assert_eq!(p.status.purchase_unanswered_since.as_deref(), Some(NOW));
         assert_eq!(
             p.status.phase.message.as_deref(),
             Some(
@@ -905,17 +1097,14 @@ mod tests {
         // Asked again, a provider that forgot the transaction (a Go one) is
         // not taken at its word: the Reservation says what may have happened.
         let asked_again = p.status;
-        let q = after_purchase(
-            &input(&r, Some(&pc), &me),
-            asked_again.clone(),
-            Err(
-                "provider 127.0.0.1:1 rejected the request with 500: Error getting the Transaction"
-                    .into(),
-            ),
+        let unknown = refused(
+            RefusalKind::UnknownTransaction,
+            "provider 127.0.0.1:1 rejected the request with 500: Error getting the Transaction",
         );
+        let q = after_purchase(&i, asked_again.clone(), Err(&unknown), false, SELLER);
         let msg = failed_with(&q).to_owned();
         assert!(
-            msg.contains("transaction tx-1 from 127.0.0.1:1 got no answer in time"),
+            msg.contains("an earlier purchase of transaction tx-1 from 127.0.0.1:1 got no answer"),
             "{msg}"
         );
         assert!(msg.contains("500: Error getting the Transaction"), "{msg}");
@@ -925,20 +1114,59 @@ mod tests {
         );
         assert!(!releases(&q), "it may be sold: the hold stays");
 
+        // A transient refusal (a restarting provider) is asked again.
+        let busy = refused(RefusalKind::Transient, "503: retry later");
+        let q = after_purchase(&i, asked_again.clone(), Err(&busy), false, SELLER);
+        assert_eq!(q.status.phase.phase, Phase::Running);
+        assert_eq!(q.requeue, Some(UNANSWERED_PURCHASE_RETRY));
+
         // Answered with the Contract on a later attempt: bought.
-        let ok = after_purchase(
-            &input(&r, Some(&pc), &me),
-            asked_again.clone(),
-            Ok(&contract()),
-        );
+        let ok = after_purchase(&i, asked_again.clone(), Ok(&contract()), false, SELLER);
         assert_eq!(ok.status.phase.phase, Phase::Solved);
 
-        // A provider silent for longer than the limit: given up on, saying why.
+        // No definite answer for longer than the limit: given up on, saying why.
         let mut long = asked_again;
-        long.purchase_unanswered_since = Some("2026-12-01T09:00:00Z".into());
-        let p = after_purchase_timeout(&input(&r, Some(&pc), &me), long, Duration::from_secs(60));
+        long.purchase_attempted_at = Some("2026-12-01T09:00:00Z".into());
+        let p = after_purchase_timeout(&i, long.clone(), Duration::from_secs(60), SELLER);
         let msg = failed_with(&p).to_owned();
-        assert!(msg.contains("got no answer for 600s"), "{msg}");
+        assert!(msg.contains("no definite answer came in 600s"), "{msg}");
+        assert!(!releases(&p));
+
+        // A mark edited into garbage restarts the clock instead of asking forever.
+        long.purchase_attempted_at = Some("yesterday".into());
+        let p = after_purchase_timeout(&i, long, Duration::from_secs(60), SELLER);
+        assert_eq!(p.status.purchase_attempted_at.as_deref(), Some(NOW));
+    }
+
+    #[test]
+    fn a_reservation_whose_solver_ended_stops() {
+        let me = me();
+        let pc = candidate("f1", "4", "1");
+        // Before any purchase: the hold goes back.
+        let r = reservation(
+            Some(running(Phase::Running, Phase::Idle, None)),
+            "peeringcandidate-f1",
+        );
+        let mut i = input(&r, Some(&pc), &me);
+        i.owner_ended = Some("solver-a".into());
+        let p = settled(decide(&i));
+        assert_eq!(
+            failed_with(&p),
+            "Reservation failed: Solver solver-a ended before the reservation completed"
+        );
+        assert!(releases(&p));
+        // After a purchase was sent: the hold stays, and it says where to look.
+        let mut st = running(Phase::Solved, Phase::Running, Some("tx-1"));
+        st.purchase_attempted_at = Some(NOW.into());
+        let r = reservation(Some(st), "peeringcandidate-f1");
+        let mut i = input(&r, Some(&pc), &me);
+        i.owner_ended = Some("solver-a".into());
+        let p = settled(decide(&i));
+        assert!(
+            failed_with(&p).contains("look for a Contract with transactionID tx-1"),
+            "{:?}",
+            p.status
+        );
         assert!(!releases(&p));
     }
 }

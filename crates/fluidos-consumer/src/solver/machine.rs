@@ -32,6 +32,9 @@ pub const POLL: Duration = Duration::from_secs(5);
 /// How many steps one reconcile may take before handing back.
 const MAX_STEPS: usize = 12;
 
+/// How many refused candidates a Solver moves on from before it fails.
+pub const MAX_REFUSED: usize = 5;
+
 /// What the Solver's timeouts are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timeouts {
@@ -145,7 +148,12 @@ pub fn plan(input: &Input<'_>, observed: &Observed) -> Plan {
         effects: Vec::new(),
         selector: None,
         stale_checked: Vec::new(),
-        refused: Vec::new(),
+        refused: solver
+            .status
+            .as_ref()
+            .and_then(|s| s.chosen_candidate.as_ref())
+            .map(|c| c.refused.clone())
+            .unwrap_or_default(),
     };
     match machine.phase() {
         Phase::Failed | Phase::TimedOut => return machine.finish(Next::AwaitChange),
@@ -198,7 +206,8 @@ struct Machine<'a> {
     selector: Option<FlavorSelector>,
     /// Children already checked for a stale owner (deleted at most once).
     stale_checked: Vec<ChildKind>,
-    /// Candidates a provider refused in this reconcile: not tried again.
+    /// Candidates refused as not available (kept in
+    /// `status.chosenCandidate.refused`): not tried again.
     refused: Vec<String>,
 }
 
@@ -332,6 +341,7 @@ impl<'a> Machine<'a> {
         self.st.chosen_candidate = Some(ChosenCandidate {
             name: pc.name_any(),
             reason,
+            refused: self.refused.clone(),
         });
     }
 
@@ -517,6 +527,7 @@ impl<'a> Machine<'a> {
                     self.st.chosen_candidate = Some(ChosenCandidate {
                         name: f.name_any(),
                         reason,
+                        refused: self.refused.clone(),
                     });
                 }
                 first
@@ -639,8 +650,10 @@ impl<'a> Machine<'a> {
             .as_ref()
             .and_then(|c| c.name.clone())
             .unwrap_or_default();
-        self.refused.push(candidate.clone());
-        if self.candidates().ordered.is_empty() {
+        if !self.refused.contains(&candidate) {
+            self.refused.push(candidate.clone());
+        }
+        if self.refused.len() > MAX_REFUSED || self.candidates().ordered.is_empty() {
             return None;
         }
         let why = rs.phase.message.clone().unwrap_or_default();
@@ -1192,9 +1205,30 @@ mod tests {
                 .and_then(|c| c.name.as_deref()),
             Some("peeringcandidate-f2")
         );
-        let chosen = p.status.chosen_candidate.unwrap();
+        let chosen = p.status.chosen_candidate.clone().unwrap();
+        assert_eq!(chosen.refused, ["peeringcandidate-f1"]);
         assert_eq!(chosen.name, "peeringcandidate-f2");
         assert!(chosen.reason.starts_with("peeringcandidate-f1 was refused (Reservation failed: PeeringCandidate not available: 409"), "{}", chosen.reason);
+
+        // Refused candidates stay refused, even when a Discovery frees them
+        // again, and after MAX_REFUSED the Solver stops trying.
+        let mut st = p.status.clone();
+        st.chosen_candidate.as_mut().unwrap().refused = (0..MAX_REFUSED)
+            .map(|i| format!("peeringcandidate-x{i}"))
+            .collect();
+        let observed = Observed {
+            candidates: vec![candidate("f1", "4", "1"), candidate("f2", "4", "2")],
+            reservation: Some(reservation(Some(refused.clone()), "peeringcandidate-f2")),
+            ..Default::default()
+        };
+        let p = run(&solver(true, true, false, Some(st)), &observed);
+        assert_eq!(
+            message(&p),
+            (
+                Phase::Failed,
+                "Reservation: Flavor reservation and purchase failed".into()
+            )
+        );
 
         // Nothing else to try: the upstream failure.
         let observed = Observed {
@@ -1284,6 +1318,7 @@ mod tests {
         st_chosen.chosen_candidate = Some(ChosenCandidate {
             name: "peeringcandidate-f1".into(),
             reason: "only one".into(),
+            refused: Vec::new(),
         });
         let observed = Observed {
             reservation: Some(bought()),
