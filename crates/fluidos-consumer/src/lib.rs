@@ -85,8 +85,9 @@ pub enum Step {
     ReadReservation,
     /// Listing Allocations.
     ListAllocations,
-    /// Deleting an object left by an earlier Solver of the same name.
-    DeleteStaleChild,
+    /// Deleting a child (left by an earlier Solver of the same name, or a
+    /// finished Discovery to search again).
+    DeleteChild,
     /// Creating the Discovery.
     CreateDiscovery,
     /// Adding the Solver to a candidate's interested solvers.
@@ -134,7 +135,7 @@ impl Step {
             Step::ReadDiscovery => "read_discovery",
             Step::ReadReservation => "read_reservation",
             Step::ListAllocations => "list_allocations",
-            Step::DeleteStaleChild => "delete_stale_child",
+            Step::DeleteChild => "delete_child",
             Step::CreateDiscovery => "create_discovery",
             Step::MarkInterest => "mark_interest",
             Step::DeleteRefusedReservation => "delete_refused_reservation",
@@ -269,10 +270,13 @@ pub async fn run_with_readiness(
     ];
     let report = {
         let gates = gates.clone();
+        let client = ctx.client.clone();
+        let ns = ctx.cfg.namespace.clone();
         async move {
             for gate in &gates {
                 gate.wait().await;
             }
+            first_lists(&client, &ns).await;
             tracing::info!("consumer controllers' watches established");
             ready.set_ready();
             futures::future::pending::<()>().await;
@@ -290,6 +294,42 @@ pub async fn run_with_readiness(
     tokio::select! {
         _ = controllers => {}
         _ = shutdown => {}
+    }
+}
+
+/// Lists once every kind the controllers read but do not watch, before the
+/// consumer says it is ready: the API server answers the first list of a
+/// freshly installed custom resource with 429 and `Retry-After: 1`, and that
+/// second belongs to startup, not to the first Solver.
+async fn first_lists(client: &kube::Client, ns: &str) {
+    use fluidos_api::{Allocation, Contract, KnownCluster, PeeringCandidate, Transaction};
+    use kube::api::{Api, ListParams};
+    let params = ListParams::default().limit(1);
+    let (pcs, known, txs, contracts, allocations) = (
+        Api::<PeeringCandidate>::namespaced(client.clone(), ns),
+        Api::<KnownCluster>::namespaced(client.clone(), ns),
+        Api::<Transaction>::namespaced(client.clone(), ns),
+        Api::<Contract>::namespaced(client.clone(), ns),
+        Api::<Allocation>::namespaced(client.clone(), ns),
+    );
+    let (pcs, known, txs, contracts, allocations) = tokio::join!(
+        pcs.list_metadata(&params),
+        known.list_metadata(&params),
+        txs.list_metadata(&params),
+        contracts.list_metadata(&params),
+        allocations.list_metadata(&params),
+    );
+    for (kind, outcome) in [
+        ("PeeringCandidate", pcs.err()),
+        ("KnownCluster", known.err()),
+        ("Transaction", txs.err()),
+        ("Contract", contracts.err()),
+        ("Allocation", allocations.err()),
+    ] {
+        // Only a warm-up: a failure here shows again where it matters.
+        if let Some(e) = outcome {
+            tracing::debug!(kind, error = %e, "first list failed");
+        }
     }
 }
 

@@ -215,6 +215,19 @@ async fn run_effects(ctx: &Context, ns: &str, effects: &[Effect]) -> Result<(), 
                 available,
                 holder,
             } => set_candidate(ctx, ns, name, *available, holder.as_deref()).await?,
+            Effect::ShowRemainder { name, flavor_type } => {
+                let pcs: Api<PeeringCandidate> = Api::namespaced(ctx.client.clone(), ns);
+                let patch = json!({
+                    "metadata": {"annotations": {HELD_BY: null}},
+                    "spec": {
+                        "available": true,
+                        "flavor": {"spec": {"flavorType": flavor_type}},
+                    },
+                });
+                pcs.patch(name, &PatchParams::default(), &Patch::Merge(patch))
+                    .await
+                    .map_err(Error::kube(Step::UpdateCandidate))?;
+            }
             Effect::ApplyTransaction(t) => {
                 Api::<Transaction>::namespaced(ctx.client.clone(), ns)
                     .patch(

@@ -168,11 +168,11 @@ async fn observe(ctx: &Context, solver: &Solver, ns: &str) -> Result<Observed, E
 async fn apply(ctx: &Context, ns: &str, effect: &Effect) -> Result<Option<Action>, Error> {
     let client = ctx.client.clone();
     match effect {
-        Effect::DeleteStale { kind, name } => {
+        Effect::DeleteChild { kind, name } => {
             tracing::info!(
                 name,
                 ?kind,
-                "replacing an object left by an earlier Solver of the same name"
+                "deleting a child: left by an earlier Solver of the same name, or a finished Discovery to search again"
             );
             let deleted = match kind {
                 ChildKind::Discovery => Api::<Discovery>::namespaced(client, ns)
@@ -185,7 +185,7 @@ async fn apply(ctx: &Context, ns: &str, effect: &Effect) -> Result<Option<Action
                     .map(|_| ()),
             };
             match deleted {
-                Err(e) if !is_not_found(&e) => return Err(Error::kube(Step::DeleteStaleChild)(e)),
+                Err(e) if !is_not_found(&e) => return Err(Error::kube(Step::DeleteChild)(e)),
                 _ => {}
             }
         }

@@ -97,6 +97,14 @@ pub enum Effect {
         /// The `HELD_BY` annotation; `None` removes it.
         holder: Option<String>,
     },
+    /// Show on the candidate what its provider has left after a sale (and
+    /// free it).
+    ShowRemainder {
+        /// PeeringCandidate name.
+        name: String,
+        /// The flavor's new `spec.flavorType`.
+        flavor_type: Box<fluidos_api::flavor::FlavorType>,
+    },
     /// Server-side apply of the consumer's record of the transaction.
     ApplyTransaction(Box<Transaction>),
     /// Server-side apply of the purchased Contract.
@@ -378,10 +386,8 @@ pub fn after_reserve(
     let now = input.now.as_str();
     let tx = match answer {
         Ok(tx) => tx,
-        Err(Refusal {
-            message,
-            kind: RefusalKind::Unavailable,
-        }) => {
+        Err(refusal) if flavor_gone(refusal) => {
+            let message = &refusal.message;
             // Not released: the provider says it is gone; the next Discovery
             // frees it again if it is listed.
             let mut plan = fail(st, None, &format!("{NOT_AVAILABLE}: {message}"), now);
@@ -435,6 +441,19 @@ pub fn after_reserve(
     }
 }
 
+/// A RESERVE refused because the flavor is not (or no longer) for sale:
+/// 409, 404, or the Go provider's 500 for a flavor ID it retired when it
+/// sold the flavor.
+fn flavor_gone(refusal: &Refusal) -> bool {
+    match refusal.kind {
+        RefusalKind::Unavailable => true,
+        RefusalKind::UnknownTransaction => {
+            refusal.message.contains(" 404") || refusal.message.contains("Flavor by ID")
+        }
+        _ => false,
+    }
+}
+
 /// The provider answered PURCHASE (sent to `seller`) with `answer`; an
 /// unreachable provider is retried by the executor instead, and an
 /// unanswered call goes to [`after_purchase_timeout`].
@@ -474,14 +493,22 @@ pub fn after_purchase(
     set_phase_at(&mut st.phase, Phase::Solved, "Reservation solved", now);
     let mut after = Vec::new();
     if let Some(pc) = input.candidate {
-        // What the provider has left is unknown until it is asked again: the
-        // candidate waits for the next Discovery, which frees it with fresh
-        // amounts if the provider still lists it (a Rust provider keeps the
-        // flavor ID for the remainder, a Go one lists it under a new ID).
-        after.push(Effect::UpdateCandidate {
-            name: pc.name_any(),
-            available: false,
-            holder: None,
+        // A Rust provider keeps selling the remainder under the same flavor
+        // ID: the candidate shows it at once. A whole flavor bought, or one
+        // whose remainder cannot be worked out here, waits for the next
+        // Discovery instead, which frees it with fresh amounts if the
+        // provider still lists it (a Go provider lists the remainder under
+        // a new ID; the old one is refused and the Solver moves on).
+        after.push(match remainder(pc, r.spec.configuration.as_ref()) {
+            Some(flavor_type) => Effect::ShowRemainder {
+                name: pc.name_any(),
+                flavor_type: Box::new(flavor_type),
+            },
+            None => Effect::UpdateCandidate {
+                name: pc.name_any(),
+                available: false,
+                holder: None,
+            },
         });
     }
     if let Some(tx) = &st.transaction_id {
@@ -494,6 +521,35 @@ pub fn after_purchase(
         after,
         requeue: None,
     }
+}
+
+/// The candidate's K8Slice flavor type less what `configuration` bought,
+/// when something of every resource is left; `None` for a whole flavor, a
+/// Service, or anything that does not parse (pure).
+pub fn remainder(
+    pc: &PeeringCandidate,
+    configuration: Option<&fluidos_api::Configuration>,
+) -> Option<fluidos_api::flavor::FlavorType> {
+    use fluidos_api::configuration::ConfigurationData;
+    use fluidos_api::ledger::Resources;
+    let FlavorTypeData::K8Slice(mut k) = pc.spec.flavor.spec.flavor_type.parse().ok()? else {
+        return None;
+    };
+    let ConfigurationData::K8Slice(bought) = configuration?.parse("spec.configuration").ok()?
+    else {
+        return None;
+    };
+    let left = Resources::of_characteristics(&k.characteristics)
+        .ok()?
+        .minus(Resources::of_configuration(&bought).ok()?);
+    if [left.cpu, left.memory, left.pods]
+        .iter()
+        .any(|a| a.nanos <= 0)
+    {
+        return None;
+    }
+    left.apply_to(&mut k.characteristics);
+    Some(fluidos_api::flavor::FlavorType::k8slice(&k))
 }
 
 /// How long after its first attempt a purchase that gets no definite answer
@@ -549,6 +605,21 @@ fn purchase_refused(
                 ),
                 now,
             )
+        }
+        // The Go provider names a Contract after its flavor: a second sale
+        // of a flavor it already sold fails to create it. Nothing was sold;
+        // the flavor is gone.
+        _ if first_attempt && e.contains("already exists") => {
+            st.purchase_phase = Some(Phase::Failed);
+            let mut plan = fail(st, None, &format!("{NOT_AVAILABLE}: {e}"), now);
+            if let Some(pc) = input.candidate {
+                plan.before.push(Effect::UpdateCandidate {
+                    name: pc.name_any(),
+                    available: false,
+                    holder: None,
+                });
+            }
+            plan
         }
         _ => {
             st.purchase_phase = Some(Phase::Failed);
@@ -1023,6 +1094,27 @@ mod tests {
             "the provider may have sold it: the hold stays"
         );
 
+        // The Go provider selling a flavor it already sold: nothing sold, the
+        // flavor is gone, and the Solver may move on.
+        let p = after_purchase(
+            &i,
+            st.clone(),
+            Err(&refused(
+                RefusalKind::UnknownTransaction,
+                "500: Error creating the Contract: contracts.reservation.fluidos.eu \"contract-f1\" already exists",
+            )),
+            true,
+            SELLER,
+        );
+        assert!(failed_with(&p).starts_with(NOT_AVAILABLE), "{:?}", p.status);
+        assert!(matches!(
+            &p.before[..],
+            [Effect::UpdateCandidate {
+                available: false,
+                ..
+            }]
+        ));
+
         // A 2xx the client cannot decode is a sale too.
         let p = after_purchase(
             &i,
@@ -1168,5 +1260,79 @@ mod tests {
             p.status
         );
         assert!(!releases(&p));
+    }
+
+    #[test]
+    fn a_sold_candidate_shows_what_is_left() {
+        let me = me();
+        let pc = candidate("f1", "4", "1");
+        let mut r = reservation(None, "peeringcandidate-f1");
+        r.spec.configuration = Some(fluidos_api::Configuration::k8slice(
+            &fluidos_api::configuration::K8SliceConfiguration {
+                cpu: fluidos_api::ledger::q("1"),
+                memory: fluidos_api::ledger::q("1Gi"),
+                pods: fluidos_api::ledger::q("1"),
+                ..Default::default()
+            },
+        ));
+        let st = running(Phase::Solved, Phase::Running, Some("tx-1"));
+        let p = after_purchase(
+            &input(&r, Some(&pc), &me),
+            st,
+            Ok(&contract()),
+            true,
+            SELLER,
+        );
+        let [
+            Effect::ShowRemainder { name, flavor_type },
+            Effect::DeleteTransaction(_),
+        ] = &p.after[..]
+        else {
+            panic!("{:?}", p.after);
+        };
+        assert_eq!(name, "peeringcandidate-f1");
+        let FlavorTypeData::K8Slice(k) = flavor_type.parse().unwrap() else {
+            panic!("not a K8Slice");
+        };
+        assert_eq!(k.characteristics.cpu.0, "3");
+        assert_eq!(k.characteristics.memory.0, "3Gi");
+        assert_eq!(k.characteristics.pods.0, "9");
+        // Bought whole: nothing to show until the next Discovery.
+        let mut whole = r.clone();
+        whole.spec.configuration = Some(fluidos_api::Configuration::k8slice(
+            &fluidos_api::configuration::K8SliceConfiguration {
+                cpu: fluidos_api::ledger::q("4"),
+                memory: fluidos_api::ledger::q("4Gi"),
+                pods: fluidos_api::ledger::q("10"),
+                ..Default::default()
+            },
+        ));
+        assert_eq!(remainder(&pc, whole.spec.configuration.as_ref()), None);
+        assert_eq!(remainder(&pc, None), None);
+    }
+
+    #[test]
+    fn a_retired_or_sold_flavor_is_not_available() {
+        for (kind, message, gone) in [
+            (RefusalKind::Unavailable, "409: not enough", true),
+            (
+                RefusalKind::UnknownTransaction,
+                "rejected the request with 404: no flavor",
+                true,
+            ),
+            (
+                RefusalKind::UnknownTransaction,
+                "rejected the request with 500: Error getting the Flavor by ID",
+                true,
+            ),
+            (
+                RefusalKind::UnknownTransaction,
+                "rejected the request with 500: boom",
+                false,
+            ),
+            (RefusalKind::Other, "400: bad configuration", false),
+        ] {
+            assert_eq!(flavor_gone(&refused(kind, message)), gone, "{message}");
+        }
     }
 }

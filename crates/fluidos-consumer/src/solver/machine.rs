@@ -69,8 +69,9 @@ pub enum ChildKind {
 /// A write the executor makes, in order, before the status.
 #[derive(Clone, Debug)]
 pub enum Effect {
-    /// Delete an object an earlier Solver of the same name left behind.
-    DeleteStale {
+    /// Delete a child: one an earlier Solver of the same name left behind,
+    /// or this Solver's finished Discovery, to search again.
+    DeleteChild {
         /// Its kind.
         kind: ChildKind,
         /// Its name.
@@ -148,6 +149,7 @@ pub fn plan(input: &Input<'_>, observed: &Observed) -> Plan {
         effects: Vec::new(),
         selector: None,
         stale_checked: Vec::new(),
+        deleted: Vec::new(),
         refused: solver
             .status
             .as_ref()
@@ -206,6 +208,8 @@ struct Machine<'a> {
     selector: Option<FlavorSelector>,
     /// Children already checked for a stale owner (deleted at most once).
     stale_checked: Vec<ChildKind>,
+    /// Children deleted in this reconcile: absent from here on.
+    deleted: Vec<ChildKind>,
     /// Candidates refused as not available (kept in
     /// `status.chosenCandidate.refused`): not tried again.
     refused: Vec<String>,
@@ -277,6 +281,9 @@ impl<'a> Machine<'a> {
     /// The child if this Solver owns it; one left by an earlier Solver of
     /// the same name is deleted (once) and treated as absent.
     fn own_child<K: Resource>(&mut self, kind: ChildKind, found: Option<&'a K>) -> Option<&'a K> {
+        if self.deleted.contains(&kind) {
+            return None;
+        }
         let obj = found?;
         let uid = self.input.solver.uid();
         if obj
@@ -288,7 +295,7 @@ impl<'a> Machine<'a> {
         }
         if !self.stale_checked.contains(&kind) {
             self.stale_checked.push(kind);
-            self.effects.push(Effect::DeleteStale {
+            self.effects.push(Effect::DeleteChild {
                 kind,
                 name: obj.meta().name.clone().unwrap_or_default(),
             });
@@ -633,9 +640,12 @@ impl<'a> Machine<'a> {
         rs: &fluidos_api::reservation::ReservationStatus,
         owner: &OwnerReference,
     ) -> Option<Next> {
+        // Refused before anything was sold: at RESERVE, or at a PURCHASE the
+        // provider definitely turned down (the flavor was already sold).
+        let nothing_sold = (rs.reserve_phase == Some(Phase::Failed) && rs.transaction_id.is_none())
+            || rs.purchase_phase == Some(Phase::Failed);
         let refused = rs.phase.phase == Phase::Failed
-            && rs.reserve_phase == Some(Phase::Failed)
-            && rs.transaction_id.is_none()
+            && nothing_sold
             && rs
                 .phase
                 .message
@@ -653,8 +663,11 @@ impl<'a> Machine<'a> {
         if !self.refused.contains(&candidate) {
             self.refused.push(candidate.clone());
         }
-        if self.refused.len() > MAX_REFUSED || self.candidates().ordered.is_empty() {
+        if self.refused.len() > MAX_REFUSED {
             return None;
+        }
+        if self.candidates().ordered.is_empty() {
+            return self.discover_again(r);
         }
         let why = rs.phase.message.clone().unwrap_or_default();
         let previous = self.st.chosen_candidate.take();
@@ -676,6 +689,33 @@ impl<'a> Machine<'a> {
         self.st.reservation_phase = Some(Phase::Idle);
         self.set(Phase::Running, "Reservation created");
         Some(Next::Requeue(POLL))
+    }
+
+    /// Nothing left to try: when this Solver finds its own candidates, it
+    /// searches again (a Go provider lists what is left of a sold flavor
+    /// under a new flavor ID); otherwise it fails as upstream does.
+    fn discover_again(&mut self, refused: &Reservation) -> Option<Next> {
+        if !self.input.solver.spec.find_candidate.unwrap_or(false) {
+            return None;
+        }
+        let discovery = naming::discovery_name(&self.name());
+        self.effects
+            .push(Effect::DeleteRefusedReservation(refused.name_any()));
+        self.effects.push(Effect::DeleteChild {
+            kind: ChildKind::Discovery,
+            name: discovery,
+        });
+        self.deleted
+            .extend([ChildKind::Discovery, ChildKind::Reservation]);
+        if let Some(chosen) = self.st.chosen_candidate.as_mut() {
+            chosen.refused.clone_from(&self.refused);
+        }
+        self.st.find_candidate = Some(Phase::Running);
+        self.st.discovery_phase = None;
+        self.st.reserve_and_buy = None;
+        self.st.reservation_phase = None;
+        self.set(Phase::Running, "Solver is trying a Discovery");
+        Some(Next::Requeue(Duration::ZERO))
     }
 
     fn peering(&mut self, owner: &OwnerReference) -> Result<Next, Fail> {
@@ -988,7 +1028,7 @@ mod tests {
         let p = run(&solver(true, false, false, Some(st)), &observed);
         assert!(matches!(
             &p.effects[..],
-            [Effect::DeleteStale { kind: ChildKind::Discovery, name }, Effect::CreateDiscovery(_)]
+            [Effect::DeleteChild { kind: ChildKind::Discovery, name }, Effect::CreateDiscovery(_)]
                 if name == "discovery-solver-a"
         ));
     }
@@ -1230,20 +1270,6 @@ mod tests {
             )
         );
 
-        // Nothing else to try: the upstream failure.
-        let observed = Observed {
-            candidates: vec![candidate("f1", "4", "1")],
-            reservation: Some(reservation(Some(refused.clone()), "peeringcandidate-f1")),
-            ..Default::default()
-        };
-        let p = run(&s, &observed);
-        assert_eq!(
-            message(&p),
-            (
-                Phase::Failed,
-                "Reservation: Flavor reservation and purchase failed".into()
-            )
-        );
         // Other failures (a bad request, a failed purchase) are not retried elsewhere.
         let mut other = refused;
         other.phase.message = Some("Reservation failed: error when reserving flavor: 400".into());
@@ -1255,6 +1281,62 @@ mod tests {
         assert_eq!(
             run(&s, &observed).status.reserve_and_buy,
             Some(Phase::Failed)
+        );
+    }
+
+    #[test]
+    fn with_nothing_left_to_try_the_solver_searches_again() {
+        let st = status(Some(Phase::Solved), Some(Phase::Running), None, NOW);
+        let s = solver(true, true, false, Some(st));
+        let refused = ReservationStatus {
+            phase: phase(
+                Phase::Failed,
+                "Reservation failed: PeeringCandidate not available: 409: sold",
+                NOW,
+            ),
+            reserve_phase: Some(Phase::Failed),
+            ..Default::default()
+        };
+        // Nothing else to try: search again (a Go provider lists what is
+        // left of a sold flavor under a new ID).
+        let observed = Observed {
+            candidates: vec![candidate("f1", "4", "1")],
+            discovery: Some(discovery(Phase::Solved, SOLVER_UID)),
+            reservation: Some(reservation(Some(refused.clone()), "peeringcandidate-f1")),
+            ..Default::default()
+        };
+        let p = run(&s, &observed);
+        assert_eq!(
+            message(&p),
+            (Phase::Running, "Solver is trying a Discovery".into())
+        );
+        assert_eq!(p.status.find_candidate, Some(Phase::Running));
+        assert_eq!(p.status.reserve_and_buy, None);
+        assert!(
+            matches!(
+                &p.effects[..],
+                [
+                    Effect::DeleteRefusedReservation(_),
+                    Effect::DeleteChild {
+                        kind: ChildKind::Discovery,
+                        ..
+                    },
+                    Effect::CreateDiscovery(_),
+                ]
+            ),
+            "{:?}",
+            p.effects
+        );
+        // Without findCandidate there is no search: the upstream failure.
+        let mut no_find = s.clone();
+        no_find.spec.find_candidate = Some(false);
+        let p = run(&no_find, &observed);
+        assert_eq!(
+            message(&p),
+            (
+                Phase::Failed,
+                "Reservation: Flavor reservation and purchase failed".into()
+            )
         );
     }
 
