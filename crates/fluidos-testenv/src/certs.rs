@@ -11,6 +11,9 @@ use crate::Error;
 /// PEM-encoded material, ready to be written next to the processes.
 pub(crate) struct Pki {
     pub(crate) ca_cert_pem: String,
+    /// kube-controller-manager signs CertificateSigningRequests with it
+    /// (Liqo's identities are such certificates).
+    pub(crate) ca_key_pem: String,
     pub(crate) serving_cert_pem: String,
     pub(crate) serving_key_pem: String,
     pub(crate) service_account_key_pem: String,
@@ -45,6 +48,7 @@ impl Pki {
             KeyUsagePurpose::DigitalSignature,
         ];
         let ca_cert = ca_params.self_signed(&ca_key)?;
+        let ca_key_pem = ca_key.serialize_pem();
         let ca = Issuer::new(ca_params, ca_key);
 
         let serving_key = KeyPair::generate()?;
@@ -73,6 +77,7 @@ impl Pki {
 
         Ok(Pki {
             ca_cert_pem: ca_cert.pem(),
+            ca_key_pem,
             serving_cert_pem: serving_cert.pem(),
             serving_key_pem: serving_key.serialize_pem(),
             service_account_pub_pem: sa_key.public_key_pem(),
@@ -104,6 +109,7 @@ mod tests {
         assert_ne!(a.service_account_key_pem, b.service_account_key_pem);
         // The keys must round-trip, since kube-apiserver re-reads them from disk.
         KeyPair::from_pem(&a.serving_key_pem).unwrap();
+        KeyPair::from_pem(&a.ca_key_pem).unwrap();
         KeyPair::from_pem(&a.service_account_key_pem).unwrap();
     }
 }

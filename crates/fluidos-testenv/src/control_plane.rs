@@ -34,8 +34,9 @@ const ADMIN_USER: &str = "fluidos-testenv-admin";
 pub struct ControlPlaneOptions {
     /// Also start kube-controller-manager, kube-scheduler and kwok, so that
     /// Deployments get Pods that are scheduled and reported Running/Ready.
-    /// kwok runs with `--manage-all-nodes=true`: every Node object created in
-    /// this cluster is a fake, kwok-managed node (no annotation needed).
+    /// kwok manages every Node object created in this cluster (no annotation
+    /// needed) except Liqo virtual nodes (label `liqo.io/type`), whose
+    /// kubelet is Liqo's virtual kubelet.
     pub workloads: bool,
     /// Every `*.yaml`/`*.yml` CRD in these directories is applied and waited
     /// for Established before `start` returns.
@@ -193,6 +194,7 @@ fn etcd_args(data_dir: &Path, client_port: u16) -> Vec<String> {
 struct ApiserverFiles<'a> {
     cert_dir: &'a Path,
     ca_cert: &'a Path,
+    ca_key: &'a Path,
     serving_cert: &'a Path,
     serving_key: &'a Path,
     sa_key: &'a Path,
@@ -273,6 +275,7 @@ impl ControlPlane {
         let files = ApiserverFiles {
             cert_dir: &path("apiserver-certs"),
             ca_cert: &path("ca.crt"),
+            ca_key: &path("ca.key"),
             serving_cert: &path("apiserver.crt"),
             serving_key: &path("apiserver.key"),
             sa_key: &path("sa.key"),
@@ -280,6 +283,7 @@ impl ControlPlane {
             tokens: &path("tokens.csv"),
         };
         write_file(files.ca_cert, &pki.ca_cert_pem)?;
+        write_file(files.ca_key, &pki.ca_key_pem)?;
         write_file(files.serving_cert, &pki.serving_cert_pem)?;
         write_file(files.serving_key, &pki.serving_key_pem)?;
         write_file(files.sa_key, &pki.service_account_key_pem)?;
@@ -370,6 +374,12 @@ impl ControlPlane {
         &self.kubeconfig_path
     }
 
+    /// The directory holding this control plane's files and process logs
+    /// (`<name>.log`); it is deleted when the control plane is dropped.
+    pub fn log_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
     /// The kube-apiserver URL, `https://127.0.0.1:<port>`.
     pub fn server_url(&self) -> &str {
         &self.server_url
@@ -434,7 +444,14 @@ const KUBE_CONTROLLER_MANAGER_CONTROLLERS: &[&str] = &[
     "endpointslice-controller",
     "node-lifecycle-controller",
     "pod-garbage-collector-controller",
+    // Liqo issues its peers' identities (and the virtual kubelet its serving
+    // certificate) through CertificateSigningRequests, which this signs with
+    // the cluster CA (`--cluster-signing-*-file`).
+    "certificatesigningrequest-signing-controller",
 ];
+
+/// The Nodes kwok fakes: all but Liqo virtual nodes.
+const KWOK_NODE_SELECTOR: &str = "!liqo.io/type";
 
 /// Starts kube-controller-manager, kube-scheduler and kwok against the API server.
 fn spawn_workloads(
@@ -455,6 +472,10 @@ fn spawn_workloads(
             flag("secure-port", free_port()?),
             flag("service-account-private-key-file", files.sa_key.display()),
             flag("root-ca-file", files.ca_cert.display()),
+            // The CA that kube-apiserver trusts for client certificates, so
+            // the certificates it signs authenticate.
+            flag("cluster-signing-cert-file", files.ca_cert.display()),
+            flag("cluster-signing-key-file", files.ca_key.display()),
             flag("use-service-account-credentials", false),
             flag("service-cluster-ip-range", SERVICE_CLUSTER_IP_RANGE),
             flag("controllers", KUBE_CONTROLLER_MANAGER_CONTROLLERS.join(",")),
@@ -482,7 +503,12 @@ fn spawn_workloads(
     out.push(ManagedProcess::spawn(
         KWOK,
         &workloads.kwok,
-        &[kubeconfig_flag, flag("manage-all-nodes", true)],
+        &[
+            kubeconfig_flag,
+            // A Liqo virtual node has its own kubelet (the virtual kubelet);
+            // kwok reporting it Ready too would hide whether that one works.
+            flag("manage-nodes-with-label-selector", KWOK_NODE_SELECTOR),
+        ],
         &[("HOME", kwok_home.as_path())],
         path("kwok.log"),
     )?);
@@ -499,6 +525,7 @@ mod tests {
         ApiserverFiles {
             cert_dir: Path::new("/t/certs"),
             ca_cert: Path::new("/t/ca.crt"),
+            ca_key: Path::new("/t/ca.key"),
             serving_cert: Path::new("/t/apiserver.crt"),
             serving_key: Path::new("/t/apiserver.key"),
             sa_key: Path::new("/t/sa.key"),

@@ -5,6 +5,9 @@
 //!
 //! Binaries come from `FLUIDOS_CP_BIN_DIR`, or else from
 //! `tools/control-plane/build.sh` (run once per process; it caches its output).
+//!
+//! [`Liqo`] adds the real Liqo controllers to a control plane (binaries from
+//! `FLUIDOS_LIQO_BIN_DIR`, built by `tools/liqo/build.sh`).
 
 #![warn(missing_docs)]
 
@@ -15,6 +18,7 @@ mod crds;
 pub mod fixtures;
 pub mod go_rear_standin;
 mod kubeconfig;
+pub mod liqo;
 mod ports;
 mod process;
 #[cfg(test)]
@@ -24,6 +28,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use control_plane::{ControlPlane, ControlPlaneOptions};
+pub use liqo::{Liqo, LiqoBinaries, LiqoOptions};
 
 /// Everything that can go wrong while starting or driving a test control plane.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +43,10 @@ pub enum Error {
         /// Directory that was searched.
         dir: PathBuf,
     },
+    /// The Liqo binaries are not available (`FLUIDOS_LIQO_BIN_DIR` unset, or
+    /// not a `tools/liqo/build.sh` output); the message says what to run.
+    #[error("Liqo unavailable: {0}")]
+    LiqoUnavailable(String),
     /// `tools/control-plane/build.sh` failed or printed no directory.
     #[error("building the control-plane binaries failed: {0}")]
     BuildFailed(String),
