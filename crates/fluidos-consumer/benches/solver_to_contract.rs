@@ -217,16 +217,33 @@ fn report(label: &str, mut t: Vec<Duration>) {
 
 #[tokio::main]
 async fn main() {
+    // RUST_LOG=fluidos_consumer=debug shows each reconcile with a timestamp,
+    // to see where a slow round spends its time.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .init();
+    }
+    // `cargo bench -p fluidos-consumer -- warm` runs only the scenarios whose
+    // label contains "warm" ("cold", "1 provider", "20 providers").
+    let only = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let wanted = |label: &str| only.as_deref().is_none_or(|o| label.contains(o));
     // Cold: the first Solver on fresh API servers right after readiness (the
     // first list of a freshly installed CRD type may be answered 429).
-    let mut cold = Vec::new();
-    for _ in 0..5 {
-        cold.extend(scenario(1, 1).await);
+    let cold_label = "solver->contract, 1 provider, cold (first Solver after readiness)";
+    if wanted(cold_label) {
+        let mut cold = Vec::new();
+        for _ in 0..5 {
+            cold.extend(scenario(1, 1).await);
+        }
+        report(cold_label, cold);
     }
-    report(
-        "solver->contract, 1 provider, cold (first Solver after readiness)",
-        cold,
-    );
-    report("solver->contract, 1 provider", scenario(1, 20).await);
-    report("solver->contract, 20 providers", scenario(20, 10).await);
+    let warm_label = "solver->contract, 1 provider, warm";
+    if wanted(warm_label) {
+        report(warm_label, scenario(1, 20).await);
+    }
+    let many_label = "solver->contract, 20 providers, warm";
+    if wanted(many_label) {
+        report(many_label, scenario(20, 10).await);
+    }
 }

@@ -30,7 +30,7 @@ use serde_json::json;
 
 use crate::{Context, Error, MANAGER, Step};
 pub use machine::HELD_BY;
-use machine::{Decision, Effect, Input, Plan, Refusal, RefusalKind};
+use machine::{Decision, Effect, Input, Plan, Purchase, Refusal, RefusalKind};
 
 /// Controller name in logs and metrics.
 const CONTROLLER: &str = "reservation";
@@ -105,7 +105,27 @@ async fn reconcile(cached: Arc<Reservation>, ctx: Arc<Context>) -> Result<Action
                 Err(e) if e.is_unreachable() => return Err(rear_error(Step::Reserve, &seller, e)),
                 other => other.map_err(|e| refusal(&e)),
             };
-            machine::after_reserve(&input, status, answer.as_ref())
+            let plan = machine::after_reserve(&input, status, answer.as_ref());
+            match machine::purchase_next(&input, &plan) {
+                // Straight on to PURCHASE: its first status write records the
+                // transaction too, so a crash in between still purchases it.
+                Some(Purchase {
+                    status,
+                    seller,
+                    transaction_id,
+                    body,
+                }) => {
+                    run_effects(&ctx, &ns, &plan.before).await?;
+                    let attempt = Purchase {
+                        status,
+                        seller,
+                        transaction_id,
+                        body,
+                    };
+                    return purchase(&ctx, &api, &input, &r, attempt, true).await;
+                }
+                None => plan,
+            }
         }
         Decision::Purchase {
             status,
@@ -114,33 +134,58 @@ async fn reconcile(cached: Arc<Reservation>, ctx: Arc<Context>) -> Result<Action
             body,
             first_attempt,
         } => {
-            if first_attempt {
-                // Recorded before the call: after a crash or an unanswered
-                // call, a later refusal is not taken as proof that nothing
-                // was sold.
-                save(&api, &name, &status).await?;
-            }
-            let answer = match ctx.rear.purchase(&seller, &transaction_id, &body).await {
-                Err(RearError::Unreachable {
-                    timed_out: true, ..
-                }) => {
-                    let plan = machine::after_purchase_timeout(
-                        &input,
-                        status,
-                        ctx.rear.config().purchase_timeout,
-                        &seller,
-                    );
-                    return finish(&ctx, &api, &r, plan).await;
-                }
-                Err(e) if e.is_unreachable() => {
-                    return Err(rear_error(Step::Purchase, &seller, e));
-                }
-                other => other.map_err(|e| refusal(&e)),
+            let attempt = Purchase {
+                status,
+                seller,
+                transaction_id,
+                body,
             };
-            machine::after_purchase(&input, status, answer.as_ref(), first_attempt, &seller)
+            return purchase(&ctx, &api, &input, &r, attempt, first_attempt).await;
         }
     };
     finish(&ctx, &api, &r, plan).await
+}
+
+/// Sends PURCHASE (recording the first attempt before it), then writes what
+/// the answer means.
+async fn purchase(
+    ctx: &Context,
+    api: &Api<Reservation>,
+    input: &Input<'_>,
+    r: &Reservation,
+    attempt: Purchase,
+    first_attempt: bool,
+) -> Result<Action, Error> {
+    let Purchase {
+        status,
+        seller,
+        transaction_id,
+        body,
+    } = attempt;
+    if first_attempt {
+        // Recorded before the call: after a crash or an unanswered call, a
+        // later refusal is not taken as proof that nothing was sold.
+        save(api, &r.name_any(), &status).await?;
+    }
+    let answer = match ctx.rear.purchase(&seller, &transaction_id, &body).await {
+        Err(RearError::Unreachable {
+            timed_out: true, ..
+        }) => {
+            let plan = machine::after_purchase_timeout(
+                input,
+                status,
+                ctx.rear.config().purchase_timeout,
+                &seller,
+            );
+            return finish(ctx, api, r, plan).await;
+        }
+        Err(e) if e.is_unreachable() => {
+            return Err(rear_error(Step::Purchase, &seller, e));
+        }
+        other => other.map_err(|e| refusal(&e)),
+    };
+    let plan = machine::after_purchase(input, status, answer.as_ref(), first_attempt, &seller);
+    finish(ctx, api, r, plan).await
 }
 
 /// What a provider's refusal means (pure classification in the machine).

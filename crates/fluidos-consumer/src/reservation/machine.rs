@@ -174,6 +174,53 @@ pub enum Decision {
     },
 }
 
+/// A first PURCHASE to send right after a successful RESERVE.
+#[derive(Debug)]
+pub struct Purchase {
+    /// The status to write before the call (transaction and attempt time).
+    pub status: ReservationStatus,
+    /// The provider's `host:port`.
+    pub seller: String,
+    /// The transaction to buy.
+    pub transaction_id: String,
+    /// The request body.
+    pub body: PurchaseRequest,
+}
+
+/// After a RESERVE whose plan asks to go on at once (a purchase is wanted),
+/// the first PURCHASE, decided on the Reservation as it will be once `plan`
+/// is written. Saves a status write and a round of reads per sale; `None`
+/// when the plan ends here or writes something after its status.
+pub fn purchase_next(input: &Input<'_>, plan: &Plan) -> Option<Purchase> {
+    if plan.requeue != Some(Duration::ZERO) || !plan.after.is_empty() {
+        return None;
+    }
+    let mut next = input.reservation.clone();
+    next.status = Some(plan.status.clone());
+    let input = Input {
+        reservation: &next,
+        candidate: input.candidate,
+        identity: input.identity,
+        now: input.now.clone(),
+        owner_ended: input.owner_ended.clone(),
+    };
+    match decide(&input) {
+        Decision::Purchase {
+            status,
+            seller,
+            transaction_id,
+            body,
+            first_attempt: true,
+        } => Some(Purchase {
+            status,
+            seller,
+            transaction_id,
+            body,
+        }),
+        _ => None,
+    }
+}
+
 /// `<namespace>/<name>` of the Reservation, the holder written on its candidate.
 pub fn holder(r: &Reservation) -> String {
     format!("{}/{}", r.namespace().unwrap_or_default(), r.name_any())
@@ -896,6 +943,10 @@ mod tests {
         ));
     }
 
+    fn p_seller(pc: &PeeringCandidate) -> String {
+        pc.spec.flavor.spec.owner.ip.clone()
+    }
+
     #[test]
     fn a_reserve_answer_is_recorded_before_the_status() {
         let me = me();
@@ -906,11 +957,7 @@ mod tests {
         assert_eq!(p.status.transaction_id.as_deref(), Some("tx-1"));
         assert_eq!(p.status.reserve_phase, Some(Phase::Solved));
         assert_eq!(p.status.phase.phase, Phase::Running);
-        assert_eq!(
-            p.requeue,
-            Some(Duration::ZERO),
-            "purchase follows in the next reconcile"
-        );
+        assert_eq!(p.requeue, Some(Duration::ZERO), "purchase follows");
         let [Effect::ApplyTransaction(t)] = &p.before[..] else {
             panic!("{:?}", p.before);
         };
@@ -922,10 +969,20 @@ mod tests {
             Some("2026-12-01T11:00:00Z")
         );
 
+        // The first PURCHASE follows at once; its status write carries the
+        // transaction and the attempt time together.
+        let next = purchase_next(&input(&r, Some(&pc), &me), &p).expect("purchase next");
+        assert_eq!(next.transaction_id, "tx-1");
+        assert_eq!(next.seller, p_seller(&pc));
+        assert_eq!(next.status.transaction_id.as_deref(), Some("tx-1"));
+        assert_eq!(next.status.purchase_phase, Some(Phase::Running));
+        assert!(next.status.purchase_attempted_at.is_some());
+
         // Reserve only: done.
         let mut r_only = r.clone();
         r_only.spec.purchase = Some(false);
         let p = after_reserve(&input(&r_only, Some(&pc), &me), st.clone(), Ok(&tx()));
+        assert!(purchase_next(&input(&r_only, Some(&pc), &me), &p).is_none());
         assert_eq!(p.status.phase.phase, Phase::Solved);
         assert_eq!(
             p.status.phase.message.as_deref(),
