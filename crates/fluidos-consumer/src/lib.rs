@@ -263,11 +263,8 @@ pub async fn run_with_readiness(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let never = || futures::future::pending::<()>();
-    let gates = [
-        ReadinessGate::new(),
-        ReadinessGate::new(),
-        ReadinessGate::new(),
-    ];
+    // Solvers (and the three kinds a Solver owns), Discoveries, Reservations.
+    let gates: [ReadinessGate; 6] = std::array::from_fn(|_| ReadinessGate::new());
     let report = {
         let gates = gates.clone();
         let client = ctx.client.clone();
@@ -282,10 +279,26 @@ pub async fn run_with_readiness(
             futures::future::pending::<()>().await;
         }
     };
-    let [solvers, discoveries, reservations] = gates;
+    let [
+        solvers,
+        owned_discoveries,
+        owned_reservations,
+        owned_allocations,
+        discoveries,
+        reservations,
+    ] = gates;
     let controllers = async {
         tokio::join!(
-            solver::run(ctx.clone(), solvers, never()),
+            solver::run_gated(
+                ctx.clone(),
+                solver::Gates {
+                    solvers,
+                    discoveries: owned_discoveries,
+                    reservations: owned_reservations,
+                    allocations: owned_allocations,
+                },
+                never()
+            ),
             discovery::run(ctx.clone(), discoveries, never()),
             reservation::run(ctx, reservations, never()),
             report,
@@ -333,6 +346,49 @@ async fn first_lists(client: &kube::Client, ns: &str) {
     }
 }
 
+/// How the consumer's watches start: with a streaming list (the initial
+/// objects sent on the watch itself), so "listed" also means the watch is
+/// open. With a separate list, a watch of a freshly installed custom
+/// resource can hang for a second after the list succeeded (the API server's
+/// watch cache catching up), and an event in that second is only seen when
+/// the watch is retried.
+pub(crate) fn watch_config() -> kube::runtime::watcher::Config {
+    kube::runtime::watcher::Config::default().streaming_lists()
+}
+
+/// The metadata of the `K`s in `ns`, for a controller that owns them:
+/// changes wake the owner, and `ready` opens once the watch has sent its
+/// initial objects.
+pub(crate) fn owned<K>(
+    client: kube::Client,
+    ns: &str,
+    ready: ReadinessGate,
+) -> impl futures::Stream<Item = Result<kube::core::PartialObjectMeta<K>, kube::runtime::watcher::Error>>
++ Send
++ 'static
+where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    use futures::TryStreamExt;
+    use kube::runtime::WatchStreamExt;
+    use kube::runtime::watcher::{self, Event};
+    let api = kube::Api::<kube::core::PartialObjectMeta<K>>::namespaced(client, ns);
+    watcher::watcher(api, watch_config())
+        .default_backoff()
+        .inspect_ok(move |event| {
+            if matches!(event, Event::InitDone) {
+                ready.set_ready();
+            }
+        })
+        .touched_objects()
+}
+
 /// The objects of `api` for a controller: its cache and the stream feeding
 /// it, opening `ready` once the first complete list is in the cache.
 ///
@@ -358,7 +414,7 @@ where
     use kube::runtime::WatchStreamExt;
     use kube::runtime::watcher::{self, Event};
     let (reader, writer) = kube::runtime::reflector::store();
-    let stream = watcher::watcher(api, watcher::Config::default())
+    let stream = watcher::watcher(api, watch_config())
         .default_backoff()
         .reflect(writer)
         .inspect_ok(move |event| {

@@ -23,7 +23,6 @@ use fluidos_controller::readiness::ReadinessGate;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
 use serde_json::json;
 
 use crate::{Context, Error, MANAGER, Step};
@@ -32,10 +31,51 @@ use machine::{ChildKind, Effect, Input, Next, Observed, Timeouts};
 /// Controller name in logs and metrics.
 const CONTROLLER: &str = "solver";
 
-/// Runs the Solver controller until `shutdown`.
+/// Runs the Solver controller until `shutdown`; `ready` opens once its
+/// watches (Solvers and the kinds a Solver owns) are open.
 pub async fn run(
     ctx: Arc<Context>,
     ready: ReadinessGate,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let gates = Gates {
+        solvers: ReadinessGate::new(),
+        discoveries: ReadinessGate::new(),
+        reservations: ReadinessGate::new(),
+        allocations: ReadinessGate::new(),
+    };
+    let all = gates.clone();
+    let report = async move {
+        for gate in [
+            &all.solvers,
+            &all.discoveries,
+            &all.reservations,
+            &all.allocations,
+        ] {
+            gate.wait().await;
+        }
+        ready.set_ready();
+    };
+    tokio::join!(run_gated(ctx, gates, shutdown), report);
+}
+
+/// One readiness gate per watch of the Solver controller.
+#[derive(Clone)]
+pub(crate) struct Gates {
+    /// The Solvers.
+    pub(crate) solvers: ReadinessGate,
+    /// The Discoveries Solvers own.
+    pub(crate) discoveries: ReadinessGate,
+    /// The Reservations Solvers own.
+    pub(crate) reservations: ReadinessGate,
+    /// The Allocations Solvers own.
+    pub(crate) allocations: ReadinessGate,
+}
+
+/// [`run`], opening one gate per watch.
+pub(crate) async fn run_gated(
+    ctx: Arc<Context>,
+    gates: Gates,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let ns = ctx.cfg.namespace.clone();
@@ -43,20 +83,23 @@ pub async fn run(
     let reconciler = ctx.reconciler(CONTROLLER);
     let policy = reconciler.clone();
     let drained = reconciler.clone();
-    let (cache, objects) = crate::watched(solvers, ready);
+    let (cache, objects) = crate::watched(solvers, gates.solvers);
     let controller = Controller::for_stream(objects, cache)
-        .owns(
-            Api::<Discovery>::namespaced(ctx.client.clone(), &ns),
-            watcher::Config::default(),
-        )
-        .owns(
-            Api::<Reservation>::namespaced(ctx.client.clone(), &ns),
-            watcher::Config::default(),
-        )
-        .owns(
-            Api::<Allocation>::namespaced(ctx.client.clone(), &ns),
-            watcher::Config::default(),
-        )
+        .owns_stream(crate::owned::<Discovery>(
+            ctx.client.clone(),
+            &ns,
+            gates.discoveries,
+        ))
+        .owns_stream(crate::owned::<Reservation>(
+            ctx.client.clone(),
+            &ns,
+            gates.reservations,
+        ))
+        .owns_stream(crate::owned::<Allocation>(
+            ctx.client.clone(),
+            &ns,
+            gates.allocations,
+        ))
         .graceful_shutdown_on(shutdown);
     let stream = controller.run(
         move |solver, ctx| {
@@ -91,19 +134,22 @@ async fn reconcile(cached: Arc<Solver>, ctx: Arc<Context>) -> Result<Action, Err
     if machine::is_over(&solver) {
         return Ok(Action::await_change());
     }
-    let observed = observe(&ctx, &solver, &ns).await?;
-    let plan = machine::plan(
-        &Input {
-            solver: &solver,
-            identity: &ctx.cfg.identity,
-            timeouts: Timeouts {
-                phase: ctx.cfg.phase_timeout,
-                peering: ctx.cfg.peering_timeout,
-            },
-            now: jiff::Timestamp::now(),
+    let mut observed = observe(&ctx, &solver, &ns).await?;
+    let input = Input {
+        solver: &solver,
+        identity: &ctx.cfg.identity,
+        timeouts: Timeouts {
+            phase: ctx.cfg.phase_timeout,
+            peering: ctx.cfg.peering_timeout,
         },
-        &observed,
-    );
+        now: jiff::Timestamp::now(),
+    };
+    let mut plan = machine::plan(&input, &observed);
+    if plan.needs_candidates {
+        observed.candidates = list_candidates(&ctx, &ns).await?;
+        observed.candidates_unread = false;
+        plan = machine::plan(&input, &observed);
+    }
     for effect in &plan.effects {
         if let Some(action) = apply(&ctx, &ns, effect).await? {
             // Another writer got there first: decide again on fresh data.
@@ -119,18 +165,21 @@ async fn reconcile(cached: Arc<Solver>, ctx: Arc<Context>) -> Result<Action, Err
     })
 }
 
-/// Reads what the machine may need: candidates, the Solver's own children
-/// and the Allocations (only when it peers), concurrently.
+/// Every PeeringCandidate in `ns`.
+async fn list_candidates(ctx: &Context, ns: &str) -> Result<Vec<PeeringCandidate>, Error> {
+    Api::<PeeringCandidate>::namespaced(ctx.client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .map_err(Error::kube(Step::ListCandidates))
+}
+
+/// Reads what the machine may need, concurrently: the Solver's own children
+/// and the Allocations (only when it peers). Candidates are read only when
+/// the plan looks at them.
 async fn observe(ctx: &Context, solver: &Solver, ns: &str) -> Result<Observed, Error> {
     let name = solver.name_any();
     let client = &ctx.client;
-    let candidates = async {
-        Api::<PeeringCandidate>::namespaced(client.clone(), ns)
-            .list(&ListParams::default())
-            .await
-            .map(|l| l.items)
-            .map_err(Error::kube(Step::ListCandidates))
-    };
     let discovery = async {
         Api::<Discovery>::namespaced(client.clone(), ns)
             .get_opt(&naming::discovery_name(&name))
@@ -154,10 +203,11 @@ async fn observe(ctx: &Context, solver: &Solver, ns: &str) -> Result<Observed, E
             .map(|l| l.items)
             .map_err(Error::kube(Step::ListAllocations))
     };
-    let (candidates, discovery, reservation, allocations) =
-        futures::try_join!(candidates, discovery, reservation, allocations)?;
+    let (discovery, reservation, allocations) =
+        futures::try_join!(discovery, reservation, allocations)?;
     Ok(Observed {
-        candidates,
+        candidates: Vec::new(),
+        candidates_unread: true,
         discovery,
         reservation,
         allocations,

@@ -49,6 +49,10 @@ pub struct Timeouts {
 pub struct Observed {
     /// Every PeeringCandidate in the namespace.
     pub candidates: Vec<PeeringCandidate>,
+    /// The candidates were not read (most steps do not need them, and a
+    /// list costs more than the rest of a reconcile): a plan that looked at
+    /// them says so in [`Plan::needs_candidates`].
+    pub candidates_unread: bool,
     /// The object named `discovery-<solver>`, whoever owns it.
     pub discovery: Option<Discovery>,
     /// The object named `reservation-<solver>`, whoever owns it.
@@ -113,6 +117,9 @@ pub struct Plan {
     pub effects: Vec<Effect>,
     /// When to look again.
     pub next: Next,
+    /// Decided without candidates that it looked at: read them and plan
+    /// again (nothing of this plan may be applied).
+    pub needs_candidates: bool,
 }
 
 /// Everything one transition needs besides what was observed.
@@ -156,6 +163,7 @@ pub fn plan(input: &Input<'_>, observed: &Observed) -> Plan {
             .and_then(|s| s.chosen_candidate.as_ref())
             .map(|c| c.refused.clone())
             .unwrap_or_default(),
+        looked_at_candidates: std::cell::Cell::new(false),
     };
     match machine.phase() {
         Phase::Failed | Phase::TimedOut => return machine.finish(Next::AwaitChange),
@@ -213,11 +221,14 @@ struct Machine<'a> {
     /// Candidates refused as not available (kept in
     /// `status.chosenCandidate.refused`): not tried again.
     refused: Vec<String>,
+    /// The candidates were looked at.
+    looked_at_candidates: std::cell::Cell<bool>,
 }
 
 impl<'a> Machine<'a> {
     fn finish(self, next: Next) -> Plan {
         Plan {
+            needs_candidates: self.observed.candidates_unread && self.looked_at_candidates.get(),
             status: self.st,
             effects: self.effects,
             next,
@@ -315,6 +326,7 @@ impl<'a> Machine<'a> {
 
     /// Available candidates matching the selector, best first, with the reason.
     fn candidates(&self) -> RankedCandidates<'a> {
+        self.looked_at_candidates.set(true);
         let mut ranked = ranked_candidates(&self.observed.candidates, self.selector.as_ref());
         ranked
             .ordered
@@ -1016,6 +1028,32 @@ mod tests {
             SOLVER_UID
         );
         assert_eq!(p.next, Next::Requeue(POLL));
+    }
+
+    #[test]
+    fn candidates_are_read_only_when_a_step_looks_at_them() {
+        let unread = Observed {
+            candidates_unread: true,
+            ..Default::default()
+        };
+        // Looking for a candidate: read them and plan again.
+        let idle = status(Some(Phase::Idle), None, None, NOW);
+        let p = run(&solver(true, false, false, Some(idle.clone())), &unread);
+        assert!(p.needs_candidates);
+        // Read: the plan stands.
+        let p = run(
+            &solver(true, false, false, Some(idle)),
+            &Observed::default(),
+        );
+        assert!(!p.needs_candidates);
+        // Waiting for its Discovery: no need.
+        let running = status(Some(Phase::Running), None, None, NOW);
+        let waiting = Observed {
+            discovery: Some(discovery(Phase::Running, "solver-a")),
+            ..unread
+        };
+        let p = run(&solver(true, false, false, Some(running)), &waiting);
+        assert!(!p.needs_candidates, "{:?}", p.effects);
     }
 
     #[test]
