@@ -271,6 +271,14 @@ impl StringRenderer<'_> {
             stage,
             message: template_text::strip_inserted(&message),
         };
+        if let Some(at) = prepared.unterminated {
+            return Err(error(
+                Stage::Parse,
+                Some(at.line),
+                Some(at.column),
+                "unclosed action: no matching \"}}\"".to_owned(),
+            ));
+        }
         let engine = match parse(&prepared.text) {
             Ok(engine) => engine,
             Err(e) => {
@@ -485,6 +493,25 @@ mod tests {
             err.to_string(),
             r#"template "t" at spec.containers[0].args[1], line 2, column 2: parse error: missing value for if"#
         );
+    }
+
+    #[test]
+    fn an_unterminated_action_is_refused_before_the_engine_sees_it() {
+        // gtmpl 0.7's lexer never returns on this text.
+        let err = render_one(
+            json!({"stringData": {"password": "x {{ .password \""}}),
+            json!({"password": "p"}),
+        )
+        .unwrap_err();
+        let RenderError::Template {
+            location, stage, ..
+        } = &err
+        else {
+            panic!("{err:?}")
+        };
+        assert_eq!(*stage, Stage::Parse);
+        assert_eq!((location.line, location.column), (Some(1), Some(3)));
+        assert!(err.to_string().contains("unclosed action"), "{err}");
     }
 
     #[test]

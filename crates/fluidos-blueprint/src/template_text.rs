@@ -52,6 +52,10 @@ struct PreparedAction {
 pub(crate) struct PreparedText {
     pub text: String,
     actions: Vec<PreparedAction>,
+    /// Where an action starts that has no closing `}}`: never handed to
+    /// the engine, whose lexer does not return on some of them
+    /// (`{{ .a "` loops forever in gtmpl 0.7).
+    pub unterminated: Option<ActionStart>,
 }
 
 impl PreparedText {
@@ -125,8 +129,10 @@ pub(crate) fn prepare(source: &str) -> PreparedText {
     let mut actions = Vec::new();
     let mut copied = 0;
     let mut search = 0;
+    let mut unterminated = None;
     while let Some(offset) = source[search..].find("{{") {
         let Some(action) = delimit(bytes, search + offset) else {
+            unterminated = Some(start_of(source, search + offset));
             break;
         };
         text.push_str(&source[copied..action.open]);
@@ -156,7 +162,11 @@ pub(crate) fn prepare(source: &str) -> PreparedText {
         search = action.end;
     }
     text.push_str(&source[copied..]);
-    PreparedText { text, actions }
+    PreparedText {
+        text,
+        actions,
+        unterminated,
+    }
 }
 
 /// Removes the inserted calls from an engine message, so it shows the user's text.
@@ -346,10 +356,17 @@ mod tests {
     }
 
     #[test]
-    fn an_unclosed_action_is_left_for_the_engine() {
+    fn an_unclosed_action_is_marked() {
         let p = prepare("ok {{ .a }} broken {{ .b ");
         assert_eq!(p.action_count(), 1);
         assert!(p.text.ends_with("broken {{ .b "));
+        assert_eq!(
+            p.unterminated,
+            Some(ActionStart {
+                line: 1,
+                column: 20
+            })
+        );
     }
 
     #[test]
