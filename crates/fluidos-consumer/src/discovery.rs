@@ -39,7 +39,7 @@ pub async fn run(
     let reconciler = ctx.reconciler(CONTROLLER);
     let policy = reconciler.clone();
     let drained = reconciler.clone();
-    let (cache, objects) = crate::watched(api, ready);
+    let (cache, objects) = crate::watched(&ctx, api, ready);
     let controller = Controller::for_stream(objects, cache).graceful_shutdown_on(shutdown);
     let stream = controller.run(
         move |d, ctx| {

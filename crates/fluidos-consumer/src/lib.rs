@@ -70,6 +70,9 @@ pub struct Context {
     pub rear: RearClient,
     /// The node's metrics.
     pub metrics: Metrics,
+    /// Whether the API server serves streaming lists, once probed by
+    /// [`run_with_readiness`]; list-then-watch until then.
+    streaming_lists: std::sync::OnceLock<bool>,
 }
 
 /// A step of a reconcile, named in errors, logs and the failure metric.
@@ -237,6 +240,7 @@ impl Context {
             cfg,
             rear,
             metrics,
+            streaming_lists: std::sync::OnceLock::new(),
         }))
     }
 
@@ -263,6 +267,12 @@ pub async fn run_with_readiness(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let never = || futures::future::pending::<()>();
+    let streaming = probe_streaming_lists(&ctx.client, &ctx.cfg.namespace).await;
+    tracing::info!(
+        streaming,
+        "probed whether watches can start with streaming lists"
+    );
+    let _ = ctx.streaming_lists.set(streaming);
     // Solvers (and the three kinds a Solver owns), Discoveries, Reservations.
     let gates: [ReadinessGate; 6] = std::array::from_fn(|_| ReadinessGate::new());
     let report = {
@@ -347,20 +357,64 @@ async fn first_lists(client: &kube::Client, ns: &str) {
 }
 
 /// How the consumer's watches start: with a streaming list (the initial
-/// objects sent on the watch itself), so "listed" also means the watch is
-/// open. With a separate list, a watch of a freshly installed custom
-/// resource can hang for a second after the list succeeded (the API server's
-/// watch cache catching up), and an event in that second is only seen when
-/// the watch is retried.
-pub(crate) fn watch_config() -> kube::runtime::watcher::Config {
-    kube::runtime::watcher::Config::default().streaming_lists()
+/// objects sent on the watch itself) where the API server offers it, so
+/// "listed" also means the watch is open. With a separate list, a watch of a
+/// freshly installed custom resource can hang for a second after the list
+/// succeeded (the API server's watch cache catching up), and an event in
+/// that second is only seen when the watch is retried. Servers without
+/// streaming lists (before 1.27, or with the WatchList gate off) list first.
+pub(crate) fn watch_config(ctx: &Context) -> kube::runtime::watcher::Config {
+    let config = kube::runtime::watcher::Config::default();
+    if ctx.streaming_lists.get().copied().unwrap_or(false) {
+        config.streaming_lists()
+    } else {
+        config
+    }
+}
+
+/// Whether the API server answers a streaming list (a watch that sends the
+/// initial objects and then a bookmark marking their end) for Solvers in
+/// `ns`, within a few seconds.
+async fn probe_streaming_lists(client: &kube::Client, ns: &str) -> bool {
+    use futures::StreamExt;
+    use kube::api::{WatchEvent, WatchParams};
+    let api = kube::Api::<kube::core::PartialObjectMeta<fluidos_api::Solver>>::namespaced(
+        client.clone(),
+        ns,
+    );
+    let probe = async {
+        let Ok(events) = api
+            .watch_metadata(&WatchParams::streaming_lists().timeout(5), "")
+            .await
+        else {
+            return false;
+        };
+        let mut events = std::pin::pin!(events);
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(WatchEvent::Bookmark(b)) => {
+                    return b
+                        .metadata
+                        .annotations
+                        .get("k8s.io/initial-events-end")
+                        .is_some_and(|v| v == "true");
+                }
+                Ok(WatchEvent::Added(_)) => {}
+                Ok(_) | Err(_) => return false,
+            }
+        }
+        false
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(6), probe)
+        .await
+        .unwrap_or(false)
 }
 
 /// The metadata of the `K`s in `ns`, for a controller that owns them:
 /// changes wake the owner, and `ready` opens once the watch has sent its
 /// initial objects.
 pub(crate) fn owned<K>(
-    client: kube::Client,
+    ctx: &Context,
     ns: &str,
     ready: ReadinessGate,
 ) -> impl futures::Stream<Item = Result<kube::core::PartialObjectMeta<K>, kube::runtime::watcher::Error>>
@@ -378,8 +432,8 @@ where
     use futures::TryStreamExt;
     use kube::runtime::WatchStreamExt;
     use kube::runtime::watcher::{self, Event};
-    let api = kube::Api::<kube::core::PartialObjectMeta<K>>::namespaced(client, ns);
-    watcher::watcher(api, watch_config())
+    let api = kube::Api::<kube::core::PartialObjectMeta<K>>::namespaced(ctx.client.clone(), ns);
+    watcher::watcher(api, watch_config(ctx))
         .default_backoff()
         .inspect_ok(move |event| {
             if matches!(event, Event::InitDone) {
@@ -395,6 +449,7 @@ where
 /// Not `Store::wait_until_ready`: it wakes only the last of several
 /// concurrent waiters, and the controller's own runner is one of them.
 pub(crate) fn watched<K>(
+    ctx: &Context,
     api: kube::Api<K>,
     ready: ReadinessGate,
 ) -> (
@@ -414,7 +469,7 @@ where
     use kube::runtime::WatchStreamExt;
     use kube::runtime::watcher::{self, Event};
     let (reader, writer) = kube::runtime::reflector::store();
-    let stream = watcher::watcher(api, watch_config())
+    let stream = watcher::watcher(api, watch_config(ctx))
         .default_backoff()
         .reflect(writer)
         .inspect_ok(move |event| {

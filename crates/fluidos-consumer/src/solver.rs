@@ -83,23 +83,11 @@ pub(crate) async fn run_gated(
     let reconciler = ctx.reconciler(CONTROLLER);
     let policy = reconciler.clone();
     let drained = reconciler.clone();
-    let (cache, objects) = crate::watched(solvers, gates.solvers);
+    let (cache, objects) = crate::watched(&ctx, solvers, gates.solvers);
     let controller = Controller::for_stream(objects, cache)
-        .owns_stream(crate::owned::<Discovery>(
-            ctx.client.clone(),
-            &ns,
-            gates.discoveries,
-        ))
-        .owns_stream(crate::owned::<Reservation>(
-            ctx.client.clone(),
-            &ns,
-            gates.reservations,
-        ))
-        .owns_stream(crate::owned::<Allocation>(
-            ctx.client.clone(),
-            &ns,
-            gates.allocations,
-        ))
+        .owns_stream(crate::owned::<Discovery>(&ctx, &ns, gates.discoveries))
+        .owns_stream(crate::owned::<Reservation>(&ctx, &ns, gates.reservations))
+        .owns_stream(crate::owned::<Allocation>(&ctx, &ns, gates.allocations))
         .graceful_shutdown_on(shutdown);
     let stream = controller.run(
         move |solver, ctx| {
