@@ -1227,3 +1227,28 @@ mod tests {
         assert_eq!(wire.to_crd("fluidos").unwrap(), spec);
     }
 }
+
+/// Header carrying the contract's `transactionID` on
+/// `GET /api/v2/contracts/{contractID}/service`: the buyer proves it bought
+/// the contract with this 128-bit secret (contract names are guessable and
+/// node IDs are public).
+pub const TRANSACTION_ID_HEADER: &str = "X-Fluidos-Transaction-Id";
+
+/// How the buyer of a Service contract reaches its service (not in the Go
+/// node's REAR: `GET /api/v2/contracts/{contractID}/service`, answered to the
+/// contract's buyer only once the provider's Allocation is `Active`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceAccess {
+    /// The contract.
+    #[serde(rename = "contractID")]
+    pub contract_id: String,
+    /// `host:port` addresses reachable from outside the provider's cluster, comma-joined.
+    pub endpoints: String,
+    /// The in-cluster addresses (`<svc>.<ns>.svc.cluster.local:<port>`), comma-joined, as the Go node's Secret has them.
+    #[serde(default)]
+    pub cluster_endpoints: String,
+    /// The credentials Secret's keys other than `endpoints` (e.g. `username`, `password`, `database`).
+    #[serde(default)]
+    pub credentials: BTreeMap<String, String>,
+}

@@ -136,6 +136,21 @@ pub struct Args {
     /// How long a provider holds a reservation, in seconds (upstream: 1 hour).
     #[arg(long, env = "FLUIDOS_TRANSACTION_TTL_SECONDS", default_value_t = 3600)]
     pub transaction_ttl_seconds: u64,
+
+    /// How a sold service's endpoint Service is exposed to its buyer
+    /// (delivery without Liqo): `node-port` (addresses `<node>:<nodePort>`)
+    /// or `load-balancer` (the load balancer's address).
+    #[arg(long, env = "FLUIDOS_SERVICE_EXPOSURE", default_value = "node-port", value_parser = parse_exposure)]
+    pub service_exposure: fluidos_service_allocation::exposure::ExposureMode,
+
+    /// Host name (or address) given to buyers in a sold service's endpoints,
+    /// instead of this node's address (node-port) or the load balancer's.
+    #[arg(long, env = "FLUIDOS_SERVICE_EXTERNAL_HOST")]
+    pub service_external_host: Option<String>,
+}
+
+fn parse_exposure(s: &str) -> Result<fluidos_service_allocation::exposure::ExposureMode, String> {
+    s.parse()
 }
 
 impl Args {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use fluidos_api::quantity::Amount;
 use fluidos_api::rear::{
-    PurchaseRequest, ReserveRequest, WireContract, WireFlavor, WireTransaction,
+    PurchaseRequest, ReserveRequest, ServiceAccess, WireContract, WireFlavor, WireTransaction,
 };
 use fluidos_api::solver::{FlavorSelector, QuantityFilter, StringFilter};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -212,6 +212,36 @@ impl RearClient {
             )
             .await?;
         decode_required(address, "contract", body)
+    }
+
+    /// How the buyer `buyer_id` reaches the service of contract `contract_id`:
+    /// `GET /api/v2/contracts/{contractID}/service?buyerID=` with the
+    /// contract's `transaction_id` in the `X-Fluidos-Transaction-Id` header
+    /// (a FLUIDOS-rs provider only). 404 means unknown or not ours, 409 not
+    /// ready yet, 410 that it will not come.
+    pub async fn service_access(
+        &self,
+        address: &str,
+        contract_id: &str,
+        buyer_id: &str,
+        transaction_id: &str,
+    ) -> Result<ServiceAccess, RearError> {
+        let id: String = form_urlencoded::byte_serialize(contract_id.as_bytes()).collect();
+        let buyer: String = form_urlencoded::byte_serialize(buyer_id.as_bytes()).collect();
+        let path = format!("/api/v2/contracts/{id}/service?buyerID={buyer}");
+        let body = self
+            .send(
+                address,
+                Retry::Always,
+                |c, url| {
+                    c.get(url)
+                        .header(fluidos_api::rear::TRANSACTION_ID_HEADER, transaction_id)
+                        .timeout(self.config.list_timeout)
+                },
+                &path,
+            )
+            .await?;
+        decode_required(address, "service access", body)
     }
 
     /// Sends with retries; `Ok(None)` is a 204.

@@ -61,6 +61,16 @@ pub enum CredentialsError {
     /// The kubeconfig could not be serialized.
     #[error("serializing the kubeconfig: {0}")]
     Yaml(#[from] serde_yaml::Error),
+    /// The Liqo tenant namespace of the cluster ID the buyer stated exists
+    /// and was not made by this gateway for this buyer: another buyer (or
+    /// a peering made outside FLUIDOS) owns it.
+    #[error(
+        "the Liqo tenant namespace {namespace} belongs to another peer; a buyer must state its own Liqo cluster ID"
+    )]
+    TenantTaken {
+        /// `liqo-tenant-<cluster ID>`.
+        namespace: String,
+    },
 }
 
 /// Where credentials point and how long they live.
@@ -128,7 +138,7 @@ pub fn peer_rules() -> Vec<PolicyRule> {
                 "configurations",
                 "gatewayclients",
                 "gatewayservers",
-                "publickeys",
+                "publickeies",
             ],
             &["create", "delete", "get", "list", "update"],
         ),
@@ -417,6 +427,181 @@ impl Credentials {
             .map(|s| s.token)
             .filter(|t| !t.is_empty())
             .ok_or_else(|| CredentialsError::NoToken(sa.to_owned()))
+    }
+
+    /// Creates `ns` for `buyer_id`, or accepts it when this gateway already
+    /// made it for that buyer. The cluster ID is the buyer's word: without
+    /// this check, a buyer naming another peer's cluster ID would be bound
+    /// into that peer's tenant namespace (and would take over its labels).
+    async fn claim_tenant_namespace(
+        &self,
+        ns: &str,
+        buyer_id: &str,
+        buyer_cluster_id: &str,
+    ) -> Result<(), CredentialsError> {
+        use k8s_openapi::api::core::v1::Namespace;
+        let api = Api::<Namespace>::all(self.client.clone());
+        let ours = |n: &Namespace| {
+            n.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(BUYER_ANNOTATION))
+                .is_some_and(|b| b == buyer_id)
+                && n.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(MANAGED_LABEL.0))
+                    .is_some_and(|v| v == MANAGED_LABEL.1)
+        };
+        let taken = || CredentialsError::TenantTaken {
+            namespace: ns.to_owned(),
+        };
+        let existing = api
+            .get_opt(ns)
+            .await
+            .map_err(|source| CredentialsError::Kube {
+                step: "reading the buyer's Liqo tenant namespace",
+                source,
+            })?;
+        if let Some(existing) = existing {
+            return if ours(&existing) {
+                Ok(())
+            } else {
+                Err(taken())
+            };
+        }
+        let namespace = Namespace {
+            metadata: ObjectMeta {
+                name: Some(ns.to_owned()),
+                labels: Some(
+                    [
+                        (
+                            "liqo.io/remote-cluster-id".to_owned(),
+                            buyer_cluster_id.to_owned(),
+                        ),
+                        ("liqo.io/tenant-namespace".to_owned(), "true".to_owned()),
+                        (MANAGED_LABEL.0.to_owned(), MANAGED_LABEL.1.to_owned()),
+                    ]
+                    .into(),
+                ),
+                annotations: Some([(BUYER_ANNOTATION.to_owned(), buyer_id.to_owned())].into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        match api
+            .create(&kube::api::PostParams::default(), &namespace)
+            .await
+        {
+            Ok(_) => Ok(()),
+            // Made concurrently: ours only if by the same buyer.
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                let existing = api
+                    .get_opt(ns)
+                    .await
+                    .map_err(|source| CredentialsError::Kube {
+                        step: "reading the buyer's Liqo tenant namespace",
+                        source,
+                    })?;
+                if existing.as_ref().is_some_and(ours) {
+                    Ok(())
+                } else {
+                    Err(taken())
+                }
+            }
+            Err(source) => Err(CredentialsError::Kube {
+                step: "creating the buyer's Liqo tenant namespace",
+                source,
+            }),
+        }
+    }
+
+    /// Lets the buyer's ServiceAccount authenticate with this cluster's Liqo:
+    /// pre-creates Liqo's tenant namespace for the buyer's Liqo cluster ID
+    /// (`liqo-tenant-<id>`, labelled as Liqo finds it; a peering user may not
+    /// create namespaces) and binds the peer rules ([`peer_rules`]) there, in
+    /// that one namespace only. Idempotent.
+    pub async fn grant_tenant_namespace(
+        &self,
+        buyer_id: &str,
+        buyer_cluster_id: &str,
+    ) -> Result<(), CredentialsError> {
+        let valid = !buyer_cluster_id.is_empty()
+            && buyer_cluster_id.len() <= 63 - "liqo-tenant-".len()
+            && buyer_cluster_id
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && !buyer_cluster_id.starts_with('-')
+            && !buyer_cluster_id.ends_with('-');
+        if !valid {
+            tracing::warn!(
+                buyer = buyer_id,
+                cluster_id = buyer_cluster_id,
+                "the buyer's Liqo cluster ID is not a DNS label: no tenant namespace granted"
+            );
+            return Ok(());
+        }
+        let ns = format!("liqo-tenant-{buyer_cluster_id}");
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        self.claim_tenant_namespace(&ns, buyer_id, buyer_cluster_id)
+            .await?;
+        let role = Role {
+            metadata: ObjectMeta {
+                name: Some(PEER_ROLE.to_owned()),
+                namespace: Some(ns.clone()),
+                labels: labels(),
+                ..Default::default()
+            },
+            rules: Some(peer_rules()),
+        };
+        Api::<Role>::namespaced(self.client.clone(), &ns)
+            .patch(
+                PEER_ROLE,
+                &pp,
+                &Patch::Apply(with_type(&role, "rbac.authorization.k8s.io/v1", "Role")),
+            )
+            .await
+            .map_err(|source| CredentialsError::Kube {
+                step: "applying the peer Role in the buyer's tenant namespace",
+                source,
+            })?;
+        let sa = service_account_name(buyer_id);
+        let binding = RoleBinding {
+            metadata: ObjectMeta {
+                name: Some(sa.clone()),
+                namespace: Some(ns.clone()),
+                labels: labels(),
+                annotations: Some([(BUYER_ANNOTATION.to_owned(), buyer_id.to_owned())].into()),
+                ..Default::default()
+            },
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "Role".into(),
+                name: PEER_ROLE.into(),
+            },
+            subjects: Some(vec![Subject {
+                kind: "ServiceAccount".into(),
+                name: sa.clone(),
+                namespace: Some(self.cfg.namespace.clone()),
+                ..Default::default()
+            }]),
+        };
+        Api::<RoleBinding>::namespaced(self.client.clone(), &ns)
+            .patch(
+                &sa,
+                &pp,
+                &Patch::Apply(with_type(
+                    &binding,
+                    "rbac.authorization.k8s.io/v1",
+                    "RoleBinding",
+                )),
+            )
+            .await
+            .map_err(|source| CredentialsError::Kube {
+                step: "applying the peer RoleBinding in the buyer's tenant namespace",
+                source,
+            })?;
+        Ok(())
     }
 
     /// Deletes the buyer's ServiceAccount, which invalidates every token

@@ -105,6 +105,9 @@ impl From<fluidos_api::DecodeError> for ApiError {
 
 impl From<CredentialsError> for ApiError {
     fn from(e: CredentialsError) -> Self {
+        if let CredentialsError::TenantTaken { .. } = e {
+            return ApiError::conflict(e.to_string());
+        }
         tracing::warn!(error = %e, "peering credentials");
         ApiError::internal(format!("cannot issue peering credentials: {e}"))
     }

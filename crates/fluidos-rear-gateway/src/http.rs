@@ -16,7 +16,7 @@ use utoipa::OpenApi;
 use crate::State;
 use crate::error::{ApiError, ErrorBody};
 use crate::openapi::{
-    ContractDoc, FlavorDoc, PurchaseRequestDoc, ReserveRequestDoc, TransactionDoc,
+    ContractDoc, FlavorDoc, PurchaseRequestDoc, ReserveRequestDoc, ServiceAccessDoc, TransactionDoc,
 };
 use crate::query;
 
@@ -27,8 +27,15 @@ use crate::query;
         title = "FLUIDOS REAR gateway",
         description = "REAR v2 as served by the FLUIDOS node (wire-compatible with the Go node)."
     ),
-    paths(list_flavors, list_k8slice, list_service, reserve, purchase),
-    components(schemas(ErrorBody))
+    paths(
+        list_flavors,
+        list_k8slice,
+        list_service,
+        reserve,
+        purchase,
+        service_access
+    ),
+    components(schemas(ErrorBody, ServiceAccessDoc))
 )]
 pub struct ApiDoc;
 
@@ -141,6 +148,50 @@ async fn purchase(
     wire_response(serde_json::to_string(&contract))
 }
 
+/// Query of the service route.
+#[derive(serde::Deserialize)]
+struct BuyerQuery {
+    #[serde(rename = "buyerID", default)]
+    buyer_id: String,
+}
+
+/// How the buyer of a Service contract reaches its service (not in the Go node's REAR).
+///
+/// Answered only to the contract's buyer, once the provider's Allocation is
+/// Active. REAR has no authentication yet: the buyer is the node ID given as
+/// `buyerID`, compared with the contract's buyer, and proves it bought the
+/// contract with the contract's `transactionID` in the
+/// `X-Fluidos-Transaction-Id` header, compared in constant time (issue 11
+/// will authenticate it). An unknown contract, another buyer and a wrong or
+/// missing transaction ID get the same 404.
+#[utoipa::path(get, path = "/api/v2/contracts/{contractID}/service",
+    params(
+        ("contractID" = String, Path, description = "The Contract's name (the wire contractID)"),
+        ("buyerID" = String, Query, description = "The caller's node ID; must be the contract's buyer"),
+        ("X-Fluidos-Transaction-Id" = String, Header, description = "The contract's transactionID (spec.transactionID), proving the caller bought it"),
+    ),
+    responses(
+        (status = 200, description = "Endpoints reachable from outside the provider's cluster, and the credentials", body = ServiceAccessDoc),
+        (status = 400, description = "No buyerID, or not a Service contract", body = ErrorBody),
+        (status = 404, description = "Unknown contract, not bought by buyerID, or wrong or missing X-Fluidos-Transaction-Id (one answer for all)", body = ErrorBody),
+        (status = 409, description = "Not ready yet (being created, waiting for its workloads or its external address, degraded); ask again", body = ErrorBody),
+        (status = 410, description = "The service failed to be created, or was removed; it will not come", body = ErrorBody),
+    ))]
+#[tracing::instrument(skip_all, fields(contract = %id, buyer = %q.buyer_id))]
+async fn service_access(
+    AxState(st): AxState<Arc<State>>,
+    Path(id): Path<String>,
+    axum::extract::Query(q): axum::extract::Query<BuyerQuery>,
+    headers: axum::http::HeaderMap,
+) -> Result<Response, ApiError> {
+    let tx = headers
+        .get(fluidos_api::rear::TRANSACTION_ID_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let access = st.service_access(&id, &q.buyer_id, tx).await?;
+    wire_response(serde_json::to_string(&access))
+}
+
 #[tracing::instrument]
 async fn openapi_json() -> Response {
     match ApiDoc::openapi().to_json() {
@@ -233,6 +284,10 @@ pub(crate) fn router(state: Arc<State>) -> Router {
             "/api/v2/transactions/{transactionID}/purchase",
             post(purchase),
         )
+        .route(
+            "/api/v2/contracts/{contractID}/service",
+            get(service_access),
+        )
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             readiness_gate,
@@ -319,6 +374,31 @@ mod tests {
         assert_eq!(
             schema_keys(&doc, "Contract"),
             keys(&serde_json::to_value(&ct).unwrap())
+        );
+        let sa = fluidos_api::rear::ServiceAccess {
+            contract_id: "c".into(),
+            endpoints: "h:1".into(),
+            cluster_endpoints: "s:1".into(),
+            credentials: [("username".to_owned(), "u".to_owned())].into(),
+        };
+        assert_eq!(
+            schema_keys(&doc, "ServiceAccess"),
+            keys(&serde_json::to_value(&sa).unwrap())
+        );
+        let route = &doc["paths"]["/api/v2/contracts/{contractID}/service"]["get"];
+        assert!(
+            route["responses"].get("404").is_some() && route["responses"].get("403").is_none(),
+            "one 404 for unknown and not bought (no 403 oracle)"
+        );
+        assert!(
+            route["parameters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["name"] == fluidos_api::rear::TRANSACTION_ID_HEADER
+                    && p["in"] == "header"
+                    && p["required"] == true),
+            "the transaction ID header is documented"
         );
         assert_eq!(
             schema_keys(&doc, "NodeIdentity"),

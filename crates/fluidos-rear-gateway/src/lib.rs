@@ -7,6 +7,8 @@
 //!   persists a Transaction, so reservations survive restarts and replicas.
 //! - `POST /api/v2/transactions/{id}/purchase` turns the hold into a sale and
 //!   creates the Contract and Allocation, idempotently.
+//! - `GET /api/v2/contracts/{contractID}/service?buyerID=` gives the buyer of
+//!   a Service contract its endpoints and credentials once the service is up.
 //!
 //! The JSON is the Go node's, key for key (see `docs/rear-quirks.md`).
 
@@ -22,6 +24,7 @@ mod purchase;
 pub mod query;
 mod recent;
 mod reserve;
+mod service_access;
 mod sweeper;
 mod time;
 mod wire_json;
@@ -58,6 +61,10 @@ pub mod labels {
     pub const FLAVOR_TIMESTAMP: &str = "fluidos.eu/flavor-timestamp";
     /// Contract (and peer ServiceAccount) annotation: the buyer's node ID.
     pub const BUYER: &str = "fluidos.eu/buyer-id";
+    /// Annotation on a service's credentials Secret: the `host:port`
+    /// addresses reachable from outside this cluster, comma-joined (written
+    /// by the service allocation controller, served to the buyer).
+    pub const EXTERNAL_ENDPOINTS: &str = "fluidos.eu/external-endpoints";
 
     /// Selects the provider-side objects of this gateway.
     pub(crate) fn provider() -> kube::api::ListParams {

@@ -208,3 +208,23 @@ pub struct ContractDoc {
     #[serde(rename = "ingressTelemetryEndpoint")]
     ingress_telemetry_endpoint: Option<TelemetryServerDoc>,
 }
+
+/// How the buyer reaches a Service contract's service: the answer of
+/// `GET /api/v2/contracts/{contractID}/service?buyerID=`, given only to the
+/// contract's buyer sending the contract's `transactionID` in the
+/// `X-Fluidos-Transaction-Id` header (an unknown contract, another buyer and
+/// a wrong or missing transaction ID all get the same 404).
+#[derive(Serialize, ToSchema)]
+#[schema(as = ServiceAccess)]
+pub struct ServiceAccessDoc {
+    /// The contract.
+    #[serde(rename = "contractID")]
+    contract_id: String,
+    /// `host:port` addresses reachable from outside the provider's cluster, comma-joined.
+    endpoints: String,
+    /// In-cluster addresses (`<svc>.<ns>.svc.cluster.local:<port>`), comma-joined.
+    #[serde(rename = "clusterEndpoints")]
+    cluster_endpoints: String,
+    /// The credentials (e.g. `username`, `password`, `database`).
+    credentials: std::collections::BTreeMap<String, String>,
+}

@@ -237,7 +237,7 @@ impl State {
         }
 
         let buyer_id = tx.spec.buyer.node_id.clone();
-        let kubeconfig = self.credentials.kubeconfig_for(&buyer_id, &liqo_id).await?;
+        let kubeconfig = self.credentials_for(&flavor, &tx, &liqo_id).await?;
 
         let id = tx_id.to_owned();
         let fid = flavor_id.clone();
@@ -264,6 +264,26 @@ impl State {
         tokio::spawn(async move { me.delete_transaction(&id).await });
         tracing::info!(transaction = %tx_id, contract = %contract, buyer = %buyer_id, "sold");
         self.wire_contract(&stored)
+    }
+
+    /// The kubeconfig for the buyer; for a K8Slice, also the rights its Liqo
+    /// needs to authenticate in its tenant namespace here.
+    async fn credentials_for(
+        &self,
+        flavor: &Flavor,
+        tx: &Transaction,
+        liqo_id: &str,
+    ) -> Result<String, ApiError> {
+        let buyer_id = &tx.spec.buyer.node_id;
+        let kubeconfig = self.credentials.kubeconfig_for(buyer_id, liqo_id).await?;
+        if flavor.spec.flavor_type.identifier()
+            == Some(fluidos_api::common::FlavorTypeIdentifier::K8Slice)
+        {
+            self.credentials
+                .grant_tenant_namespace(buyer_id, &tx.spec.cluster_id)
+                .await?;
+        }
+        Ok(kubeconfig)
     }
 
     fn contract_spec(

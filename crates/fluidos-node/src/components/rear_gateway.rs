@@ -1,9 +1,11 @@
 //! REAR gateway: the HTTP API other FLUIDOS nodes call to list flavors,
-//! reserve and purchase (Go `rear-controller` gateway, `--http-port`).
+//! reserve and purchase (Go `rear-controller` gateway, `--http-port`), and
+//! the provider side of service allocation (instantiating what it sold).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use fluidos_controller::readiness::ReadinessGate;
 use fluidos_rear_gateway::GatewayConfig;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -27,22 +29,41 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
     cfg.transaction_ttl = Duration::from_secs(ctx.args.transaction_ttl_seconds);
     cfg.metrics = ctx.metrics.clone();
 
+    let mut services = fluidos_service_allocation::provider::ProviderConfig::new(
+        ctx.namespace(),
+        ctx.identity.clone(),
+    );
+    services.exposure = fluidos_service_allocation::exposure::Exposure {
+        mode: ctx.args.service_exposure,
+        external_host: ctx.args.service_external_host.clone(),
+    };
+    let services_ready = ReadinessGate::new();
+
     let (ready_tx, mut ready_rx) = watch::channel(false);
     let report = {
-        let ctx = ctx.clone();
+        let (ctx, services_ready) = (ctx.clone(), services_ready.clone());
         tokio::spawn(async move {
             if ready_rx.wait_for(|r| *r).await.is_ok() {
+                services_ready.wait().await;
                 ctx.readiness.mark_ready(Component::RearGateway);
             }
         })
     };
     tracing::info!(component = %Component::RearGateway, addr = %cfg.bind, "component started");
-    let result =
+    let services_shutdown = shutdown.clone();
+    let (result, ()) = tokio::join!(
         fluidos_rear_gateway::run_with_readiness(ctx.client.clone(), cfg, ready_tx, async move {
             shutdown.cancelled().await
-        })
-        .await
-        .map_err(|e| Error::Setup(e.to_string()));
+        }),
+        fluidos_service_allocation::provider::run(
+            ctx.client.clone(),
+            services,
+            &ctx.metrics,
+            services_ready,
+            async move { services_shutdown.cancelled_owned().await },
+        ),
+    );
+    let result = result.map_err(|e| Error::Setup(e.to_string()));
     report.abort();
     tracing::info!(component = %Component::RearGateway, "component stopped");
     result

@@ -25,24 +25,66 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
         purchase_timeout: Duration::from_millis(ctx.args.purchase_timeout_ms),
         ..ClientConfig::default()
     };
-    let consumer = ConsumerContext::new(ctx.client.clone(), cfg, rear, ctx.metrics.clone())
+    let consumer = ConsumerContext::new(ctx.client.clone(), cfg, rear.clone(), ctx.metrics.clone())
         .map_err(|e| Error::Setup(e.to_string()))?;
     // Ready once every consumer controller has listed its objects: a Solver
     // created after /readyz says 200 is acted on at once (the first list of a
     // freshly installed CRD can wait out a 429 from the API server).
     let ready = ReadinessGate::new();
+    // The K8Slice Allocation controller (Liqo peering), both sides.
+    let peering_ready = ReadinessGate::new();
+    // The Service Allocation controller (delivery without Liqo), buyer side.
+    let services_ready = ReadinessGate::new();
     let report = {
-        let (ctx, ready) = (ctx.clone(), ready.clone());
+        let (ctx, ready, peering_ready, services_ready) = (
+            ctx.clone(),
+            ready.clone(),
+            peering_ready.clone(),
+            services_ready.clone(),
+        );
         tokio::spawn(async move {
             ready.wait().await;
+            peering_ready.wait().await;
+            services_ready.wait().await;
             ctx.readiness.mark_ready(Component::RearManager);
         })
     };
+    let services = fluidos_service_allocation::consumer::ConsumerConfig {
+        namespace: ctx.namespace().to_owned(),
+        identity: ctx.identity.clone(),
+        rear: rear.clone(),
+    };
+    let peering = fluidos_peering::PeeringConfig {
+        namespace: ctx.namespace().to_owned(),
+        identity: ctx.identity.clone(),
+        local_cluster_id: ctx.identity.liqo_id().unwrap_or_default().to_owned(),
+        slice_class: fluidos_peering::objects::DEFAULT_CLASS.to_owned(),
+    };
     tracing::info!(component = %Component::RearManager, "component started");
-    fluidos_consumer::run_with_readiness(consumer, ready, async move {
-        shutdown.cancelled().await;
-    })
-    .await;
+    let peering_shutdown = shutdown.clone();
+    let services_shutdown = shutdown.clone();
+    let (_, _, services_result) = tokio::join!(
+        fluidos_consumer::run_with_readiness(consumer, ready, async move {
+            shutdown.cancelled().await;
+        }),
+        fluidos_peering::run(
+            ctx.client.clone(),
+            peering,
+            &ctx.metrics,
+            peering_ready,
+            async move { peering_shutdown.cancelled_owned().await },
+        ),
+        fluidos_service_allocation::consumer::run(
+            ctx.client.clone(),
+            services,
+            &ctx.metrics,
+            services_ready,
+            async move { services_shutdown.cancelled_owned().await },
+        ),
+    );
+    if let Err(e) = services_result {
+        tracing::error!(error = %e, "service allocation controller could not start");
+    }
     report.abort();
     tracing::info!(component = %Component::RearManager, "component stopped");
     Ok(())

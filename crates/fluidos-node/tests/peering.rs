@@ -1,0 +1,605 @@
+//! K8Slice allocation end to end with the real Liqo v1.0.0 controllers: two
+//! control planes (kube-controller-manager signs Liqo's certificates), Liqo on
+//! both (networking off), a provider `fluidos-node` (LRM, REAR gateway,
+//! Allocation controller) and a consumer one (REAR manager with the
+//! Allocation controller). The upstream Solver sample with `establishPeering:
+//! true` must end `Solved`, with both Allocations `Active` and a Ready virtual
+//! node offering exactly the contracted resources. The virtual-kubelet pod is
+//! played by its stand-in (`Liqo::start_virtual_kubelet`, the real binary).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // in tests a panic is the failure report
+
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
+use fluidos_api::allocation::AllocationState;
+use fluidos_api::network::KnownClusterSpec;
+use fluidos_api::{Allocation, Contract, KnownCluster, Phase, Solver};
+use fluidos_testenv::{ControlPlane, ControlPlaneOptions, Liqo, LiqoBinaries, LiqoOptions};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{DynamicObject, ListParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Api, ResourceExt};
+
+mod support;
+
+use support::{NS, NodeProcess, free_port, prepare};
+
+const CONSUMER_ID: &str = "fluidos-consumer";
+const PROVIDER_ID: &str = "fluidos-provider";
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn say(line: &str) {
+    let _ = std::io::stderr().write_all(format!("[peering] {line}\n").as_bytes());
+}
+
+fn skip_reason() -> Option<String> {
+    for var in ["FLUIDOS_LIQO_BIN_DIR", "FLUIDOS_CP_BIN_DIR"] {
+        if std::env::var_os(var).is_none_or(|v| v.is_empty()) {
+            return Some(format!(
+                "{var} is not set (build with tools/liqo/build.sh and tools/control-plane/build.sh \
+                 and set it to the directory the script prints)"
+            ));
+        }
+    }
+    if fluidos_testenv::shared_reference_dir().is_none() {
+        return Some("../shared/reference is absent (the Solver sample comes from there)".into());
+    }
+    None
+}
+
+struct Phases {
+    started: Instant,
+    last: Instant,
+    done: Vec<(String, Duration)>,
+}
+
+impl Phases {
+    fn new() -> Self {
+        let now = Instant::now();
+        Phases {
+            started: now,
+            last: now,
+            done: Vec::new(),
+        }
+    }
+    fn mark(&mut self, name: &str) {
+        let took = self.last.elapsed();
+        self.last = Instant::now();
+        say(&format!("phase {name:<60} {took:>9.2?}"));
+        self.done.push((name.to_owned(), took));
+    }
+    fn summary(&self) {
+        say("phase timings:");
+        for (name, took) in &self.done {
+            say(&format!("  {name:<62} {took:>9.2?}"));
+        }
+        say(&format!(
+            "  {:<62} {:>9.2?}",
+            "total",
+            self.started.elapsed()
+        ));
+    }
+}
+
+/// Polls `f` until `Some`; on timeout fails with `what`, the last state and
+/// the logs of both nodes and both Liqos.
+async fn until<T, F, Fut>(
+    what: &str,
+    nodes: &[&NodeProcess],
+    liqos: &mut [&mut Liqo],
+    mut f: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let start = Instant::now();
+    loop {
+        for l in liqos.iter_mut() {
+            if let Err(e) = l.ensure_running() {
+                panic!("a Liqo process died while waiting for {what}: {e}");
+            }
+        }
+        let last = match f().await {
+            Ok(v) => return v,
+            Err(e) => e,
+        };
+        if start.elapsed() > LIMIT {
+            let logs: Vec<String> = nodes.iter().map(|n| n.log()).collect();
+            let liqo: Vec<String> = liqos.iter().map(|l| l.log_tails()).collect();
+            panic!(
+                "timed out waiting for {what}; last: {last}\n--- node logs\n{}\n--- liqo\n{}",
+                logs.join("\n---\n"),
+                liqo.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn dynamic(
+    client: &kube::Client,
+    group: &str,
+    kind: &str,
+    plural: &str,
+    ns: &str,
+) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk(group, "v1beta1", kind);
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &ApiResource::from_gvk_with_plural(&gvk, plural),
+    )
+}
+
+/// A provider worker Node (8 CPUs, 16Gi, 110 pods) as
+/// `fixtures::worker_node` makes it, but labelled `liqo.io/type` so that kwok
+/// (which manages every other Node once the control plane runs workloads)
+/// does not replace its capacity with its own defaults.
+async fn worker_node(cp: &ControlPlane, name: &str) {
+    let api: Api<Node> = Api::all(cp.client());
+    let node: Node = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {
+            "node-role.fluidos.eu/resources": "true",
+            "liqo.io/type": "fluidos-test-worker"}},
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &node).await.unwrap();
+    let resources = serde_json::json!({"cpu": "8", "memory": "16Gi", "pods": "110", "ephemeral-storage": "100Gi"});
+    let status = serde_json::json!({"status": {
+        "capacity": resources,
+        "allocatable": resources,
+        "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux", "machineID": "",
+            "systemUUID": "", "bootID": "", "kernelVersion": "", "osImage": "",
+            "containerRuntimeVersion": "", "kubeletVersion": "", "kubeProxyVersion": ""}
+    }});
+    api.patch_status(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(status),
+    )
+    .await
+    .unwrap();
+}
+
+/// State and message of the Allocation of Contract `contract`.
+async fn allocation_state(
+    cp: &ControlPlane,
+    contract: &str,
+) -> Result<(AllocationState, String), String> {
+    let list = Api::<Allocation>::namespaced(cp.client(), NS)
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let a = list
+        .items
+        .into_iter()
+        .find(|a| a.spec.contract.as_ref().and_then(|c| c.name.as_deref()) == Some(contract))
+        .ok_or("no Allocation")?;
+    let s = a.status.unwrap_or_default();
+    Ok((s.status.ok_or("no status")?, s.message.unwrap_or_default()))
+}
+
+/// The first Contract on `cp` not named in `known`.
+async fn new_contract(cp: &ControlPlane, known: &[String]) -> Result<Contract, String> {
+    Api::<Contract>::namespaced(cp.client(), NS)
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?
+        .items
+        .into_iter()
+        .find(|c| !known.contains(&c.name_any()))
+        .ok_or_else(|| "no new Contract yet".to_owned())
+}
+
+/// Once Liqo created the VirtualNode of ResourceSlice `slice` and its
+/// virtual-kubelet Deployment, runs the stand-in and waits for the Node.
+async fn ready_virtual_node(
+    consumer: &ControlPlane,
+    c_liqo: &mut Liqo,
+    p_liqo: &mut Liqo,
+    nodes: &[&NodeProcess],
+    c_tenant: &str,
+    slice: &str,
+) -> Node {
+    let virtual_nodes = dynamic(
+        &consumer.client(),
+        "offloading.liqo.io",
+        "VirtualNode",
+        "virtualnodes",
+        c_tenant,
+    );
+    let deployment = until(
+        "the VirtualNode and its virtual-kubelet Deployment",
+        nodes,
+        &mut [&mut *c_liqo, &mut *p_liqo],
+        || async {
+            let vn = virtual_nodes
+                .get_opt(slice)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "no VirtualNode yet".to_owned())?;
+            let d = vn
+                .data
+                .pointer("/spec/template/metadata/name")
+                .and_then(|v| v.as_str())
+                .ok_or("no template name")?
+                .to_owned();
+            Api::<Deployment>::namespaced(consumer.client(), c_tenant)
+                .get_opt(&d)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "no Deployment yet".to_owned())
+                .map(|_| d)
+        },
+    )
+    .await;
+
+    c_liqo
+        .start_virtual_kubelet(consumer, c_tenant, &deployment)
+        .await
+        .unwrap();
+    until(
+        "the virtual Node Ready",
+        nodes,
+        &mut [&mut *c_liqo, &mut *p_liqo],
+        || async {
+            let n = Api::<Node>::all(consumer.client())
+                .get_opt(slice)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "no Node yet".to_owned())?;
+            let ready = n
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            if ready {
+                Ok(n)
+            } else {
+                Err("not Ready".into())
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario, phase by phase; splitting it hides the order"
+)]
+async fn solver_with_peering_gets_a_virtual_node_of_the_contracted_size() {
+    if let Some(reason) = skip_reason() {
+        say(&format!("SKIP: {reason}"));
+        return;
+    }
+    let binaries = LiqoBinaries::from_env().unwrap();
+    let mut phases = Phases::new();
+    let options = || ControlPlaneOptions {
+        workloads: true,
+        crd_dirs: vec![fluidos_testenv::crds_dir()],
+    };
+    let (provider, consumer) = tokio::join!(
+        ControlPlane::start(options()),
+        ControlPlane::start(options())
+    );
+    let (provider, consumer) = (provider.unwrap(), consumer.unwrap());
+    phases.mark("two control planes ready");
+
+    let liqo = |id: &str| LiqoOptions {
+        cluster_id: id.to_owned(),
+        ..Default::default()
+    };
+    let (c_liqo, p_liqo) = tokio::join!(
+        Liqo::start_with(&consumer, &binaries, liqo(CONSUMER_ID)),
+        Liqo::start_with(&provider, &binaries, liqo(PROVIDER_ID))
+    );
+    let (mut c_liqo, mut p_liqo) = (c_liqo.unwrap(), p_liqo.unwrap());
+    phases.mark("Liqo started on both");
+
+    let (pport, cport) = (free_port(), free_port());
+    prepare(&provider, "provider01", pport).await;
+    prepare(&consumer, "consumer01", cport).await;
+    // Two worker nodes, two flavors: the sample takes all 110 pods of one,
+    // so the second purchase is of the other (same provider).
+    for worker in ["worker-1", "worker-2"] {
+        worker_node(&provider, worker).await;
+    }
+    Api::<KnownCluster>::namespaced(consumer.client(), NS)
+        .create(
+            &PostParams::default(),
+            &KnownCluster::new(
+                "knowncluster-provider01",
+                KnownClusterSpec {
+                    address: format!("127.0.0.1:{pport}"),
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    let provider_node = NodeProcess::spawn(
+        &provider,
+        pport,
+        "local-resource-manager,rear-gateway,rear-manager",
+        "0",
+        &["--liqo-cluster-id", PROVIDER_ID],
+    );
+    let consumer_node = NodeProcess::spawn(
+        &consumer,
+        cport,
+        "rear-manager",
+        "0",
+        // A generous listing timeout: Liqo and the virtual kubelet share the
+        // machine's cores with the nodes.
+        &[
+            "--liqo-cluster-id",
+            CONSUMER_ID,
+            "--peer-timeout-ms",
+            "10000",
+        ],
+    );
+    let nodes = [&provider_node, &consumer_node];
+    let flavors: Api<fluidos_api::Flavor> = Api::namespaced(provider.client(), NS);
+    until("the provider's two flavors", &nodes, &mut [], || async {
+        let n = flavors
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .len();
+        if n == 2 {
+            Ok(())
+        } else {
+            Err("no flavor".into())
+        }
+    })
+    .await;
+    phases.mark("nodes started, flavors published");
+
+    // The consumer acts on Solvers once its watches have listed.
+    until("the consumer's controllers", &nodes, &mut [], || async {
+        if consumer_node
+            .log()
+            .contains("consumer controllers' watches established")
+        {
+            Ok(())
+        } else {
+            Err("not yet".to_owned())
+        }
+    })
+    .await;
+    // The upstream sample, unchanged.
+    let path = fluidos_testenv::shared_reference_dir()
+        .unwrap()
+        .join("fluidos-samples/solver.yaml");
+    let solver: Solver = serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(solver.spec.establish_peering, Some(true));
+    let name = solver.name_any();
+    let solvers: Api<Solver> = Api::namespaced(consumer.client(), NS);
+    solvers
+        .create(&PostParams::default(), &solver)
+        .await
+        .unwrap();
+
+    let contract = until(
+        "the consumer's Contract",
+        &nodes,
+        &mut [&mut c_liqo, &mut p_liqo],
+        || async {
+            match new_contract(&consumer, &[]).await {
+                Ok(c) => Ok(c),
+                Err(e) => {
+                    let st = solvers.get(&name).await.map(|s| s.status);
+                    Err(format!("{e}; Solver status: {st:?}"))
+                }
+            }
+        },
+    )
+    .await;
+    let slice = contract.name_any();
+    phases.mark("Solver -> Contract (discovery, reserve, purchase)");
+
+    let c_tenant = format!("liqo-tenant-{PROVIDER_ID}");
+    let identities = dynamic(
+        &consumer.client(),
+        "authentication.liqo.io",
+        "Identity",
+        "identities",
+        &c_tenant,
+    );
+    until(
+        "the control-plane Identity's kubeconfig",
+        &nodes,
+        &mut [&mut c_liqo, &mut p_liqo],
+        || async {
+            let i = identities
+                .get_opt(&format!("controlplane-{PROVIDER_ID}"))
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "no Identity yet".to_owned())?;
+            i.data
+                .pointer("/status/kubeconfigSecretRef/name")
+                .map(drop)
+                .ok_or_else(|| "no kubeconfig yet".to_owned())
+        },
+    )
+    .await;
+    phases.mark("authenticated (nonce, Tenant signed, Identity kubeconfig)");
+
+    let node = ready_virtual_node(
+        &consumer,
+        &mut c_liqo,
+        &mut p_liqo,
+        &nodes,
+        &c_tenant,
+        &slice,
+    )
+    .await;
+    phases.mark("slice accepted, VirtualNode, stand-in: virtual Node Ready");
+
+    let (state, message) = until(
+        "the consumer's Allocation Active",
+        &nodes,
+        &mut [&mut c_liqo, &mut p_liqo],
+        || async {
+            let (s, m) = allocation_state(&consumer, &slice).await?;
+            if s == AllocationState::Active {
+                Ok((s, m))
+            } else {
+                Err(format!("{s}: {m}"))
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        message, "Outgoing peering ready, Allocation is Active",
+        "{state}"
+    );
+    let (phase, message) = until(
+        "the Solver Solved",
+        &nodes,
+        &mut [&mut c_liqo, &mut p_liqo],
+        || async {
+            let s = solvers.get(&name).await.map_err(|e| e.to_string())?;
+            let p = s.status.and_then(|s| s.solver_phase).unwrap_or_default();
+            match p.phase {
+                Phase::Solved
+                    if p.message.as_deref() == Some("Solver has completed all the phases") =>
+                {
+                    Ok((p.phase, p.message.unwrap_or_default()))
+                }
+                Phase::Failed | Phase::TimedOut => {
+                    panic!("Solver ended {:?}: {:?}", p.phase, p.message)
+                }
+                _ => Err(format!("{:?}: {:?}", p.phase, p.message)),
+            }
+        },
+    )
+    .await;
+    say(&format!("Solver {name}: {phase:?} {message:?}"));
+    let (p_state, p_message) = until(
+        "the provider's Allocation Active",
+        &nodes,
+        &mut [&mut c_liqo, &mut p_liqo],
+        || async {
+            let (s, m) = allocation_state(&provider, &slice).await?;
+            if s == AllocationState::Active {
+                Ok((s, m))
+            } else {
+                Err(format!("{s}: {m}"))
+            }
+        },
+    )
+    .await;
+    say(&format!("provider Allocation: {p_state} {p_message:?}"));
+    phases.mark("Allocations Active on both sides, Solver Solved");
+
+    // The virtual node offers exactly what the Contract sold.
+    let sold = fluidos_peering::objects::contracted_resources(&contract.spec).unwrap();
+    say(&format!("contracted {sold:?}"));
+    let allocatable = node.status.unwrap().allocatable.unwrap_or_default();
+    say(&format!("virtual node {slice} allocatable {allocatable:?}"));
+    for (key, want) in &sold {
+        let got = allocatable
+            .get(key)
+            .map(|q| q.0.clone())
+            .unwrap_or_default();
+        assert_eq!(
+            fluidos_api::quantity::Amount::of(
+                &k8s_openapi::apimachinery::pkg::api::resource::Quantity(got.clone())
+            )
+            .unwrap(),
+            fluidos_api::quantity::Amount::of(
+                &k8s_openapi::apimachinery::pkg::api::resource::Quantity(want.clone())
+            )
+            .unwrap(),
+            "{key}: virtual node {got}, contract {want}"
+        );
+    }
+    // A second purchase from the same provider: already authenticated, the
+    // consumer only adds a second ResourceSlice and gets a second node.
+    let mut second: Solver = solver.clone();
+    second.metadata.name = Some(format!("{name}-2"));
+    second.metadata.resource_version = None;
+    solvers
+        .create(&PostParams::default(), &second)
+        .await
+        .unwrap();
+    let contract2 = until(
+        "the second Contract",
+        &nodes,
+        &mut [&mut c_liqo, &mut p_liqo],
+        || async {
+            if let Ok(c) = new_contract(&consumer, std::slice::from_ref(&slice)).await {
+                return Ok(Some(c));
+            }
+            let st = solvers
+                .get(&format!("{name}-2"))
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .and_then(|s| s.solver_phase);
+            match st {
+                // Fail at once, saying what the provider offered.
+                Some(p) if p.phase == Phase::Failed => Ok(None),
+                other => Err(format!("no second Contract yet; Solver {other:?}")),
+            }
+        },
+    )
+    .await;
+    let Some(contract2) = contract2 else {
+        let flavors = Api::<fluidos_api::Flavor>::namespaced(provider.client(), NS)
+            .list(&ListParams::default())
+            .await
+            .map(|l| {
+                l.items
+                    .into_iter()
+                    .map(|f| (f.name_any(), f.spec.flavor_type.type_data))
+                    .collect::<Vec<_>>()
+            });
+        panic!("the second Solver found no candidate; provider flavors: {flavors:?}");
+    };
+    let slice2 = contract2.name_any();
+    assert_ne!(slice2, slice);
+    let node2 = ready_virtual_node(
+        &consumer,
+        &mut c_liqo,
+        &mut p_liqo,
+        &nodes,
+        &c_tenant,
+        &slice2,
+    )
+    .await;
+    until(
+        "the second Allocation Active",
+        &nodes,
+        &mut [&mut c_liqo, &mut p_liqo],
+        || async {
+            let (s, m) = allocation_state(&consumer, &slice2).await?;
+            if s == AllocationState::Active {
+                Ok(())
+            } else {
+                Err(format!("{s}: {m}"))
+            }
+        },
+    )
+    .await;
+    assert!(
+        node2
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(
+                |l| l.get("liqo.io/remote-cluster-id").map(String::as_str) == Some(PROVIDER_ID)
+            ),
+        "the second virtual node is the same provider's"
+    );
+    phases.mark("second Contract, same provider: second slice, node Ready, Active");
+
+    phases.summary();
+    drop(c_liqo);
+    drop(p_liqo);
+}

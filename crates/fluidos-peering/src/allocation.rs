@@ -1,0 +1,642 @@
+//! The Allocation controller for K8Slice Contracts, both sides.
+//!
+//! Consumer: peers with the Contract's provider through Liqo, networking
+//! off, as `liqoctl peer --networking-disabled` does (see [`crate::objects`]):
+//! authentication with the Contract's kubeconfig (nonce, signed nonce,
+//! Tenant, control-plane Identity), then a ResourceSlice named after the
+//! Contract carrying exactly the contracted resources, then the wait for the
+//! virtual Node. Every write is create-or-adopt and every decision is taken
+//! from the objects as they are now, so a retry or a restart anywhere
+//! resumes where the peering stands. Local progress is watched (Secrets,
+//! Identities, ResourceSlices, Nodes, ForeignClusters); the provider is not
+//! watched, so while waiting on it the Allocation is looked at again every
+//! [`REMOTE_POLL`].
+//!
+//! Provider: follows the buyer's ForeignCluster (Go §3.7) to `Active` once
+//! the buyer authenticated.
+//!
+//! Allocations of other flavor types (Service) are left alone.
+
+pub mod machine;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fluidos_api::allocation::AllocationStatus;
+use fluidos_api::common::FlavorTypeIdentifier;
+use fluidos_api::{Allocation, Contract, GenericRef, NodeIdentity};
+use fluidos_controller::api_error;
+use fluidos_controller::readiness::ReadinessGate;
+use fluidos_controller::{Metrics, ReconcileError, Reconciler};
+use fluidos_liqo_api::generated::foreign_cluster::{
+    ForeignClusterStatusModulesAuthenticationConditionsStatus as FcStatus,
+    ForeignClusterStatusModulesAuthenticationConditionsType as FcType,
+};
+use fluidos_liqo_api::generated::resource_slice::{
+    ResourceSliceStatusConditionsStatus, ResourceSliceStatusConditionsType,
+};
+use fluidos_liqo_api::{ForeignCluster, ForeignClusterStatusRole, Identity, ResourceSlice, Tenant};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tokio::sync::Mutex;
+
+use crate::objects::{self, BuildError, ClusterKeys, TenantGrant};
+use machine::{
+    ConsumerView, Effect, IncomingPeering, Plan, Remote, Side, SignedNonce, Verdict, Wait,
+};
+
+/// Controller name in logs and metrics.
+const CONTROLLER: &str = "allocation-k8slice";
+/// How soon an Allocation waiting on the provider is looked at again.
+pub const REMOTE_POLL: Duration = Duration::from_millis(250);
+/// Safety net while waiting on a watched local object.
+const LOCAL_RECHECK: Duration = Duration::from_secs(30);
+
+/// What the controller needs to know about this node.
+#[derive(Clone, Debug)]
+pub struct PeeringConfig {
+    /// Namespace of Allocations and Contracts.
+    pub namespace: String,
+    /// This node's identity (to tell provider from consumer).
+    pub identity: NodeIdentity,
+    /// This cluster's Liqo cluster ID.
+    pub local_cluster_id: String,
+    /// ResourceSlice class the consumer asks for.
+    pub slice_class: String,
+}
+
+/// One reconcile's failure: one variant per step, keeping the source.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An API call on this cluster failed.
+    #[error("{step}: {source}")]
+    Local {
+        /// The step.
+        step: &'static str,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// An API call on the provider, with the Contract's credentials, failed.
+    #[error("{step} (on the provider): {source}")]
+    Remote {
+        /// The step.
+        step: &'static str,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The Tenant could not be built from the cluster's keys.
+    #[error("building the Tenant: {0}")]
+    Build(#[source] BuildError),
+}
+
+impl ReconcileError for Error {
+    fn step(&self) -> &'static str {
+        match self {
+            Error::Local { step, .. } | Error::Remote { step, .. } => step,
+            Error::Build(_) => "build_tenant",
+        }
+    }
+    fn api_error(&self) -> Option<&kube::Error> {
+        match self {
+            Error::Local { source, .. } | Error::Remote { source, .. } => Some(source),
+            Error::Build(_) => None,
+        }
+    }
+}
+
+fn local(step: &'static str) -> impl FnOnce(kube::Error) -> Error {
+    move |source| Error::Local { step, source }
+}
+
+fn remote(step: &'static str) -> impl FnOnce(kube::Error) -> Error {
+    move |source| Error::Remote { step, source }
+}
+
+/// Shared state of the controller.
+pub struct Context {
+    client: kube::Client,
+    cfg: PeeringConfig,
+    reconciler: Reconciler,
+    /// Provider clients, by the kubeconfig text they were built from.
+    remotes: Mutex<HashMap<String, kube::Client>>,
+}
+
+/// Runs the Allocation controller until `shutdown`; `ready` is set once the
+/// Allocations are listed.
+pub async fn run(
+    client: kube::Client,
+    cfg: PeeringConfig,
+    metrics: &Metrics,
+    ready: ReadinessGate,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let reconciler = Reconciler::new(CONTROLLER, metrics);
+    let api: Api<Allocation> = Api::namespaced(client.clone(), &cfg.namespace);
+    let (cache, writer) = kube::runtime::reflector::store();
+    let allocations = {
+        use futures::TryStreamExt;
+        use kube::runtime::WatchStreamExt;
+        watcher::watcher(api, watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+            .inspect_ok(move |event| {
+                if matches!(event, watcher::Event::InitDone) {
+                    ready.set_ready();
+                }
+            })
+            .applied_objects()
+    };
+    // Every Liqo change re-examines every Allocation: there are few, and the
+    // decision is cheap (reads are by name).
+    let all = {
+        let cache = cache.clone();
+        move || {
+            cache
+                .state()
+                .iter()
+                .map(|a| ObjectRef::from_obj(a.as_ref()))
+                .collect::<Vec<_>>()
+        }
+    };
+    let by_label = |selector: &str| watcher::Config::default().labels(selector);
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        cfg,
+        reconciler: reconciler.clone(),
+        remotes: Mutex::default(),
+    });
+    let policy = reconciler.clone();
+    let (a1, a2, a3, a4, a5) = (all.clone(), all.clone(), all.clone(), all.clone(), all);
+    // Liqo's watches back off (a cluster without Liqo yet answers 404).
+    let stream = Controller::for_stream(allocations, cache)
+        .watches_stream(
+            watcher_stream(watcher::watcher(
+                Api::<Secret>::all(client.clone()),
+                by_label(objects::SIGNED_NONCE_LABEL),
+            )),
+            move |_| a1(),
+        )
+        .watches_stream(
+            watcher_stream(watcher::watcher(
+                Api::<Identity>::all(client.clone()),
+                watcher::Config::default(),
+            )),
+            move |_| a2(),
+        )
+        .watches_stream(
+            watcher_stream(watcher::watcher(
+                Api::<ResourceSlice>::all(client.clone()),
+                watcher::Config::default(),
+            )),
+            move |_| a3(),
+        )
+        .watches_stream(
+            watcher_stream(watcher::watcher(
+                Api::<Node>::all(client.clone()),
+                by_label("liqo.io/type=virtual-node"),
+            )),
+            move |_| a4(),
+        )
+        .watches_stream(
+            watcher_stream(watcher::watcher(
+                Api::<ForeignCluster>::all(client.clone()),
+                watcher::Config::default(),
+            )),
+            move |_| a5(),
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(
+            |a, ctx| async move {
+                let r = ctx.reconciler.clone();
+                r.observe(a.as_ref(), reconcile(a.clone(), ctx)).await
+            },
+            move |a, err, _| policy.error_policy(a.as_ref(), err),
+            ctx,
+        );
+    fluidos_controller::reconcile::drain(reconciler, stream.boxed()).await;
+}
+
+#[tracing::instrument(skip_all, fields(allocation = %a.name_any()))]
+async fn reconcile(a: Arc<Allocation>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let allocations: Api<Allocation> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
+    let current = a.status.as_ref().and_then(|s| s.status.clone());
+    let Some(contract_ref) = a.spec.contract.as_ref().and_then(|c| c.name.clone()) else {
+        return Ok(Action::await_change());
+    };
+    let contract_ns = a
+        .spec
+        .contract
+        .as_ref()
+        .and_then(|c| c.namespace.clone())
+        .unwrap_or_else(|| ctx.cfg.namespace.clone());
+    let contract = Api::<Contract>::namespaced(ctx.client.clone(), &contract_ns)
+        .get_opt(&contract_ref)
+        .await
+        .map_err(local("get_contract"))?;
+    let Some(contract) = contract else {
+        // Not knowing the flavor type, do not claim the Allocation for K8Slice
+        // unless it is still fresh: the Go node calls this an error.
+        if current.is_some() {
+            write(
+                &allocations,
+                &a,
+                &plan_error(machine::MSG_NO_CONTRACT),
+                None,
+            )
+            .await?;
+        }
+        return Ok(Action::await_change());
+    };
+    if contract.spec.flavor.spec.flavor_type.identifier() != Some(FlavorTypeIdentifier::K8Slice) {
+        return Ok(Action::await_change());
+    }
+    match machine::side(&contract.spec.seller, &ctx.cfg.identity) {
+        Side::Provider => {
+            let buyer = buyer_liqo_id(&contract);
+            let incoming = match buyer {
+                Some(id) => Api::<ForeignCluster>::all(ctx.client.clone())
+                    .get_opt(&id)
+                    .await
+                    .map_err(local("get_foreign_cluster"))?
+                    .map(|fc| incoming(&fc)),
+                None => None,
+            };
+            let plan = machine::provider(current.as_ref(), incoming);
+            write(&allocations, &a, &plan, None).await?;
+            Ok(match plan.status {
+                Some(_) if plan.status.as_ref().map(|s| &s.state) != current.as_ref() => {
+                    Action::requeue(Duration::ZERO)
+                }
+                _ => Action::requeue(LOCAL_RECHECK),
+            })
+        }
+        Side::Consumer => consumer(&ctx, &allocations, &a, current.as_ref(), &contract).await,
+    }
+}
+
+/// A trigger stream with the default backoff on errors.
+fn watcher_stream<K, S>(
+    stream: S,
+) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource + Send + 'static,
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+{
+    use kube::runtime::WatchStreamExt;
+    stream.default_backoff().touched_objects()
+}
+
+fn buyer_liqo_id(contract: &Contract) -> Option<String> {
+    Some(contract.spec.buyer_cluster_id.clone()).filter(|s| !s.is_empty())
+}
+
+fn plan_error(message: &str) -> Plan {
+    Plan {
+        effects: Vec::new(),
+        status: Some(machine::Status {
+            state: fluidos_api::allocation::AllocationState::Error,
+            message: message.to_owned(),
+        }),
+        wait: Wait::Nothing,
+    }
+}
+
+fn fc_condition_ready(fc: &ForeignCluster, type_: &FcType) -> bool {
+    fc.status
+        .as_ref()
+        .and_then(|s| s.modules.as_ref())
+        .and_then(|m| m.authentication.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| &c.r#type == type_ && c.status == FcStatus::Ready)
+        })
+}
+
+fn incoming(fc: &ForeignCluster) -> IncomingPeering {
+    let role = fc.status.as_ref().map(|s| &s.role);
+    IncomingPeering {
+        consumer: matches!(
+            role,
+            Some(
+                ForeignClusterStatusRole::Consumer | ForeignClusterStatusRole::ConsumerAndProvider
+            )
+        ),
+        authenticated: fc_condition_ready(fc, &FcType::AuthTenantStatus),
+    }
+}
+
+async fn consumer(
+    ctx: &Context,
+    allocations: &Api<Allocation>,
+    a: &Allocation,
+    current: Option<&fluidos_api::allocation::AllocationState>,
+    contract: &Contract,
+) -> Result<Action, Error> {
+    let provider = contract.spec.peering_target_credentials.liqo_id.clone();
+    let slice_name = contract.name_any();
+    // The first transitions need no observation.
+    if !matches!(
+        current,
+        Some(
+            fluidos_api::allocation::AllocationState::Peering
+                | fluidos_api::allocation::AllocationState::Active
+                | fluidos_api::allocation::AllocationState::Provisioning
+                | fluidos_api::allocation::AllocationState::ResourceCreation
+        )
+    ) {
+        let plan = machine::consumer(current, &provider, &slice_name, &ConsumerView::default());
+        write(allocations, a, &plan, None).await?;
+        return Ok(Action::await_change());
+    }
+    let ns = objects::tenant_namespace(&provider);
+    let c = &ctx.client;
+    let mut view = observe_local(c, &ns, &provider, &slice_name).await?;
+    let mut remote_client = None;
+    if view.needs_remote() {
+        let kubeconfig = &contract.spec.peering_target_credentials.kubeconfig;
+        let client = match ctx.remote_client(kubeconfig).await {
+            Ok(client) => client,
+            Err(message) => {
+                write(allocations, a, &plan_error(message), None).await?;
+                return Ok(Action::await_change());
+            }
+        };
+        view.remote = Some(observe_remote(&client, &ctx.cfg.local_cluster_id).await?);
+        remote_client = Some(client);
+    }
+    let plan = machine::consumer(current, &provider, &slice_name, &view);
+    for effect in &plan.effects {
+        apply(ctx, remote_client.as_ref(), &provider, contract, effect).await?;
+    }
+    let fc_ref = GenericRef {
+        name: Some(provider.clone()),
+        namespace: None,
+        api_version: Some("core.liqo.io/v1beta1".into()),
+        kind: Some("ForeignCluster".into()),
+    };
+    let resource_ref = plan
+        .status
+        .as_ref()
+        .filter(|s| s.state == fluidos_api::allocation::AllocationState::Active)
+        .map(|_| fc_ref);
+    write(allocations, a, &plan, resource_ref).await?;
+    Ok(match plan.wait {
+        Wait::Remote => Action::requeue(REMOTE_POLL),
+        Wait::Local | Wait::Nothing => Action::requeue(LOCAL_RECHECK),
+    })
+}
+
+impl Context {
+    /// A client for the provider from the Contract's kubeconfig, or the Go
+    /// node's message saying why not.
+    async fn remote_client(&self, kubeconfig_b64: &str) -> Result<kube::Client, &'static str> {
+        if let Some(c) = self.remotes.lock().await.get(kubeconfig_b64) {
+            return Ok(c.clone());
+        }
+        let kubeconfig = objects::decode_kubeconfig(kubeconfig_b64).map_err(|e| {
+            tracing::warn!(error = %e, "the contract's kubeconfig is unusable");
+            machine::MSG_BAD_KUBECONFIG
+        })?;
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .map_err(|e| {
+                tracing::warn!(error = %e, "the contract's kubeconfig is unusable");
+                machine::MSG_BAD_KUBECONFIG
+            })?;
+        let client = kube::Client::try_from(config).map_err(|e| {
+            tracing::warn!(error = %e, "no client for the provider");
+            machine::MSG_NO_REMOTE_CLIENT
+        })?;
+        self.remotes
+            .lock()
+            .await
+            .insert(kubeconfig_b64.to_owned(), client.clone());
+        Ok(client)
+    }
+}
+
+fn verdict(slice: &ResourceSlice, type_: &ResourceSliceStatusConditionsType) -> Option<Verdict> {
+    let c = slice
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| &c.r#type == type_)?;
+    Some(match c.status {
+        ResourceSliceStatusConditionsStatus::Accepted => Verdict::Accepted,
+        ResourceSliceStatusConditionsStatus::Denied => {
+            Verdict::Denied(c.message.clone().unwrap_or_default())
+        }
+    })
+}
+
+async fn observe_local(
+    c: &kube::Client,
+    ns: &str,
+    provider: &str,
+    slice_name: &str,
+) -> Result<ConsumerView, Error> {
+    let namespace = Api::<Namespace>::all(c.clone())
+        .get_opt(ns)
+        .await
+        .map_err(local("get_tenant_namespace"))?;
+    let identity = Api::<Identity>::namespaced(c.clone(), ns)
+        .get_opt(&objects::control_plane_identity_name(provider))
+        .await
+        .map_err(local("get_identity"))?;
+    let signed = Api::<Secret>::namespaced(c.clone(), ns)
+        .get_opt(objects::SIGNED_NONCE_SECRET)
+        .await
+        .map_err(local("get_signed_nonce"))?;
+    let slice = Api::<ResourceSlice>::namespaced(c.clone(), ns)
+        .get_opt(slice_name)
+        .await
+        .map_err(local("get_resource_slice"))?;
+    let node = Api::<Node>::all(c.clone())
+        .get_opt(slice_name)
+        .await
+        .map_err(local("get_virtual_node"))?;
+    Ok(ConsumerView {
+        tenant_namespace: namespace.is_some(),
+        identity: identity.map(|i| {
+            i.status
+                .and_then(|s| s.kubeconfig_secret_ref)
+                .and_then(|r| r.name)
+                .is_some()
+        }),
+        signed_nonce: signed.map(|s| SignedNonce {
+            nonce: objects::secret_value(&s, objects::NONCE_KEY).map(<[u8]>::to_vec),
+            signature: objects::secret_value(&s, objects::SIGNED_NONCE_KEY).map(<[u8]>::to_vec),
+        }),
+        remote: None,
+        slice: slice.map(|s| {
+            (
+                verdict(&s, &ResourceSliceStatusConditionsType::Authentication),
+                verdict(&s, &ResourceSliceStatusConditionsType::Resources),
+            )
+        }),
+        node_ready: node.is_some_and(|n| node_is_ready(&n)),
+    })
+}
+
+fn node_is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+async fn observe_remote(p: &kube::Client, consumer_id: &str) -> Result<Remote, Error> {
+    let ns = objects::tenant_namespace(consumer_id);
+    let nonce = Api::<Secret>::namespaced(p.clone(), &ns)
+        .get_opt(objects::NONCE_SECRET)
+        .await
+        .map_err(remote("get_nonce"))?;
+    let tenant = Api::<Tenant>::namespaced(p.clone(), &ns)
+        .get_opt(consumer_id)
+        .await
+        .map_err(remote("get_tenant"))?;
+    Ok(Remote {
+        nonce: nonce.map(|s| objects::secret_value(&s, objects::NONCE_KEY).map(<[u8]>::to_vec)),
+        tenant: tenant.map(|t| TenantGrant::of(&t)),
+    })
+}
+
+/// Creates `obj`; an existing one is adopted as it is.
+async fn create<K>(api: &Api<K>, obj: &K) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), obj).await {
+        Ok(_) => Ok(()),
+        Err(e) if api_error::is_already_exists(&e) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+#[tracing::instrument(skip_all, fields(?effect))]
+async fn apply(
+    ctx: &Context,
+    provider_client: Option<&kube::Client>,
+    provider: &str,
+    contract: &Contract,
+    effect: &Effect,
+) -> Result<(), Error> {
+    let c = &ctx.client;
+    let me = &ctx.cfg.local_cluster_id;
+    let ns = objects::tenant_namespace(provider);
+    let no_remote = || Error::Build(BuildError::NotK8Slice("no provider client".into()));
+    match effect {
+        Effect::CreateTenantNamespace => create(
+            &Api::<Namespace>::all(c.clone()),
+            &objects::tenant_namespace_object(provider),
+        )
+        .await
+        .map_err(local("create_tenant_namespace")),
+        Effect::CreateRemoteNonce => {
+            let p = provider_client.ok_or_else(no_remote)?;
+            create(
+                &Api::<Secret>::namespaced(p.clone(), &objects::tenant_namespace(me)),
+                &objects::nonce_secret(me),
+            )
+            .await
+            .map_err(remote("create_nonce"))
+        }
+        Effect::CreateSignedNonce(nonce) => create(
+            &Api::<Secret>::namespaced(c.clone(), &ns),
+            &objects::signed_nonce_secret(provider, nonce),
+        )
+        .await
+        .map_err(local("create_signed_nonce")),
+        Effect::DeleteSignedNonce => {
+            match Api::<Secret>::namespaced(c.clone(), &ns)
+                .delete(objects::SIGNED_NONCE_SECRET, &DeleteParams::default())
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(e) if api_error::is_not_found(&e) => Ok(()),
+                Err(e) => Err(local("delete_signed_nonce")(e)),
+            }
+        }
+        Effect::CreateTenant(signature) => {
+            let p = provider_client.ok_or_else(no_remote)?;
+            let keys_secret = Api::<Secret>::namespaced(c.clone(), objects::LIQO_NAMESPACE)
+                .get(objects::AUTH_KEYS_SECRET)
+                .await
+                .map_err(local("get_authentication_keys"))?;
+            let keys = ClusterKeys::from_secret(&keys_secret).map_err(Error::Build)?;
+            let tenant = objects::tenant(me, &keys, signature).map_err(Error::Build)?;
+            create(
+                &Api::<Tenant>::namespaced(p.clone(), &objects::tenant_namespace(me)),
+                &tenant,
+            )
+            .await
+            .map_err(remote("create_tenant"))
+        }
+        Effect::CreateIdentity(grant) => create(
+            &Api::<Identity>::namespaced(c.clone(), &ns),
+            &objects::control_plane_identity(provider, grant),
+        )
+        .await
+        .map_err(local("create_identity")),
+        Effect::CreateResourceSlice => {
+            let resources = objects::contracted_resources(&contract.spec).map_err(Error::Build)?;
+            create(
+                &Api::<ResourceSlice>::namespaced(c.clone(), &ns),
+                &objects::resource_slice(
+                    &contract.name_any(),
+                    provider,
+                    &ctx.cfg.slice_class,
+                    &resources,
+                ),
+            )
+            .await
+            .map_err(local("create_resource_slice"))
+        }
+    }
+}
+
+/// Writes the plan's status when it differs from the stored one.
+async fn write(
+    api: &Api<Allocation>,
+    a: &Allocation,
+    plan: &Plan,
+    resource_ref: Option<GenericRef>,
+) -> Result<(), Error> {
+    let Some(next) = &plan.status else {
+        return Ok(());
+    };
+    let stored = a.status.clone().unwrap_or_default();
+    if stored.status.as_ref() == Some(&next.state)
+        && stored.message.as_deref() == Some(next.message.as_str())
+        && (resource_ref.is_none() || stored.resource_ref == resource_ref)
+    {
+        return Ok(());
+    }
+    let status = AllocationStatus {
+        status: Some(next.state.clone()),
+        last_update_time: Some(fluidos_controller::time::now_string()),
+        message: Some(next.message.clone()),
+        resource_ref: resource_ref.or(stored.resource_ref),
+    };
+    tracing::info!(state = %next.state, message = %next.message, "allocation status");
+    api.patch_status(
+        &a.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": status })),
+    )
+    .await
+    .map(drop)
+    .map_err(local("write_status"))
+}

@@ -1,0 +1,672 @@
+//! The Allocation state machine for K8Slice contracts, pure: from the
+//! Allocation's status and what the executor observed of the Liqo objects,
+//! the objects to create next, the status to write and what to wait for.
+//!
+//! Statuses and messages are the Go node's (`fluidos-node.md` §3.6–3.8);
+//! while the consumer is still peering its message also says which step it
+//! is waiting for.
+
+use fluidos_api::NodeIdentity;
+use fluidos_api::allocation::AllocationState;
+
+use crate::objects::TenantGrant;
+
+/// Go: the first status of any Allocation.
+pub const MSG_INACTIVE: &str = "Allocation has been set to Inactive";
+/// Go, consumer: Inactive → Peering.
+pub const MSG_PEERING: &str = "Allocation is now in Peering";
+/// Go, consumer: peering complete.
+pub const MSG_ACTIVE: &str = "Outgoing peering ready, Allocation is Active";
+/// Go, consumer: Active but the peering is not (or no longer) complete.
+pub const MSG_ACTIVE_NOT_READY: &str = "Outgoing peering not yet ready, Allocation is Active";
+/// Go, provider: Inactive → Provisioning (the capacity is held by the sale).
+pub const MSG_RESERVED: &str = "Resources reserved";
+/// Go, provider: no ForeignCluster for the buyer yet.
+pub const MSG_NO_FOREIGN_CLUSTER: &str = "ForeignCluster not found, peering not yet started";
+/// Go, provider: the buyer's ForeignCluster is not a consumer yet.
+pub const MSG_INCOMING_NOT_READY: &str =
+    "Incoming peering not yet ready, Allocation is still Reserved";
+/// Go, provider: the buyer authenticated.
+pub const MSG_INCOMING_READY: &str = "Incoming peering ready, Allocation is now Active";
+/// Go: the Contract cannot be read.
+pub const MSG_NO_CONTRACT: &str = "Error when getting Contract";
+/// Go, consumer: the contract's kubeconfig is unusable.
+pub const MSG_BAD_KUBECONFIG: &str = "Error when decoding Kubeconfig";
+/// Go, consumer: no client could be built from the kubeconfig.
+pub const MSG_NO_REMOTE_CLIENT: &str = "Error when creating remote client";
+
+/// Which side of the Contract this node is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// The buyer: it drives the peering.
+    Consumer,
+    /// The seller: it watches the buyer authenticate.
+    Provider,
+}
+
+/// The Go node's `IsProvider`: the Contract's seller is this node.
+pub fn side(seller: &NodeIdentity, local: &NodeIdentity) -> Side {
+    if seller.node_id == local.node_id && seller.domain == local.domain {
+        Side::Provider
+    } else {
+        Side::Consumer
+    }
+}
+
+/// A status to write: state and message.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Status {
+    /// `status.status`.
+    pub state: AllocationState,
+    /// `status.message`.
+    pub message: String,
+}
+
+fn status(state: AllocationState, message: impl Into<String>) -> Option<Status> {
+    Some(Status {
+        state,
+        message: message.into(),
+    })
+}
+
+/// A provider's verdict on one ResourceSlice condition.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Verdict {
+    /// `Accepted`.
+    Accepted,
+    /// `Denied`, with the condition's message.
+    Denied(String),
+}
+
+/// The consumer's signed-nonce Secret.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SignedNonce {
+    /// `data.nonce`: the provider nonce it signs.
+    pub nonce: Option<Vec<u8>>,
+    /// `data.signedNonce`, once Liqo signed it.
+    pub signature: Option<Vec<u8>>,
+}
+
+/// What was read on the provider (only while not yet authenticated).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Remote {
+    /// The nonce Secret: absent, present without a nonce, or with it.
+    pub nonce: Option<Option<Vec<u8>>>,
+    /// The Tenant: absent, present without a complete status, or granted.
+    pub tenant: Option<Option<TenantGrant>>,
+}
+
+/// What the executor observed of the consumer-side peering.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ConsumerView {
+    /// `liqo-tenant-<provider>` exists.
+    pub tenant_namespace: bool,
+    /// The control-plane Identity: absent, or whether Liqo made its kubeconfig.
+    pub identity: Option<bool>,
+    /// The signed-nonce Secret, if present.
+    pub signed_nonce: Option<SignedNonce>,
+    /// The provider's side, when read.
+    pub remote: Option<Remote>,
+    /// The ResourceSlice: absent, or its two conditions.
+    pub slice: Option<(Option<Verdict>, Option<Verdict>)>,
+    /// The virtual Node named after the slice is Ready.
+    pub node_ready: bool,
+}
+
+impl ConsumerView {
+    /// True when the executor must read the provider: not authenticated yet.
+    pub fn needs_remote(&self) -> bool {
+        self.identity.is_none()
+    }
+}
+
+/// A write the executor makes, each create-or-adopt.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Effect {
+    /// Namespace `liqo-tenant-<provider>` on the consumer.
+    CreateTenantNamespace,
+    /// Secret `liqo-nonce` on the provider.
+    CreateRemoteNonce,
+    /// Secret `liqo-signed-nonce` on the consumer, with this nonce.
+    CreateSignedNonce(Vec<u8>),
+    /// Delete a signed-nonce Secret holding another nonce than the provider's.
+    DeleteSignedNonce,
+    /// The Tenant on the provider, with this signature.
+    CreateTenant(Vec<u8>),
+    /// The control-plane Identity on the consumer.
+    CreateIdentity(Box<TenantGrant>),
+    /// The ResourceSlice on the consumer.
+    CreateResourceSlice,
+}
+
+/// What the next reconcile waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Nothing: done, or terminal.
+    Nothing,
+    /// A change of a local object (watched).
+    Local,
+    /// A change on the provider, which is not watched: look again shortly.
+    Remote,
+}
+
+/// The decision of one reconcile.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// Writes, in order.
+    pub effects: Vec<Effect>,
+    /// The status to write; `None` keeps the current one.
+    pub status: Option<Status>,
+    /// What to wait for afterwards.
+    pub wait: Wait,
+}
+
+impl Plan {
+    fn keep() -> Plan {
+        Plan {
+            effects: Vec::new(),
+            status: None,
+            wait: Wait::Nothing,
+        }
+    }
+
+    fn to(status: Option<Status>) -> Plan {
+        Plan {
+            effects: Vec::new(),
+            status,
+            wait: Wait::Nothing,
+        }
+    }
+}
+
+/// The consumer side (Go §3.8), driving the peering as `liqoctl peer
+/// --networking-disabled` does, one observable step at a time.
+pub fn consumer(
+    current: Option<&AllocationState>,
+    provider: &str,
+    slice: &str,
+    view: &ConsumerView,
+) -> Plan {
+    let active = match current {
+        None => return Plan::to(status(AllocationState::Inactive, MSG_INACTIVE)),
+        Some(AllocationState::Error | AllocationState::Released) => return Plan::keep(),
+        Some(AllocationState::Inactive) => {
+            return Plan::to(status(AllocationState::Peering, MSG_PEERING));
+        }
+        Some(AllocationState::Active) => true,
+        Some(_) => false,
+    };
+    let (mut effects, wait, detail) = consumer_step(provider, slice, view);
+    if let Err(reason) = &detail {
+        return Plan {
+            effects,
+            status: status(
+                AllocationState::Error,
+                format!("Error when peering with cluster {provider}: {reason}"),
+            ),
+            wait: Wait::Nothing,
+        };
+    }
+    if !view.tenant_namespace && !effects.is_empty() {
+        effects.insert(0, Effect::CreateTenantNamespace);
+    }
+    let status = match (detail, active) {
+        (Ok(None), _) => status(AllocationState::Active, MSG_ACTIVE),
+        (Ok(Some(d)), true) => status(
+            AllocationState::Active,
+            format!("{MSG_ACTIVE_NOT_READY}: {d}"),
+        ),
+        (Ok(Some(d)), false) => status(AllocationState::Peering, format!("{MSG_PEERING}: {d}")),
+        (Err(_), _) => None,
+    };
+    Plan {
+        effects,
+        status,
+        wait,
+    }
+}
+
+/// The next step: effects, wait, and `Ok(None)` when done, `Ok(Some(what
+/// it waits for))`, or `Err(why the provider refused)`.
+fn consumer_step(provider: &str, slice: &str, view: &ConsumerView) -> Step {
+    match view.identity {
+        Some(true) => {}
+        Some(false) => {
+            return waiting(
+                vec![],
+                Wait::Local,
+                format!(
+                    "waiting for Liqo to make the kubeconfig of Identity controlplane-{provider}"
+                ),
+            );
+        }
+        None => return authentication_step(provider, view),
+    }
+    slice_step(provider, slice, view)
+}
+
+type Step = (Vec<Effect>, Wait, Result<Option<String>, String>);
+
+fn waiting(effects: Vec<Effect>, wait: Wait, what: String) -> Step {
+    (effects, wait, Ok(Some(what)))
+}
+
+/// Authentication (`liqoctl authenticate`): nonce on the provider, signed
+/// here, Tenant on the provider, control-plane Identity here.
+fn authentication_step(provider: &str, view: &ConsumerView) -> Step {
+    let remote = view.remote.clone().unwrap_or_default();
+    match (&remote.tenant, &view.signed_nonce, &remote.nonce) {
+        (Some(Some(grant)), _, _) => waiting(
+            vec![Effect::CreateIdentity(Box::new(grant.clone()))],
+            Wait::Local,
+            format!("authenticated with {provider}, creating Identity controlplane-{provider}"),
+        ),
+        (Some(None), _, _) => waiting(
+            vec![],
+            Wait::Remote,
+            format!("waiting for {provider} to accept the Tenant"),
+        ),
+        (None, Some(signed), Some(Some(nonce)))
+            if signed.nonce.as_ref().is_some_and(|n| n != nonce) =>
+        {
+            waiting(
+                vec![Effect::DeleteSignedNonce],
+                Wait::Local,
+                "replacing a signed nonce of an earlier attempt".into(),
+            )
+        }
+        (
+            None,
+            Some(SignedNonce {
+                signature: Some(sig),
+                ..
+            }),
+            _,
+        ) => waiting(
+            vec![Effect::CreateTenant(sig.clone())],
+            Wait::Remote,
+            format!("Tenant sent to {provider}, waiting for its certificate"),
+        ),
+        (None, Some(_), _) => waiting(
+            vec![],
+            Wait::Local,
+            format!("waiting for Liqo to sign the nonce of {provider}"),
+        ),
+        (None, None, Some(Some(nonce))) => waiting(
+            vec![Effect::CreateSignedNonce(nonce.clone())],
+            Wait::Local,
+            format!("waiting for Liqo to sign the nonce of {provider}"),
+        ),
+        (None, None, Some(None)) => waiting(
+            vec![],
+            Wait::Remote,
+            format!("waiting for {provider} to issue a nonce"),
+        ),
+        (None, None, None) => waiting(
+            vec![Effect::CreateRemoteNonce],
+            Wait::Remote,
+            format!("waiting for {provider} to issue a nonce"),
+        ),
+    }
+}
+
+/// The ResourceSlice and the virtual node it yields.
+fn slice_step(provider: &str, slice: &str, view: &ConsumerView) -> Step {
+    match &view.slice {
+        None => waiting(
+            vec![Effect::CreateResourceSlice],
+            Wait::Local,
+            format!("ResourceSlice {slice} sent to {provider}"),
+        ),
+        Some((authentication, resources)) => {
+            for (what, verdict) in [("authentication", authentication), ("resources", resources)] {
+                if let Some(Verdict::Denied(why)) = verdict {
+                    return (
+                        vec![],
+                        Wait::Nothing,
+                        Err(format!("ResourceSlice {slice}: {what} denied: {why}")),
+                    );
+                }
+            }
+            match (authentication, resources, view.node_ready) {
+                (Some(Verdict::Accepted), Some(Verdict::Accepted), true) => {
+                    (vec![], Wait::Nothing, Ok(None))
+                }
+                (Some(Verdict::Accepted), Some(Verdict::Accepted), false) => waiting(
+                    vec![],
+                    Wait::Local,
+                    format!(
+                        "ResourceSlice {slice} accepted, waiting for virtual node {slice} to be Ready"
+                    ),
+                ),
+                _ => waiting(
+                    vec![],
+                    Wait::Local,
+                    format!("waiting for {provider} to accept ResourceSlice {slice}"),
+                ),
+            }
+        }
+    }
+}
+
+/// What the provider sees of the buyer's ForeignCluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IncomingPeering {
+    /// Role `Consumer` (or `ConsumerAndProvider`).
+    pub consumer: bool,
+    /// Authentication enabled with `AuthTenantStatus` Ready.
+    pub authenticated: bool,
+}
+
+/// The provider side (Go §3.7, without its bug: only an authenticated
+/// consumer activates the Allocation). The capacity was taken from the
+/// Flavor's ledger at the sale, so `Inactive` moves straight on.
+pub fn provider(current: Option<&AllocationState>, incoming: Option<IncomingPeering>) -> Plan {
+    match current {
+        None => Plan::to(status(AllocationState::Inactive, MSG_INACTIVE)),
+        Some(AllocationState::Inactive) => {
+            Plan::to(status(AllocationState::Provisioning, MSG_RESERVED))
+        }
+        Some(AllocationState::Provisioning | AllocationState::Peering) => match incoming {
+            None => Plan {
+                status: status(AllocationState::Provisioning, MSG_NO_FOREIGN_CLUSTER),
+                ..Plan::keep()
+            },
+            Some(IncomingPeering {
+                consumer: true,
+                authenticated: true,
+            }) => Plan::to(status(AllocationState::Active, MSG_INCOMING_READY)),
+            Some(_) => Plan::to(status(
+                AllocationState::Provisioning,
+                MSG_INCOMING_NOT_READY,
+            )),
+        },
+        Some(_) => Plan::keep(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use fluidos_liqo_api::generated::tenant::TenantStatusAuthParams;
+
+    const P: &str = "prov";
+    const S: &str = "contract-f-1234";
+
+    fn grant() -> TenantGrant {
+        TenantGrant {
+            auth_params: TenantStatusAuthParams::default(),
+            tenant_namespace: "liqo-tenant-cons".into(),
+        }
+    }
+
+    fn peering(view: &ConsumerView) -> Plan {
+        consumer(Some(&AllocationState::Peering), P, S, view)
+    }
+
+    fn authenticated() -> ConsumerView {
+        ConsumerView {
+            tenant_namespace: true,
+            identity: Some(true),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn sides_follow_the_seller() {
+        let me = NodeIdentity {
+            domain: "d".into(),
+            node_id: "n".into(),
+            ..Default::default()
+        };
+        assert_eq!(side(&me, &me), Side::Provider);
+        let other = NodeIdentity {
+            node_id: "m".into(),
+            ..me.clone()
+        };
+        assert_eq!(side(&other, &me), Side::Consumer);
+    }
+
+    #[test]
+    fn consumer_starts_inactive_then_peers() {
+        let v = ConsumerView::default();
+        let p = consumer(None, P, S, &v);
+        assert_eq!(p.status.unwrap().message, MSG_INACTIVE);
+        let p = consumer(Some(&AllocationState::Inactive), P, S, &v);
+        assert_eq!(
+            p.status.unwrap(),
+            Status {
+                state: AllocationState::Peering,
+                message: MSG_PEERING.into()
+            }
+        );
+        assert!(p.effects.is_empty());
+    }
+
+    #[test]
+    fn terminal_states_are_left_alone() {
+        for s in [AllocationState::Error, AllocationState::Released] {
+            assert_eq!(
+                consumer(Some(&s), P, S, &ConsumerView::default()),
+                Plan::keep()
+            );
+            assert_eq!(provider(Some(&s), None), Plan::keep());
+        }
+    }
+
+    #[test]
+    fn first_step_is_the_remote_nonce_with_the_tenant_namespace() {
+        let p = peering(&ConsumerView {
+            remote: Some(Remote::default()),
+            ..Default::default()
+        });
+        assert_eq!(
+            p.effects,
+            vec![Effect::CreateTenantNamespace, Effect::CreateRemoteNonce]
+        );
+        assert_eq!(p.wait, Wait::Remote);
+        let s = p.status.unwrap();
+        assert_eq!(s.state, AllocationState::Peering);
+        assert!(s.message.starts_with(MSG_PEERING), "{}", s.message);
+    }
+
+    #[test]
+    fn an_empty_nonce_is_waited_for_on_the_provider() {
+        let p = peering(&ConsumerView {
+            tenant_namespace: true,
+            remote: Some(Remote {
+                nonce: Some(None),
+                tenant: None,
+            }),
+            ..Default::default()
+        });
+        assert!(p.effects.is_empty());
+        assert_eq!(p.wait, Wait::Remote);
+    }
+
+    #[test]
+    fn the_nonce_is_signed_locally() {
+        let p = peering(&ConsumerView {
+            tenant_namespace: true,
+            remote: Some(Remote {
+                nonce: Some(Some(b"n1".to_vec())),
+                tenant: None,
+            }),
+            ..Default::default()
+        });
+        assert_eq!(p.effects, vec![Effect::CreateSignedNonce(b"n1".to_vec())]);
+        assert_eq!(p.wait, Wait::Local);
+        // Not signed yet: wait for Liqo's signer.
+        let p = peering(&ConsumerView {
+            tenant_namespace: true,
+            signed_nonce: Some(SignedNonce {
+                nonce: Some(b"n1".to_vec()),
+                signature: None,
+            }),
+            remote: Some(Remote {
+                nonce: Some(Some(b"n1".to_vec())),
+                tenant: None,
+            }),
+            ..Default::default()
+        });
+        assert!(p.effects.is_empty());
+        assert_eq!(p.wait, Wait::Local);
+    }
+
+    #[test]
+    fn a_stale_signed_nonce_is_replaced() {
+        let p = peering(&ConsumerView {
+            tenant_namespace: true,
+            signed_nonce: Some(SignedNonce {
+                nonce: Some(b"old".to_vec()),
+                signature: Some(b"sig".to_vec()),
+            }),
+            remote: Some(Remote {
+                nonce: Some(Some(b"new".to_vec())),
+                tenant: None,
+            }),
+            ..Default::default()
+        });
+        assert_eq!(p.effects, vec![Effect::DeleteSignedNonce]);
+    }
+
+    #[test]
+    fn the_signature_goes_into_the_tenant_and_its_grant_into_the_identity() {
+        let signed = Some(SignedNonce {
+            nonce: Some(b"n1".to_vec()),
+            signature: Some(b"sig".to_vec()),
+        });
+        let mut v = ConsumerView {
+            tenant_namespace: true,
+            signed_nonce: signed,
+            remote: Some(Remote {
+                nonce: Some(Some(b"n1".to_vec())),
+                tenant: None,
+            }),
+            ..Default::default()
+        };
+        let p = peering(&v);
+        assert_eq!(p.effects, vec![Effect::CreateTenant(b"sig".to_vec())]);
+        assert_eq!(p.wait, Wait::Remote);
+        v.remote.as_mut().unwrap().tenant = Some(None);
+        let p = peering(&v);
+        assert!(p.effects.is_empty());
+        assert_eq!(p.wait, Wait::Remote);
+        v.remote.as_mut().unwrap().tenant = Some(Some(grant()));
+        let p = peering(&v);
+        assert_eq!(p.effects, vec![Effect::CreateIdentity(Box::new(grant()))]);
+        assert_eq!(p.wait, Wait::Local);
+        // The Identity exists: the provider is no longer read.
+        v.identity = Some(false);
+        assert!(!v.needs_remote());
+        let p = peering(&v);
+        assert!(p.effects.is_empty());
+        assert_eq!(p.wait, Wait::Local);
+    }
+
+    #[test]
+    fn once_authenticated_the_slice_is_created_even_if_already_peered() {
+        // A consumer already peered with this provider (earlier Contract)
+        // has a ready Identity: it goes straight to its own ResourceSlice.
+        let p = peering(&authenticated());
+        assert_eq!(p.effects, vec![Effect::CreateResourceSlice]);
+        assert_eq!(p.wait, Wait::Local);
+        let mut no_ns = authenticated();
+        no_ns.tenant_namespace = false;
+        assert_eq!(
+            peering(&no_ns).effects,
+            vec![Effect::CreateTenantNamespace, Effect::CreateResourceSlice]
+        );
+    }
+
+    #[test]
+    fn slice_acceptance_then_node_ready_makes_it_active() {
+        let mut v = authenticated();
+        v.slice = Some((Some(Verdict::Accepted), None));
+        let p = peering(&v);
+        assert!(p.effects.is_empty());
+        assert_eq!(p.status.unwrap().state, AllocationState::Peering);
+        v.slice = Some((Some(Verdict::Accepted), Some(Verdict::Accepted)));
+        let p = peering(&v);
+        assert!(p.status.unwrap().message.contains("virtual node"));
+        v.node_ready = true;
+        let p = peering(&v);
+        assert_eq!(
+            p.status.unwrap(),
+            Status {
+                state: AllocationState::Active,
+                message: MSG_ACTIVE.into()
+            }
+        );
+        assert_eq!(p.wait, Wait::Nothing);
+    }
+
+    #[test]
+    fn a_denied_slice_is_an_error() {
+        let mut v = authenticated();
+        v.slice = Some((
+            Some(Verdict::Accepted),
+            Some(Verdict::Denied("no contract".into())),
+        ));
+        let s = peering(&v).status.unwrap();
+        assert_eq!(s.state, AllocationState::Error);
+        assert_eq!(
+            s.message,
+            format!(
+                "Error when peering with cluster {P}: ResourceSlice {S}: resources denied: no contract"
+            )
+        );
+    }
+
+    #[test]
+    fn active_stays_active_and_repairs() {
+        let p = consumer(Some(&AllocationState::Active), P, S, &authenticated());
+        assert_eq!(p.effects, vec![Effect::CreateResourceSlice]);
+        let s = p.status.unwrap();
+        assert_eq!(s.state, AllocationState::Active);
+        assert!(s.message.starts_with(MSG_ACTIVE_NOT_READY));
+    }
+
+    #[test]
+    fn provider_follows_the_buyers_foreign_cluster() {
+        assert_eq!(provider(None, None).status.unwrap().message, MSG_INACTIVE);
+        let p = provider(Some(&AllocationState::Inactive), None);
+        assert_eq!(
+            p.status.unwrap(),
+            Status {
+                state: AllocationState::Provisioning,
+                message: MSG_RESERVED.into()
+            }
+        );
+        let prov = Some(&AllocationState::Provisioning);
+        assert_eq!(
+            provider(prov, None).status.unwrap().message,
+            MSG_NO_FOREIGN_CLUSTER
+        );
+        let half = IncomingPeering {
+            consumer: true,
+            authenticated: false,
+        };
+        assert_eq!(
+            provider(prov, Some(half)).status.unwrap().message,
+            MSG_INCOMING_NOT_READY
+        );
+        let full = IncomingPeering {
+            consumer: true,
+            authenticated: true,
+        };
+        assert_eq!(
+            provider(prov, Some(full)).status.unwrap(),
+            Status {
+                state: AllocationState::Active,
+                message: MSG_INCOMING_READY.into()
+            }
+        );
+        assert_eq!(
+            provider(Some(&AllocationState::Active), Some(full)),
+            Plan::keep()
+        );
+    }
+}

@@ -1,0 +1,14 @@
+//! K8Slice allocation through Liqo v1.0 peering, driven by the Contract.
+//!
+//! [`objects`] builds, as pure functions, the Liqo objects the declarative
+//! peering needs on the consumer side with networking off, exactly as
+//! `liqoctl peer --networking-disabled` creates them. [`allocation`] is the
+//! Allocation controller for K8Slice contracts, consumer and provider side:
+//! its decisions are the pure functions of [`allocation::machine`], the
+//! executor reads, creates (create-or-adopt) and writes the status once per
+//! reconcile.
+
+pub mod allocation;
+pub mod objects;
+
+pub use allocation::{PeeringConfig, run};

@@ -1,0 +1,552 @@
+//! Pure builders of the Liqo v1.0.0 objects a consumer creates to peer with
+//! a provider as `liqoctl peer --networking-disabled` does
+//! (`liqo-peering.md` §2.2–2.3): same names, labels and specs.
+//!
+//! | object | cluster | name | namespace |
+//! |---|---|---|---|
+//! | tenant Namespace | consumer | `liqo-tenant-<P>` | - |
+//! | nonce Secret | provider | `liqo-nonce` | `liqo-tenant-<C>` |
+//! | signed-nonce Secret | consumer | `liqo-signed-nonce` | `liqo-tenant-<P>` |
+//! | Tenant | provider | `<C>` | `liqo-tenant-<C>` |
+//! | control-plane Identity | consumer | `controlplane-<P>` | `liqo-tenant-<P>` |
+//! | ResourceSlice | consumer | the Contract's name | `liqo-tenant-<P>` |
+//!
+//! One difference from liqoctl: the ResourceSlice is named after the Contract
+//! (as the Go FLUIDOS node does), not after the provider, so a second
+//! Contract with the same provider gets a second slice and a second virtual
+//! node.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use fluidos_api::common::FlavorTypeIdentifier;
+use fluidos_api::configuration::ConfigurationData;
+use fluidos_api::flavor::FlavorTypeData;
+use fluidos_api::reservation::ContractSpec;
+use fluidos_liqo_api::generated::identity::{IdentityAuthParams, IdentityType};
+use fluidos_liqo_api::generated::tenant::TenantStatusAuthParams;
+use fluidos_liqo_api::{
+    Identity, IdentitySpec, ResourceSlice, ResourceSliceSpec, Tenant, TenantSpec,
+};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::ObjectMeta;
+
+/// Liqo's namespace.
+pub const LIQO_NAMESPACE: &str = "liqo";
+/// Label naming the peer cluster (as seen from where the object lives).
+pub const REMOTE_CLUSTER_ID: &str = "liqo.io/remote-cluster-id";
+/// Label of tenant namespaces.
+pub const TENANT_NAMESPACE_LABEL: &str = "liqo.io/tenant-namespace";
+/// Label of the provider's nonce Secret.
+pub const NONCE_LABEL: &str = "liqo.io/nonce";
+/// Label of the consumer's signed-nonce Secret.
+pub const SIGNED_NONCE_LABEL: &str = "liqo.io/signed-nonce";
+/// Name of the provider's nonce Secret.
+pub const NONCE_SECRET: &str = "liqo-nonce";
+/// Name of the consumer's signed-nonce Secret.
+pub const SIGNED_NONCE_SECRET: &str = "liqo-signed-nonce";
+/// Nonce Secret key (both Secrets).
+pub const NONCE_KEY: &str = "nonce";
+/// Signed-nonce Secret key holding the Ed25519 signature.
+pub const SIGNED_NONCE_KEY: &str = "signedNonce";
+/// Secret Liqo keeps the cluster's Ed25519 key pair in.
+pub const AUTH_KEYS_SECRET: &str = "authentication-keys";
+/// Organization of control-plane certificates.
+pub const CONTROL_PLANE_ORGANIZATION: &str = "liqo.io";
+/// ResourceSlice replication labels.
+pub const REPLICATION_LABEL: &str = "liqo.io/replication";
+/// ResourceSlice replication destination label.
+pub const REMOTE_ID_LABEL: &str = "liqo.io/remoteID";
+/// ResourceSlice annotation asking for a VirtualNode.
+pub const CREATE_VIRTUAL_NODE: &str = "liqo.io/create-virtual-node";
+/// The class served by Liqo's built-in handler.
+pub const DEFAULT_CLASS: &str = "default";
+/// Label put on what this crate creates, besides Liqo's own.
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "fluidos-peering");
+
+/// Why a peering object could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// `liqo/authentication-keys` has no usable `privateKey`.
+    #[error("Secret liqo/{AUTH_KEYS_SECRET} has no privateKey")]
+    NoPrivateKey,
+    /// The private key is not a PEM Ed25519 PKCS#8 key.
+    #[error("reading the cluster's Ed25519 key: {0}")]
+    Key(#[source] rcgen::Error),
+    /// The CSR could not be made.
+    #[error("building the control-plane CSR: {0}")]
+    Csr(#[source] rcgen::Error),
+    /// The contract's kubeconfig is not base64.
+    #[error("the contract's kubeconfig is not base64: {0}")]
+    KubeconfigBase64(#[source] base64::DecodeError),
+    /// The contract's kubeconfig is not a kubeconfig.
+    #[error("the contract's kubeconfig is not a kubeconfig: {0}")]
+    KubeconfigYaml(#[source] kube::config::KubeconfigError),
+    /// The Contract's flavor or configuration does not describe a K8Slice.
+    #[error("the Contract does not describe a K8Slice: {0}")]
+    NotK8Slice(String),
+}
+
+/// `liqo-tenant-<peer>`, the tenant namespace each side keeps for the other.
+pub fn tenant_namespace(peer: &str) -> String {
+    format!("liqo-tenant-{peer}")
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Option<BTreeMap<String, String>> {
+    Some(
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    )
+}
+
+/// The tenant namespace for `peer`, with the two labels Liqo finds it by.
+pub fn tenant_namespace_object(peer: &str) -> Namespace {
+    Namespace {
+        metadata: ObjectMeta {
+            name: Some(tenant_namespace(peer)),
+            labels: labels(&[(REMOTE_CLUSTER_ID, peer), (TENANT_NAMESPACE_LABEL, "true")]),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// The empty nonce Secret the consumer creates on the provider (in
+/// `liqo-tenant-<consumer>`); Liqo's nonce creator fills `data.nonce`.
+pub fn nonce_secret(consumer_id: &str) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(NONCE_SECRET.to_owned()),
+            namespace: Some(tenant_namespace(consumer_id)),
+            labels: labels(&[(NONCE_LABEL, "true"), (REMOTE_CLUSTER_ID, consumer_id)]),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// The signed-nonce Secret on the consumer (in `liqo-tenant-<provider>`)
+/// holding the provider's nonce; Liqo's nonce signer adds `signedNonce`.
+pub fn signed_nonce_secret(provider_id: &str, nonce: &[u8]) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(SIGNED_NONCE_SECRET.to_owned()),
+            namespace: Some(tenant_namespace(provider_id)),
+            labels: labels(&[
+                (SIGNED_NONCE_LABEL, "true"),
+                (REMOTE_CLUSTER_ID, provider_id),
+            ]),
+            ..Default::default()
+        },
+        data: Some([(NONCE_KEY.to_owned(), ByteString(nonce.to_vec()))].into()),
+        ..Default::default()
+    }
+}
+
+/// `data[key]` of a Secret, if present and non-empty.
+pub fn secret_value<'a>(secret: &'a Secret, key: &str) -> Option<&'a [u8]> {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|b| b.0.as_slice())
+        .filter(|b| !b.is_empty())
+}
+
+/// The cluster's Ed25519 key pair, from Secret `liqo/authentication-keys`.
+pub struct ClusterKeys(rcgen::KeyPair);
+
+impl std::fmt::Debug for ClusterKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClusterKeys(..)")
+    }
+}
+
+impl ClusterKeys {
+    /// Reads `privateKey` (PEM PKCS#8 Ed25519) from the Secret.
+    pub fn from_secret(secret: &Secret) -> Result<Self, BuildError> {
+        let pem = secret_value(secret, "privateKey").ok_or(BuildError::NoPrivateKey)?;
+        let pem = std::str::from_utf8(pem).map_err(|_| BuildError::NoPrivateKey)?;
+        Self::from_pem(pem)
+    }
+
+    /// From a PEM PKCS#8 Ed25519 private key.
+    pub fn from_pem(pem: &str) -> Result<Self, BuildError> {
+        rcgen::KeyPair::from_pem(pem)
+            .map(ClusterKeys)
+            .map_err(BuildError::Key)
+    }
+
+    /// The raw 32-byte public key.
+    pub fn public_key_raw(&self) -> &[u8] {
+        self.0.public_key_raw()
+    }
+
+    /// The PEM CSR of the control-plane certificate: CN = the cluster ID,
+    /// O = `liqo.io`, signed with the cluster's key (Liqo's
+    /// `GenerateCSRForControlPlane`).
+    pub fn control_plane_csr(&self, cluster_id: &str) -> Result<String, BuildError> {
+        let mut params =
+            rcgen::CertificateParams::new(Vec::<String>::new()).map_err(BuildError::Csr)?;
+        let mut dn = rcgen::DistinguishedName::new();
+        dn.push(rcgen::DnType::CommonName, cluster_id);
+        dn.push(rcgen::DnType::OrganizationName, CONTROL_PLANE_ORGANIZATION);
+        params.distinguished_name = dn;
+        params
+            .serialize_request(&self.0)
+            .and_then(|csr| csr.pem())
+            .map_err(BuildError::Csr)
+    }
+}
+
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// The Tenant the consumer `consumer_id` applies on the provider (Liqo's
+/// `GenerateTenant`): name and label = the consumer's ID, its public key, a
+/// control-plane CSR and the nonce `signature` made by its Liqo.
+pub fn tenant(
+    consumer_id: &str,
+    keys: &ClusterKeys,
+    signature: &[u8],
+) -> Result<Tenant, BuildError> {
+    let csr = keys.control_plane_csr(consumer_id)?;
+    let mut tenant = Tenant::new(
+        consumer_id,
+        TenantSpec {
+            cluster_id: Some(consumer_id.to_owned()),
+            public_key: Some(b64(keys.public_key_raw())),
+            csr: Some(b64(csr.as_bytes())),
+            signature: Some(b64(signature)),
+            ..Default::default()
+        },
+    );
+    tenant.metadata.namespace = Some(tenant_namespace(consumer_id));
+    tenant.metadata.labels = labels(&[(REMOTE_CLUSTER_ID, consumer_id)]);
+    Ok(tenant)
+}
+
+/// What the provider's Tenant status hands back, once complete.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TenantGrant {
+    /// `status.authParams`.
+    pub auth_params: TenantStatusAuthParams,
+    /// `status.tenantNamespace`: where the consumer may write on the provider.
+    pub tenant_namespace: String,
+}
+
+impl TenantGrant {
+    /// The grant, when the Tenant's status has both `authParams` and `tenantNamespace`.
+    pub fn of(tenant: &Tenant) -> Option<TenantGrant> {
+        let status = tenant.status.as_ref()?;
+        Some(TenantGrant {
+            auth_params: status.auth_params.clone()?,
+            tenant_namespace: status.tenant_namespace.clone().filter(|n| !n.is_empty())?,
+        })
+    }
+}
+
+/// `controlplane-<provider>`.
+pub fn control_plane_identity_name(provider_id: &str) -> String {
+    format!("controlplane-{provider_id}")
+}
+
+/// The consumer's control-plane Identity for `provider_id` (Liqo's
+/// `GenerateIdentityControlPlane`).
+pub fn control_plane_identity(provider_id: &str, grant: &TenantGrant) -> Identity {
+    let a = &grant.auth_params;
+    let mut identity = Identity::new(
+        &control_plane_identity_name(provider_id),
+        IdentitySpec {
+            auth_params: Some(IdentityAuthParams {
+                api_server: a.api_server.clone(),
+                aws_config: None,
+                ca: a.ca.clone(),
+                proxy_url: a.proxy_url.clone(),
+                signed_crt: a.signed_crt.clone(),
+            }),
+            cluster_id: Some(provider_id.to_owned()),
+            namespace: Some(grant.tenant_namespace.clone()),
+            r#type: Some(IdentityType::ControlPlane),
+        },
+    );
+    identity.metadata.namespace = Some(tenant_namespace(provider_id));
+    identity.metadata.labels = labels(&[(REMOTE_CLUSTER_ID, provider_id)]);
+    identity
+}
+
+/// The resources a K8Slice Contract sold: its configuration's cpu, memory and
+/// pods, or, without a configuration (the whole flavor was bought), the
+/// flavor's. Storage and GPUs are not requested from Liqo.
+pub fn contracted_resources(
+    contract: &ContractSpec,
+) -> Result<BTreeMap<String, String>, BuildError> {
+    let flavor_type = &contract.flavor.spec.flavor_type;
+    if flavor_type.identifier() != Some(FlavorTypeIdentifier::K8Slice) {
+        return Err(BuildError::NotK8Slice(format!(
+            "flavor type {:?}",
+            flavor_type.type_identifier
+        )));
+    }
+    let (cpu, memory, pods) = match &contract.configuration {
+        Some(configuration) => match configuration.parse("spec.configuration") {
+            Ok(ConfigurationData::K8Slice(c)) => (c.cpu, c.memory, c.pods),
+            Ok(_) => return Err(BuildError::NotK8Slice("configuration type".into())),
+            Err(e) => return Err(BuildError::NotK8Slice(e.to_string())),
+        },
+        None => match flavor_type.parse() {
+            Ok(FlavorTypeData::K8Slice(k)) => (
+                k.characteristics.cpu,
+                k.characteristics.memory,
+                k.characteristics.pods,
+            ),
+            Ok(_) => return Err(BuildError::NotK8Slice("flavor data".into())),
+            Err(e) => return Err(BuildError::NotK8Slice(e.to_string())),
+        },
+    };
+    Ok([("cpu", cpu), ("memory", memory), ("pods", pods)]
+        .into_iter()
+        .filter(|(_, q)| !q.0.is_empty())
+        .map(|(k, q)| (k.to_owned(), q.0))
+        .collect())
+}
+
+/// The consumer's ResourceSlice `name` asking `provider_id` for exactly
+/// `resources` (Liqo's `forge.ResourceSlice` + `MutateResourceSlice`, with a
+/// VirtualNode).
+pub fn resource_slice(
+    name: &str,
+    provider_id: &str,
+    class: &str,
+    resources: &BTreeMap<String, String>,
+) -> ResourceSlice {
+    let mut slice = ResourceSlice::new(
+        name,
+        ResourceSliceSpec {
+            class: Some(class.to_owned()),
+            provider_cluster_id: Some(provider_id.to_owned()),
+            resources: Some(
+                resources
+                    .iter()
+                    .map(|(k, v)| (k.clone(), IntOrString::String(v.clone())))
+                    .collect(),
+            ),
+            ..Default::default()
+        },
+    );
+    slice.metadata.namespace = Some(tenant_namespace(provider_id));
+    slice.metadata.labels = labels(&[
+        (REPLICATION_LABEL, "true"),
+        (REMOTE_ID_LABEL, provider_id),
+        (REMOTE_CLUSTER_ID, provider_id),
+    ]);
+    slice.metadata.annotations = labels(&[(CREATE_VIRTUAL_NODE, "true")]);
+    slice
+}
+
+/// Decodes `peeringTargetCredentials.kubeconfig` (base64 of a kubeconfig YAML).
+pub fn decode_kubeconfig(b64_text: &str) -> Result<kube::config::Kubeconfig, BuildError> {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64_text.trim())
+        .map_err(BuildError::KubeconfigBase64)?;
+    let text = String::from_utf8_lossy(&bytes);
+    kube::config::Kubeconfig::from_yaml(&text).map_err(BuildError::KubeconfigYaml)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use fluidos_api::Configuration;
+    use fluidos_api::configuration::K8SliceConfiguration;
+    use fluidos_api::flavor::{FlavorType, K8Slice, K8SliceCharacteristics};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    /// A fixed Ed25519 PKCS#8 key, as Liqo stores it.
+    fn keys() -> ClusterKeys {
+        let kp = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+        ClusterKeys::from_pem(&kp.serialize_pem()).unwrap()
+    }
+
+    fn label<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+        meta.labels.as_ref()?.get(key).map(String::as_str)
+    }
+
+    #[test]
+    fn tenant_namespaces_carry_liqo_labels() {
+        let ns = tenant_namespace_object("prov");
+        assert_eq!(ns.metadata.name.as_deref(), Some("liqo-tenant-prov"));
+        assert_eq!(label(&ns.metadata, REMOTE_CLUSTER_ID), Some("prov"));
+        assert_eq!(label(&ns.metadata, TENANT_NAMESPACE_LABEL), Some("true"));
+    }
+
+    #[test]
+    fn nonce_secrets_as_liqoctl_makes_them() {
+        let n = nonce_secret("cons");
+        assert_eq!(n.metadata.name.as_deref(), Some("liqo-nonce"));
+        assert_eq!(n.metadata.namespace.as_deref(), Some("liqo-tenant-cons"));
+        assert_eq!(label(&n.metadata, NONCE_LABEL), Some("true"));
+        assert_eq!(label(&n.metadata, REMOTE_CLUSTER_ID), Some("cons"));
+        assert!(n.data.is_none());
+
+        let s = signed_nonce_secret("prov", b"abc");
+        assert_eq!(s.metadata.name.as_deref(), Some("liqo-signed-nonce"));
+        assert_eq!(s.metadata.namespace.as_deref(), Some("liqo-tenant-prov"));
+        assert_eq!(label(&s.metadata, SIGNED_NONCE_LABEL), Some("true"));
+        assert_eq!(label(&s.metadata, REMOTE_CLUSTER_ID), Some("prov"));
+        assert_eq!(secret_value(&s, NONCE_KEY), Some(&b"abc"[..]));
+        assert_eq!(secret_value(&s, SIGNED_NONCE_KEY), None);
+    }
+
+    #[test]
+    fn tenant_has_key_csr_and_signature() {
+        let k = keys();
+        let t = tenant("cons", &k, &[7u8; 64]).unwrap();
+        assert_eq!(t.metadata.name.as_deref(), Some("cons"));
+        assert_eq!(t.metadata.namespace.as_deref(), Some("liqo-tenant-cons"));
+        assert_eq!(label(&t.metadata, REMOTE_CLUSTER_ID), Some("cons"));
+        assert_eq!(t.spec.cluster_id.as_deref(), Some("cons"));
+        let dec = |s: &Option<String>| {
+            base64::engine::general_purpose::STANDARD
+                .decode(s.as_deref().unwrap())
+                .unwrap()
+        };
+        assert_eq!(dec(&t.spec.public_key), k.public_key_raw());
+        assert_eq!(k.public_key_raw().len(), 32);
+        assert_eq!(dec(&t.spec.signature), vec![7u8; 64]);
+        let csr = String::from_utf8(dec(&t.spec.csr)).unwrap();
+        assert!(
+            csr.starts_with("-----BEGIN CERTIFICATE REQUEST-----"),
+            "{csr}"
+        );
+        // No authz policy and no tenant condition: Liqo's defaults apply.
+        assert!(t.spec.authz_policy.is_none() && t.spec.tenant_condition.is_none());
+    }
+
+    #[test]
+    fn identity_from_tenant_grant() {
+        let grant = TenantGrant {
+            auth_params: TenantStatusAuthParams {
+                api_server: Some("https://127.0.0.1:1".into()),
+                ca: Some("Q0E=".into()),
+                signed_crt: Some("Q1JU".into()),
+                ..Default::default()
+            },
+            tenant_namespace: "liqo-tenant-cons".into(),
+        };
+        let i = control_plane_identity("prov", &grant);
+        assert_eq!(i.metadata.name.as_deref(), Some("controlplane-prov"));
+        assert_eq!(i.metadata.namespace.as_deref(), Some("liqo-tenant-prov"));
+        assert_eq!(label(&i.metadata, REMOTE_CLUSTER_ID), Some("prov"));
+        assert_eq!(i.spec.cluster_id.as_deref(), Some("prov"));
+        assert_eq!(i.spec.r#type, Some(IdentityType::ControlPlane));
+        assert_eq!(i.spec.namespace.as_deref(), Some("liqo-tenant-cons"));
+        let a = i.spec.auth_params.unwrap();
+        assert_eq!(a.signed_crt.as_deref(), Some("Q1JU"));
+        assert_eq!(a.api_server.as_deref(), Some("https://127.0.0.1:1"));
+    }
+
+    #[test]
+    fn tenant_grant_needs_both_fields() {
+        let mut t = Tenant::new("c", TenantSpec::default());
+        assert!(TenantGrant::of(&t).is_none());
+        t.status = Some(fluidos_liqo_api::TenantStatus {
+            auth_params: Some(TenantStatusAuthParams::default()),
+            tenant_namespace: None,
+        });
+        assert!(TenantGrant::of(&t).is_none());
+        t.status.as_mut().unwrap().tenant_namespace = Some("ns".into());
+        assert!(TenantGrant::of(&t).is_some());
+    }
+
+    pub(crate) fn contract(configuration: Option<(&str, &str, &str)>) -> ContractSpec {
+        let flavor = K8Slice {
+            characteristics: K8SliceCharacteristics {
+                architecture: "amd64".into(),
+                cpu: Quantity("8".into()),
+                memory: Quantity("16Gi".into()),
+                pods: Quantity("110".into()),
+                gpu: None,
+                storage: Some(Quantity("100Gi".into())),
+            },
+            ..Default::default()
+        };
+        let mut spec: ContractSpec = serde_json::from_value(serde_json::json!({
+            "flavor": {"metadata": {"name": "f1"}, "spec": {
+                "providerID": "p", "flavorType": FlavorType::k8slice(&flavor),
+                "owner": {"domain": "d", "nodeID": "p", "ip": "1.2.3.4"},
+                "price": {"amount": "1", "currency": "EUR", "period": "hourly"},
+                "availability": true}},
+            "transactionID": "t",
+            "buyer": {"domain": "d", "nodeID": "c", "ip": "1.2.3.5"},
+            "buyerClusterID": "cons",
+            "seller": {"domain": "d", "nodeID": "p", "ip": "1.2.3.4"},
+            "peeringTargetCredentials": {"liqoID": "prov", "kubeconfig": ""}
+        }))
+        .unwrap();
+        spec.configuration = configuration.map(|(cpu, memory, pods)| {
+            Configuration::k8slice(&K8SliceConfiguration {
+                cpu: Quantity(cpu.into()),
+                memory: Quantity(memory.into()),
+                pods: Quantity(pods.into()),
+                gpu: None,
+                storage: Some(Quantity("1Gi".into())),
+            })
+        });
+        spec
+    }
+
+    #[test]
+    fn contracted_resources_are_the_configuration_or_the_flavor() {
+        let bought = contracted_resources(&contract(Some(("1", "1Gi", "110")))).unwrap();
+        assert_eq!(
+            bought,
+            [("cpu", "1"), ("memory", "1Gi"), ("pods", "110")]
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .into()
+        );
+        let whole = contracted_resources(&contract(None)).unwrap();
+        assert_eq!(whole["cpu"], "8");
+        assert_eq!(whole["memory"], "16Gi");
+        assert_eq!(whole.len(), 3, "storage is not requested: {whole:?}");
+    }
+
+    #[test]
+    fn resource_slice_as_liqoctl_makes_it() {
+        let r: BTreeMap<String, String> = [("cpu".to_owned(), "1".to_owned())].into();
+        let s = resource_slice("contract-x-1234", "prov", DEFAULT_CLASS, &r);
+        assert_eq!(s.metadata.name.as_deref(), Some("contract-x-1234"));
+        assert_eq!(s.metadata.namespace.as_deref(), Some("liqo-tenant-prov"));
+        assert_eq!(label(&s.metadata, REPLICATION_LABEL), Some("true"));
+        assert_eq!(label(&s.metadata, REMOTE_ID_LABEL), Some("prov"));
+        assert_eq!(label(&s.metadata, REMOTE_CLUSTER_ID), Some("prov"));
+        assert_eq!(
+            s.metadata.annotations.as_ref().unwrap()[CREATE_VIRTUAL_NODE],
+            "true"
+        );
+        assert_eq!(s.spec.class.as_deref(), Some("default"));
+        assert_eq!(s.spec.provider_cluster_id.as_deref(), Some("prov"));
+        assert!(s.spec.consumer_cluster_id.is_none() && s.spec.csr.is_none());
+        assert_eq!(
+            s.spec.resources.unwrap()["cpu"],
+            IntOrString::String("1".into())
+        );
+    }
+
+    #[test]
+    fn kubeconfigs_decode_or_say_why_not() {
+        let yaml = "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n";
+        let b = base64::engine::general_purpose::STANDARD.encode(yaml);
+        assert!(decode_kubeconfig(&b).is_ok());
+        assert!(matches!(
+            decode_kubeconfig("%%%"),
+            Err(BuildError::KubeconfigBase64(_))
+        ));
+    }
+}

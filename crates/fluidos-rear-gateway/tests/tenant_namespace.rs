@@ -1,0 +1,80 @@
+//! A K8Slice sale binds the buyer into its Liqo tenant namespace, and only
+//! its own: a buyer stating another peer's Liqo cluster ID is refused.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use fluidos_api::flavor::FlavorType;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use kube::Api;
+
+fn json(body: &str) -> serde_json::Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buyer_cannot_claim_another_peers_tenant_namespace() {
+    let cp = control_plane().await;
+    let client = cp.client();
+    let c = http();
+    let ns = "rear-tenant";
+    namespace(&client, ns).await;
+    for name in ["f1", "f2"] {
+        let p = partition(("1", "1"), ("0", "0"), ("0", "0"));
+        let k = k8slice("amd64", "2", "4Gi", "20", None, None, p);
+        create_flavor(&client, ns, name, spec(FlavorType::k8slice(&k), true)).await;
+    }
+    let gw = serve(&client, config(&cp, ns)).await;
+    let reserve = gw.url("/api/v2/reservations");
+    let purchase = |tx: &str| gw.url(&format!("/api/v2/transactions/{tx}/purchase"));
+    let buy = |flavor: &str, buyer: &str, liqo_id: &str| {
+        let mut body = k8s_reserve(flavor, buyer, "1", "1Gi", "1");
+        body["buyerID"]["additionalInformation"]["liqoID"] = liqo_id.into();
+        body
+    };
+
+    // Buyer a, with its own cluster ID: sold, and bound in liqo-tenant-liqo-a.
+    let (s, body) = post(&c, &reserve, &buy("f1", "a", "liqo-a")).await;
+    assert_eq!(s, 200, "{body}");
+    let tx = json(&body)["transactionID"].as_str().unwrap().to_owned();
+    let (s, body) = post(&c, &purchase(&tx), &serde_json::json!({})).await;
+    assert_eq!(s, 200, "{body}");
+    let tenant = Api::<Namespace>::all(client.clone())
+        .get("liqo-tenant-liqo-a")
+        .await
+        .unwrap();
+    assert_eq!(
+        tenant.metadata.labels.unwrap()["liqo.io/remote-cluster-id"],
+        "liqo-a"
+    );
+    let bindings = Api::<RoleBinding>::namespaced(client.clone(), "liqo-tenant-liqo-a")
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(bindings.len(), 1);
+
+    // Buyer b states a's cluster ID: refused with 409, nothing bound for b.
+    let (s, body) = post(&c, &reserve, &buy("f2", "b", "liqo-a")).await;
+    assert_eq!(s, 200, "{body}");
+    let tx = json(&body)["transactionID"].as_str().unwrap().to_owned();
+    let (s, body) = post(&c, &purchase(&tx), &serde_json::json!({})).await;
+    assert_eq!(s, 409, "{body}");
+    assert!(
+        json(&body)["error"]
+            .as_str()
+            .unwrap()
+            .contains("belongs to another peer"),
+        "{body}"
+    );
+    let bindings = Api::<RoleBinding>::namespaced(client.clone(), "liqo-tenant-liqo-a")
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(bindings.len(), 1, "b was not bound into a's namespace");
+    gw.shutdown().await;
+}

@@ -1,0 +1,505 @@
+//! The buyer's decisions on a Service Allocation, as a pure function of what
+//! was read and what the provider answered.
+//!
+//! ```text
+//! (none) ─ provider: not ready (409/404/unreachable) ─▶ Provisioning "Waiting for the provider: …"
+//!   │ provider: 200                                    │ 410 / 403 / 400
+//!   ▼                                                  ▼
+//! Active "Credentials secret found…" (Secret written)  Error "<provider's reason>"
+//!   │ Contract gone / Allocation deleted
+//!   ▼
+//! Secret deleted; Released (or finalizer removed)
+//! ```
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use fluidos_api::allocation::{AllocationState, AllocationStatus};
+use fluidos_api::rear::ServiceAccess;
+use fluidos_api::{Allocation, GenericRef};
+use fluidos_blueprint::{CONTRACT_LABEL, CREDENTIALS_LABEL};
+use fluidos_rear_client::RearError;
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::{CONSUMER_FINALIZER, Next};
+
+/// The Go node's message once the credentials are there.
+pub const ACTIVE_MESSAGE: &str = "Credentials secret found, Allocation is now Active";
+/// How often the provider is asked while the service is not ready.
+pub const POLL: Duration = Duration::from_secs(1);
+/// How often the provider is asked when it could not be reached.
+pub const UNREACHABLE_POLL: Duration = Duration::from_secs(5);
+/// How often an Active service is checked with the provider.
+pub const ACTIVE_POLL: Duration = Duration::from_secs(30);
+
+/// Everything the decision depends on.
+#[derive(Debug)]
+pub struct Input<'a> {
+    /// The Allocation, freshly read.
+    pub allocation: &'a Allocation,
+    /// The Contract's name.
+    pub contract_name: &'a str,
+    /// False when the Contract is gone (ended).
+    pub contract_exists: bool,
+    /// The consumer's credentials Secret, as read.
+    pub secret: Option<&'a Secret>,
+    /// The provider's answer, when [`needs_fetch`] said to ask.
+    pub fetched: Option<&'a Result<ServiceAccess, RearError>>,
+    /// The current time (RFC 3339) for `lastUpdateTime`.
+    pub now: String,
+}
+
+/// A write.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Effect {
+    /// Add our finalizer to the Allocation.
+    AddFinalizer,
+    /// Remove our finalizer from the Allocation.
+    RemoveFinalizer,
+    /// Server-side apply the credentials Secret.
+    ApplySecret(Value),
+    /// Delete the credentials Secret.
+    DeleteSecret(String),
+    /// Publish an event on the Allocation.
+    Event {
+        /// Warning rather than Normal.
+        warning: bool,
+        /// CamelCase reason.
+        reason: &'static str,
+        /// The note.
+        note: String,
+    },
+}
+
+/// The decision.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// Writes, in order.
+    pub effects: Vec<Effect>,
+    /// The status to write (unchanged when equal to the current one).
+    pub status: AllocationStatus,
+    /// When to look again.
+    pub next: Next,
+}
+
+fn state(a: &Allocation) -> Option<AllocationState> {
+    a.status.as_ref().and_then(|s| s.status.clone())
+}
+
+/// True when the provider should be asked (pure).
+pub fn needs_fetch(allocation: &Allocation, contract_exists: bool) -> bool {
+    allocation.metadata.deletion_timestamp.is_none()
+        && contract_exists
+        && !matches!(
+            state(allocation),
+            Some(AllocationState::Error | AllocationState::Released)
+        )
+}
+
+/// The Secret name: `credentials-<contract>`, as the provider's.
+pub fn secret_name(contract: &str) -> String {
+    fluidos_api::naming::credentials_secret_name(contract)
+}
+
+/// The consumer's credentials Secret: `endpoints` (reachable from here) and
+/// the credentials, owned by the Allocation, labelled like the provider's.
+pub fn secret_object(allocation: &Allocation, contract: &str, access: &ServiceAccess) -> Value {
+    let mut data: BTreeMap<String, String> = access.credentials.clone();
+    data.insert("endpoints".to_owned(), access.endpoints.clone());
+    let owner = allocation.controller_owner_ref(&());
+    json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": secret_name(contract),
+            "namespace": allocation.namespace(),
+            "labels": {CONTRACT_LABEL: contract, CREDENTIALS_LABEL: "true"},
+            "ownerReferences": owner.into_iter().collect::<Vec<_>>(),
+        },
+        "type": "Opaque",
+        "stringData": data,
+    })
+}
+
+/// True when `secret` already holds exactly `access`.
+fn holds(secret: &Secret, access: &ServiceAccess) -> bool {
+    let mut want: BTreeMap<String, String> = access.credentials.clone();
+    want.insert("endpoints".to_owned(), access.endpoints.clone());
+    let have: BTreeMap<String, String> = secret
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), String::from_utf8_lossy(&v.0).into_owned()))
+        .collect();
+    have == want
+}
+
+struct Machine<'a> {
+    input: &'a Input<'a>,
+    effects: Vec<Effect>,
+    status: AllocationStatus,
+}
+
+impl Machine<'_> {
+    fn set(&mut self, state: AllocationState, message: impl Into<String>) {
+        let message = message.into();
+        if self.status.status.as_ref() != Some(&state)
+            || self.status.message.as_deref() != Some(message.as_str())
+        {
+            self.status.status = Some(state);
+            self.status.message = Some(message);
+            self.status.last_update_time = Some(self.input.now.clone());
+        }
+    }
+
+    fn event(&mut self, warning: bool, reason: &'static str, note: String) {
+        self.effects.push(Effect::Event {
+            warning,
+            reason,
+            note,
+        });
+    }
+
+    fn remove_secret(&mut self) {
+        if self.input.secret.is_some() {
+            self.effects
+                .push(Effect::DeleteSecret(secret_name(self.input.contract_name)));
+        }
+    }
+
+    fn fetched(&mut self, answer: &Result<ServiceAccess, RearError>) -> Next {
+        let was_active = state(self.input.allocation) == Some(AllocationState::Active);
+        match answer {
+            Ok(access) => {
+                if !self.input.secret.is_some_and(|s| holds(s, access)) {
+                    self.effects.push(Effect::ApplySecret(secret_object(
+                        self.input.allocation,
+                        self.input.contract_name,
+                        access,
+                    )));
+                }
+                if !was_active {
+                    self.event(
+                        false,
+                        "ServiceReady",
+                        format!("service reachable at {}", access.endpoints),
+                    );
+                }
+                self.status.resource_ref = Some(GenericRef {
+                    name: Some(secret_name(self.input.contract_name)),
+                    namespace: self.input.allocation.namespace(),
+                    api_version: Some("v1".into()),
+                    kind: Some("Secret".into()),
+                });
+                self.set(AllocationState::Active, ACTIVE_MESSAGE);
+                Next::Requeue(ACTIVE_POLL)
+            }
+            Err(e) => match e.status() {
+                Some(400 | 403 | 410) => {
+                    let message = match e {
+                        RearError::Rejected { message, .. } => message.clone(),
+                        other => other.to_string(),
+                    };
+                    let message = format!("Provider refused the service: {message}");
+                    self.event(true, "AllocationFailed", message.clone());
+                    self.set(AllocationState::Error, message);
+                    Next::AwaitChange
+                }
+                Some(_) => {
+                    let message = match e {
+                        RearError::Rejected { message, .. } => message.clone(),
+                        other => other.to_string(),
+                    };
+                    self.set(
+                        AllocationState::Provisioning,
+                        format!("Waiting for the provider: {message}"),
+                    );
+                    Next::Requeue(POLL)
+                }
+                None => {
+                    self.set(
+                        AllocationState::Provisioning,
+                        format!("Waiting for the provider: {e}"),
+                    );
+                    Next::Requeue(UNREACHABLE_POLL)
+                }
+            },
+        }
+    }
+}
+
+/// Decides what to do with a buyer-side Service Allocation (pure).
+pub fn plan(input: &Input<'_>) -> Plan {
+    let mut m = Machine {
+        input,
+        effects: Vec::new(),
+        status: input.allocation.status.clone().unwrap_or_default(),
+    };
+    let has_finalizer = input
+        .allocation
+        .finalizers()
+        .iter()
+        .any(|f| f == CONSUMER_FINALIZER);
+    let next = if input.allocation.metadata.deletion_timestamp.is_some() {
+        if has_finalizer {
+            m.remove_secret();
+            m.effects.push(Effect::RemoveFinalizer);
+        }
+        Next::AwaitChange
+    } else {
+        if !has_finalizer {
+            m.effects.push(Effect::AddFinalizer);
+        }
+        if !input.contract_exists {
+            m.remove_secret();
+            let message = format!(
+                "Contract {} ended: credentials Secret removed",
+                input.contract_name
+            );
+            if m.status.message.as_deref() != Some(message.as_str()) {
+                m.event(false, "ServiceRemoved", message.clone());
+            }
+            m.status.resource_ref = None;
+            m.set(AllocationState::Released, message);
+            Next::AwaitChange
+        } else {
+            match input.fetched {
+                Some(answer) => m.fetched(answer),
+                None => Next::AwaitChange,
+            }
+        }
+    };
+    Plan {
+        effects: m.effects,
+        status: m.status,
+        next,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use fluidos_api::allocation::AllocationSpec;
+
+    const C: &str = "contract-x";
+
+    fn allocation(state: Option<AllocationState>, finalizer: bool) -> Allocation {
+        let mut a = Allocation::new(
+            "allocation-x",
+            AllocationSpec {
+                forwarding: Some(false),
+                contract: Some(GenericRef::named("fluidos", C)),
+            },
+        );
+        a.metadata.namespace = Some("fluidos".into());
+        a.metadata.uid = Some("uid-1".into());
+        if finalizer {
+            a.metadata.finalizers = Some(vec![CONSUMER_FINALIZER.to_owned()]);
+        }
+        a.status = state.map(|s| AllocationStatus {
+            status: Some(s),
+            message: Some("m".into()),
+            ..Default::default()
+        });
+        a
+    }
+
+    fn access() -> ServiceAccess {
+        ServiceAccess {
+            contract_id: C.into(),
+            endpoints: "192.0.2.10:31000".into(),
+            cluster_endpoints: "db.contract-x.svc.cluster.local:3306".into(),
+            credentials: [
+                ("username".to_owned(), "admin".to_owned()),
+                ("password".to_owned(), "admin".to_owned()),
+                ("database".to_owned(), "mydb".to_owned()),
+            ]
+            .into(),
+        }
+    }
+
+    fn rejected(status: u16) -> RearError {
+        RearError::Rejected {
+            address: "p:3004".into(),
+            status,
+            message: "why".into(),
+        }
+    }
+
+    fn run(
+        a: &Allocation,
+        contract_exists: bool,
+        secret: Option<&Secret>,
+        fetched: Option<Result<ServiceAccess, RearError>>,
+    ) -> Plan {
+        plan(&Input {
+            allocation: a,
+            contract_name: C,
+            contract_exists,
+            secret,
+            fetched: fetched.as_ref(),
+            now: "2026-01-01T00:00:00Z".into(),
+        })
+    }
+
+    fn state_of(p: &Plan) -> (Option<AllocationState>, String) {
+        (
+            p.status.status.clone(),
+            p.status.message.clone().unwrap_or_default(),
+        )
+    }
+
+    #[test]
+    fn fetch_only_while_live() {
+        assert!(needs_fetch(&allocation(None, false), true));
+        assert!(needs_fetch(
+            &allocation(Some(AllocationState::Active), true),
+            true
+        ));
+        assert!(!needs_fetch(&allocation(None, true), false));
+        assert!(!needs_fetch(
+            &allocation(Some(AllocationState::Error), true),
+            true
+        ));
+        assert!(!needs_fetch(
+            &allocation(Some(AllocationState::Released), true),
+            true
+        ));
+    }
+
+    #[test]
+    fn ready_provider_gives_a_secret_and_active() {
+        let a = allocation(None, false);
+        let p = run(&a, true, None, Some(Ok(access())));
+        assert_eq!(p.effects[0], Effect::AddFinalizer);
+        let Some(Effect::ApplySecret(s)) = p
+            .effects
+            .iter()
+            .find(|e| matches!(e, Effect::ApplySecret(_)))
+        else {
+            panic!("{:?}", p.effects);
+        };
+        assert_eq!(s["metadata"]["name"], "credentials-contract-x");
+        assert_eq!(s["metadata"]["namespace"], "fluidos");
+        assert_eq!(s["metadata"]["labels"][CONTRACT_LABEL], C);
+        assert_eq!(s["metadata"]["ownerReferences"][0]["uid"], "uid-1");
+        assert_eq!(
+            s["stringData"],
+            json!({"endpoints": "192.0.2.10:31000", "username": "admin", "password": "admin", "database": "mydb"})
+        );
+        assert_eq!(
+            state_of(&p),
+            (Some(AllocationState::Active), ACTIVE_MESSAGE.into())
+        );
+        assert_eq!(
+            p.status.resource_ref,
+            Some(GenericRef {
+                name: Some("credentials-contract-x".into()),
+                namespace: Some("fluidos".into()),
+                api_version: Some("v1".into()),
+                kind: Some("Secret".into()),
+            })
+        );
+        assert_eq!(p.next, Next::Requeue(ACTIVE_POLL));
+        // Already written: nothing to apply.
+        let secret: Secret = serde_json::from_value(json!({"metadata": {"name": "credentials-contract-x"},
+            "data": {"endpoints": "MTkyLjAuMi4xMDozMTAwMA==", "username": "YWRtaW4=", "password": "YWRtaW4=", "database": "bXlkYg=="}}))
+        .unwrap();
+        let p = run(
+            &allocation(Some(AllocationState::Active), true),
+            true,
+            Some(&secret),
+            Some(Ok(access())),
+        );
+        assert!(p.effects.is_empty(), "{:?}", p.effects);
+    }
+
+    #[test]
+    fn not_ready_waits_and_refusals_fail() {
+        let a = allocation(None, true);
+        for code in [409, 404, 503] {
+            let p = run(&a, true, None, Some(Err(rejected(code))));
+            assert_eq!(
+                state_of(&p),
+                (
+                    Some(AllocationState::Provisioning),
+                    "Waiting for the provider: why".into()
+                )
+            );
+            assert_eq!(p.next, Next::Requeue(POLL));
+        }
+        let unreachable = RearError::Unreachable {
+            address: "p:3004".into(),
+            message: "refused".into(),
+            timed_out: false,
+        };
+        let p = run(&a, true, None, Some(Err(unreachable)));
+        assert_eq!(p.status.status, Some(AllocationState::Provisioning));
+        assert_eq!(p.next, Next::Requeue(UNREACHABLE_POLL));
+        for code in [400, 403, 410] {
+            let p = run(&a, true, None, Some(Err(rejected(code))));
+            assert_eq!(
+                state_of(&p),
+                (
+                    Some(AllocationState::Error),
+                    "Provider refused the service: why".into()
+                )
+            );
+            assert_eq!(p.next, Next::AwaitChange);
+        }
+        // A degraded service after Active: back to Provisioning, Secret kept.
+        let p = run(
+            &allocation(Some(AllocationState::Active), true),
+            true,
+            None,
+            Some(Err(rejected(409))),
+        );
+        assert_eq!(p.status.status, Some(AllocationState::Provisioning));
+        assert!(
+            !p.effects
+                .iter()
+                .any(|e| matches!(e, Effect::DeleteSecret(_)))
+        );
+    }
+
+    #[test]
+    fn contract_end_and_deletion_remove_the_secret() {
+        let secret = Secret::default();
+        let p = run(
+            &allocation(Some(AllocationState::Active), true),
+            false,
+            Some(&secret),
+            None,
+        );
+        assert!(
+            p.effects
+                .contains(&Effect::DeleteSecret("credentials-contract-x".into()))
+        );
+        assert_eq!(
+            state_of(&p),
+            (
+                Some(AllocationState::Released),
+                format!("Contract {C} ended: credentials Secret removed")
+            )
+        );
+        assert_eq!(p.status.resource_ref, None);
+        let mut deleting = allocation(Some(AllocationState::Active), true);
+        deleting.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
+        );
+        let p = run(&deleting, true, Some(&secret), None);
+        assert_eq!(
+            p.effects,
+            vec![
+                Effect::DeleteSecret("credentials-contract-x".into()),
+                Effect::RemoveFinalizer
+            ]
+        );
+        deleting.metadata.finalizers = None;
+        assert!(run(&deleting, true, Some(&secret), None).effects.is_empty());
+    }
+}

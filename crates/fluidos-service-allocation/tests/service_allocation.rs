@@ -1,0 +1,548 @@
+//! Service allocation without Liqo on a real control plane (with
+//! kube-controller-manager, kube-scheduler and kwok, so Deployments really
+//! become available): the provider instantiates the upstream database
+//! blueprint for a Contract, the REAR route serves its endpoints and
+//! credentials to the buyer only, the buyer's controller writes them into a
+//! Secret, a forbidden kind ends in Error with nothing created, and deleting
+//! the Allocations leaves nothing behind.
+//!
+//! Provider (namespace `fluidos`) and buyer (namespace `buyer`) share one
+//! control plane: each controller only handles contracts where its node is
+//! the seller (provider) or the buyer (consumer).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use fluidos_api::allocation::AllocationState;
+use fluidos_api::{Allocation, Contract, NodeIdentity, ServiceBlueprint};
+use fluidos_controller::{Metrics, ReadinessGate};
+use fluidos_rear_client::{ClientConfig, RearClient};
+use fluidos_rear_gateway::{Gateway, GatewayConfig};
+use fluidos_service_allocation::{consumer, provider};
+use fluidos_testenv::{ControlPlane, ControlPlaneOptions, fixtures};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use serde_json::json;
+
+const PROVIDER: &str = "fluidos";
+const BUYER: &str = "buyer";
+
+fn identity(node: &str, ip: &str) -> NodeIdentity {
+    serde_json::from_value(json!({"domain": "fluidos.eu", "nodeID": node, "ip": ip})).unwrap()
+}
+
+fn contract(name: &str, ns: &str, blueprint: &str, gateway: &str) -> Contract {
+    serde_json::from_value(json!({
+        "apiVersion": "reservation.fluidos.eu/v1alpha1", "kind": "Contract",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "flavor": {"metadata": {"name": format!("flavor-{name}"),
+                    "labels": {"nodecore.fluidos.eu/service-blueprint": blueprint}},
+                "spec": {
+                "flavorType": {"typeIdentifier": "Service", "typeData": {
+                    "name": "db", "description": "d", "category": "database", "tags": ["database", "mysql"],
+                    "hostingPolicies": ["Provider", "Consumer"],
+                    "configurationTemplate": {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+                        "properties": {"username": {"type": "string"}, "password": {"type": "string"}, "database": {"type": "string"}},
+                        "required": ["username", "password", "database"]}}},
+                "owner": {"domain": "fluidos.eu", "nodeID": "provider-node", "ip": gateway},
+                "providerID": "provider-node",
+                "price": {"amount": "", "currency": "", "period": ""},
+                "availability": true, "networkPropertyType": "networkProperty",
+                "location": {"latitude": "", "longitude": "", "country": "", "city": "", "additionalNotes": ""}}},
+            "transactionID": format!("tx-{name}"),
+            "configuration": {"type": "Service", "data": {"configurationData":
+                {"username": "admin", "password": "admin", "database": "mydb"}}},
+            "buyer": {"domain": "fluidos.eu", "nodeID": "buyer-node", "ip": "127.0.0.1:1"},
+            "buyerClusterID": "buyer-cluster",
+            "seller": {"domain": "fluidos.eu", "nodeID": "provider-node", "ip": gateway},
+            "peeringTargetCredentials": {"liqoID": "provider-cluster", "kubeconfig": ""}}}))
+    .unwrap()
+}
+
+fn allocation(name: &str, ns: &str, contract: &str, provider_side: bool) -> Allocation {
+    let labels = if provider_side {
+        json!({"fluidos.eu/rear-side": "provider"})
+    } else {
+        json!({})
+    };
+    serde_json::from_value(json!({
+        "apiVersion": "nodecore.fluidos.eu/v1alpha1", "kind": "Allocation",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {"forwarding": false, "contract": {"name": contract, "namespace": ns}}}))
+    .unwrap()
+}
+
+async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let start = Instant::now();
+    loop {
+        let last = match f().await {
+            Ok(v) => return v,
+            Err(e) => e,
+        };
+        assert!(
+            start.elapsed() < timeout,
+            "{what}: not within {timeout:?}; last: {last}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn state(api: &Api<Allocation>, name: &str) -> Result<(AllocationState, String), String> {
+    let a = api.get(name).await.map_err(|e| e.to_string())?;
+    let s = a.status.unwrap_or_default();
+    match s.status {
+        Some(st) => Ok((st, s.message.unwrap_or_default())),
+        None => Err("no status yet".into()),
+    }
+}
+
+// One scenario, start to teardown, on one control plane (starting one is the slow part).
+#[expect(clippy::too_many_lines)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_service_end_to_end_without_liqo() {
+    let Some(reference) = fluidos_testenv::shared_reference_dir() else {
+        println!("SKIP: ../shared/reference not found (the upstream database blueprint)");
+        return;
+    };
+    let text = std::fs::read_to_string(reference.join("fluidos-samples/service-blueprint-db.yaml"))
+        .unwrap();
+    let mut blueprint: ServiceBlueprint = serde_yaml::from_str(&text).unwrap();
+    blueprint.metadata.namespace = Some(PROVIDER.into());
+
+    let cp = ControlPlane::start(ControlPlaneOptions {
+        workloads: true,
+        crd_dirs: vec![fluidos_testenv::crds_dir()],
+    })
+    .await
+    .unwrap();
+    let client = cp.client();
+    for ns in [PROVIDER, BUYER] {
+        fixtures::namespace(&cp, ns).await.unwrap();
+    }
+    fixtures::worker_node(&cp, "kwok-node-0", "8", "16Gi")
+        .await
+        .unwrap();
+    Api::<ServiceBlueprint>::namespaced(client.clone(), PROVIDER)
+        .create(&PostParams::default(), &blueprint)
+        .await
+        .unwrap();
+    let bad: ServiceBlueprint = serde_json::from_value(json!({
+        "apiVersion": "nodecore.fluidos.eu/v1alpha1", "kind": "ServiceBlueprint",
+        "metadata": {"name": "bad", "namespace": PROVIDER},
+        "spec": {"name": "bad", "description": "d", "category": "database", "tags": [], "hostingPolicies": ["Provider"],
+            "templates": [
+                {"name": "fine", "serviceData": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}},
+                {"name": "forbidden", "serviceData": {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "x"}}}]}}))
+    .unwrap();
+    let broken: ServiceBlueprint = serde_json::from_value(json!({
+        "apiVersion": "nodecore.fluidos.eu/v1alpha1", "kind": "ServiceBlueprint",
+        "metadata": {"name": "broken", "namespace": PROVIDER},
+        "spec": {"name": "broken", "description": "d", "category": "database", "tags": [], "hostingPolicies": ["Provider"],
+            "templates": [{"name": "config", "serviceData": {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "c"}, "data": {"k": "{{ .password | nosuchfunction }}"}}}]}}))
+    .unwrap();
+    // Its Deployment can never be scheduled: no node matches.
+    let mut stuck = blueprint.clone();
+    stuck.metadata.name = Some("stuck".into());
+    for t in &mut stuck.spec.templates {
+        if t.service_data["kind"] == "Deployment" {
+            t.service_data["spec"]["template"]["spec"]["nodeSelector"] =
+                json!({"no-such-label": "x"});
+        }
+    }
+    for bp in [&bad, &broken, &stuck] {
+        Api::<ServiceBlueprint>::namespaced(client.clone(), PROVIDER)
+            .create(&PostParams::default(), bp)
+            .await
+            .unwrap();
+    }
+
+    // The provider: gateway + service allocation controller.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let gateway_addr = listener.local_addr().unwrap().to_string();
+    let seller = identity("provider-node", &gateway_addr);
+    let gateway = Gateway::start(
+        client.clone(),
+        GatewayConfig::new(PROVIDER, seller.clone(), cp.server_url()),
+    );
+    gateway.wait_ready(Duration::from_secs(30)).await.unwrap();
+    tokio::spawn(gateway.serve(listener, futures::future::pending()));
+    let metrics = Metrics::new();
+    let mut cfg = provider::ProviderConfig::new(PROVIDER, seller);
+    cfg.teardown_timeout = Duration::from_secs(60);
+    let ready = ReadinessGate::new();
+    tokio::spawn({
+        let (client, metrics, ready) = (client.clone(), metrics.clone(), ready.clone());
+        async move { provider::run(client, cfg, &metrics, ready, futures::future::pending()).await }
+    });
+    ready.wait().await;
+    // The buyer's controller.
+    let ready = ReadinessGate::new();
+    tokio::spawn({
+        let (client, metrics, ready) = (client.clone(), metrics.clone(), ready.clone());
+        let cfg = consumer::ConsumerConfig {
+            namespace: BUYER.into(),
+            identity: identity("buyer-node", "127.0.0.1:1"),
+            rear: ClientConfig::default(),
+        };
+        async move { consumer::run(client, cfg, &metrics, ready, futures::future::pending()).await }
+    });
+    ready.wait().await;
+
+    let started = Instant::now();
+    let c = "contract-db";
+    for ns in [PROVIDER, BUYER] {
+        Api::<Contract>::namespaced(client.clone(), ns)
+            .create(
+                &PostParams::default(),
+                &contract(c, ns, "db-mysql", &gateway_addr),
+            )
+            .await
+            .unwrap();
+    }
+    // As if an earlier run had crashed halfway: the namespace (applied first,
+    // so labelled and annotated as this Allocation's) and one object exist
+    // already, with stale content. Everything is adopted, not refused.
+    let crashed: Namespace = serde_json::from_value(provider::machine::namespace_object(
+        c,
+        &format!("{PROVIDER}/alloc-db"),
+    ))
+    .unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &crashed)
+        .await
+        .unwrap();
+    let stale: Secret = serde_json::from_value(json!({"metadata": {"name": "db-credentials"},
+        "stringData": {"password": "stale", "leftover": "x"}}))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), c)
+        .create(&PostParams::default(), &stale)
+        .await
+        .unwrap();
+    let provider_allocs: Api<Allocation> = Api::namespaced(client.clone(), PROVIDER);
+    let buyer_allocs: Api<Allocation> = Api::namespaced(client.clone(), BUYER);
+    provider_allocs
+        .create(
+            &PostParams::default(),
+            &allocation("alloc-db", PROVIDER, c, true),
+        )
+        .await
+        .unwrap();
+    buyer_allocs
+        .create(
+            &PostParams::default(),
+            &allocation("alloc-db", BUYER, c, false),
+        )
+        .await
+        .unwrap();
+
+    // Provider: Active once the Deployment is available on the kwok node.
+    eventually(
+        "provider Allocation Active",
+        Duration::from_secs(120),
+        || async {
+            match state(&provider_allocs, "alloc-db").await? {
+                (AllocationState::Active, _) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    let adopted = Api::<Secret>::namespaced(client.clone(), c)
+        .get("db-credentials")
+        .await
+        .unwrap();
+    assert_eq!(
+        adopted.data.unwrap()["password"].0,
+        b"admin",
+        "the crashed run's object was adopted and brought up to date"
+    );
+    let svc: k8s_openapi::api::core::v1::Service = Api::namespaced(client.clone(), c)
+        .get("db-service")
+        .await
+        .unwrap();
+    assert_eq!(
+        svc.spec.as_ref().unwrap().type_.as_deref(),
+        Some("NodePort")
+    );
+    let deployment: k8s_openapi::api::apps::v1::Deployment =
+        Api::namespaced(client.clone(), c).get("db").await.unwrap();
+    assert_eq!(
+        deployment.metadata.labels.unwrap()["reservation.fluidos.eu/contract"],
+        c
+    );
+    assert!(
+        deployment
+            .metadata
+            .managed_fields
+            .unwrap()
+            .iter()
+            .any(|m| m.manager.as_deref() == Some("fluidos-service-allocation")),
+        "applied server-side by our field manager"
+    );
+
+    // Buyer: the Secret with the Go node's keys, and an Active Allocation pointing at it.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), BUYER);
+    let secret = eventually("buyer Secret", Duration::from_secs(60), || async {
+        secrets
+            .get_opt("credentials-contract-db")
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "no Secret yet".to_owned())
+    })
+    .await;
+    println!("Allocation to buyer Secret: {:.1?}", started.elapsed());
+    let data: std::collections::BTreeMap<String, String> = secret
+        .data
+        .unwrap()
+        .into_iter()
+        .map(|(k, v)| (k, String::from_utf8(v.0).unwrap()))
+        .collect();
+    let keys: Vec<&str> = data.keys().map(String::as_str).collect();
+    assert_eq!(keys, ["database", "endpoints", "password", "username"]);
+    assert_eq!(data["username"], "admin");
+    assert_eq!(data["database"], "mydb");
+    let node_port = svc.spec.unwrap().ports.unwrap()[0].node_port.unwrap();
+    assert_eq!(data["endpoints"], format!("127.0.0.1:{node_port}"));
+    eventually(
+        "buyer Allocation Active",
+        Duration::from_secs(30),
+        || async {
+            let a = buyer_allocs
+                .get("alloc-db")
+                .await
+                .map_err(|e| e.to_string())?;
+            let st = a.status.unwrap_or_default();
+            match (st.status, st.resource_ref) {
+                (Some(AllocationState::Active), Some(r))
+                    if r.name.as_deref() == Some("credentials-contract-db") =>
+                {
+                    Ok(())
+                }
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+
+    // The route answers the buyer only.
+    let rear = RearClient::new(ClientConfig::default()).unwrap();
+    let tx = format!("tx-{c}");
+    let ok = rear
+        .service_access(&gateway_addr, c, "buyer-node", &tx)
+        .await
+        .unwrap();
+    assert_eq!(ok.credentials["password"], "admin");
+    // Another buyer, the buyer without the transaction ID and an unknown
+    // contract all get the same 404.
+    let unknown = rear
+        .service_access(&gateway_addr, "nope", "buyer-node", &tx)
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.status(), Some(404), "{unknown}");
+    for (buyer, tx) in [
+        ("intruder", tx.as_str()),
+        ("buyer-node", "tx-guess"),
+        ("buyer-node", ""),
+    ] {
+        let refused = rear
+            .service_access(&gateway_addr, c, buyer, tx)
+            .await
+            .unwrap_err();
+        assert_eq!(refused.status(), Some(404), "{refused}");
+        assert_eq!(
+            refused.to_string().replace(c, "nope"),
+            unknown.to_string(),
+            "same answer as an unknown contract"
+        );
+    }
+
+    // A forbidden kind: Error with the reason, nothing created.
+    let bad_c = "contract-bad";
+    Api::<Contract>::namespaced(client.clone(), PROVIDER)
+        .create(
+            &PostParams::default(),
+            &contract(bad_c, PROVIDER, "bad", &gateway_addr),
+        )
+        .await
+        .unwrap();
+    provider_allocs
+        .create(
+            &PostParams::default(),
+            &allocation("alloc-bad", PROVIDER, bad_c, true),
+        )
+        .await
+        .unwrap();
+    let (_, message) = eventually(
+        "bad Allocation in Error",
+        Duration::from_secs(30),
+        || async {
+            match state(&provider_allocs, "alloc-bad").await? {
+                (AllocationState::Error, m) => Ok(((), m)),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(message.contains("ClusterRole"), "{message}");
+    assert!(
+        Api::<Namespace>::all(client.clone())
+            .get_opt(bad_c)
+            .await
+            .unwrap()
+            .is_none(),
+        "nothing created for a refused blueprint"
+    );
+    let refused = rear
+        .service_access(&gateway_addr, bad_c, "buyer-node", &format!("tx-{bad_c}"))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.status(), Some(410), "{refused}");
+
+    // A template error: Error naming the template, nothing created.
+    let broken_c = "contract-broken";
+    Api::<Contract>::namespaced(client.clone(), PROVIDER)
+        .create(
+            &PostParams::default(),
+            &contract(broken_c, PROVIDER, "broken", &gateway_addr),
+        )
+        .await
+        .unwrap();
+    provider_allocs
+        .create(
+            &PostParams::default(),
+            &allocation("alloc-broken", PROVIDER, broken_c, true),
+        )
+        .await
+        .unwrap();
+    let message = eventually(
+        "broken Allocation in Error",
+        Duration::from_secs(30),
+        || async {
+            match state(&provider_allocs, "alloc-broken").await? {
+                (AllocationState::Error, m) => Ok(m),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(
+        message.contains("config") && message.contains("nosuchfunction"),
+        "{message}"
+    );
+    assert!(
+        Api::<Namespace>::all(client.clone())
+            .get_opt(broken_c)
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // A workload that never becomes available: not Active, and says why; the buyer is told 409.
+    let stuck_c = "contract-stuck";
+    Api::<Contract>::namespaced(client.clone(), PROVIDER)
+        .create(
+            &PostParams::default(),
+            &contract(stuck_c, PROVIDER, "stuck", &gateway_addr),
+        )
+        .await
+        .unwrap();
+    provider_allocs
+        .create(
+            &PostParams::default(),
+            &allocation("alloc-stuck", PROVIDER, stuck_c, true),
+        )
+        .await
+        .unwrap();
+    let message = eventually(
+        "stuck Allocation degraded",
+        Duration::from_secs(60),
+        || async {
+            match state(&provider_allocs, "alloc-stuck").await? {
+                (AllocationState::ResourceCreation, m) if m.contains("Unschedulable") => Ok(m),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(
+        message.starts_with("Service degraded: pod db-"),
+        "{message}"
+    );
+    let waiting = rear
+        .service_access(
+            &gateway_addr,
+            stuck_c,
+            "buyer-node",
+            &format!("tx-{stuck_c}"),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(waiting.status(), Some(409), "{waiting}");
+    provider_allocs
+        .delete("alloc-stuck", &DeleteParams::default())
+        .await
+        .unwrap();
+
+    // Teardown: nothing left on either side.
+    buyer_allocs
+        .delete("alloc-db", &DeleteParams::default())
+        .await
+        .unwrap();
+    provider_allocs
+        .delete("alloc-db", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("teardown", Duration::from_secs(90), || async {
+        let secret = secrets
+            .get_opt("credentials-contract-db")
+            .await
+            .map_err(|e| e.to_string())?;
+        let ns = Api::<Namespace>::all(client.clone())
+            .get_opt(c)
+            .await
+            .map_err(|e| e.to_string())?;
+        let allocs = (
+            provider_allocs
+                .get_opt("alloc-db")
+                .await
+                .map_err(|e| e.to_string())?,
+            buyer_allocs
+                .get_opt("alloc-db")
+                .await
+                .map_err(|e| e.to_string())?,
+        );
+        let stuck = (
+            Api::<Namespace>::all(client.clone())
+                .get_opt("contract-stuck")
+                .await
+                .map_err(|e| e.to_string())?,
+            provider_allocs
+                .get_opt("alloc-stuck")
+                .await
+                .map_err(|e| e.to_string())?,
+        );
+        if stuck.0.is_some() || stuck.1.is_some() {
+            return Err("the stuck service is not gone yet".into());
+        }
+        match (secret, ns, allocs) {
+            (None, None, (None, None)) => Ok(()),
+            (s, n, a) => Err(format!(
+                "left: secret {}, namespace {:?}, allocations {}/{}",
+                s.is_some(),
+                n.and_then(|n| n.status).and_then(|s| s.phase),
+                a.0.is_some(),
+                a.1.is_some()
+            )),
+        }
+    })
+    .await;
+}
