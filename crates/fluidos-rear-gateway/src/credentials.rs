@@ -2,11 +2,13 @@
 //!
 //! Upstream shares one near-cluster-admin ServiceAccount with every peer and
 //! never revokes it. Here each buyer gets its own ServiceAccount
-//! `fluidos-peer-<buyerID>`, bound by a RoleBinding to one namespaced Role
-//! (`fluidos-peer`) that carries only what Liqo 1.0's own minimal
-//! "peering user" needs (see [`peer_rules`]), and a bounded token from the
-//! TokenRequest API (no long-lived token Secret). Revoking a buyer is deleting
-//! its ServiceAccount.
+//! `fluidos-peer-<buyerID>` and a bounded token from the TokenRequest API (no
+//! long-lived token Secret). The account has no rights of its own: a K8Slice
+//! sale binds it, by a RoleBinding to the namespaced Role `fluidos-peer`
+//! carrying only what Liqo 1.0's own minimal "peering user" needs (see
+//! [`peer_rules`]), in the buyer's Liqo tenant namespace and nowhere else
+//! (unless a compatibility namespace is configured). Revoking a buyer is
+//! deleting its ServiceAccount and its RoleBindings.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -17,7 +19,9 @@ use futures::StreamExt;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{
+    DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions,
+};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
@@ -78,8 +82,10 @@ pub enum CredentialsError {
 pub struct CredentialsConfig {
     /// Namespace of the ServiceAccounts.
     pub namespace: String,
-    /// Namespace of the Role and RoleBindings (where the peer acts).
-    pub role_namespace: String,
+    /// A namespace where peers are granted [`peer_rules`] besides their
+    /// Liqo tenant namespace, for consumers that act elsewhere; none by
+    /// default (least privilege: nothing in the node's own namespace).
+    pub role_namespace: Option<String>,
     /// `server:` of the kubeconfig.
     pub api_server_url: String,
     /// PEM of the API server's CA, inlined as `certificate-authority-data`.
@@ -104,6 +110,40 @@ pub struct Credentials {
     /// while its account still exists, so a revocation by another replica is
     /// seen here within the watch's latency.
     accounts: Store<ServiceAccount>,
+    /// Watch caches of the peer Roles and RoleBindings this gateway made, in
+    /// every namespace: a buyer's tenant grant is written once, then only
+    /// checked against these (three API calls less on each K8Slice sale).
+    roles: Store<Role>,
+    bindings: Store<RoleBinding>,
+}
+
+/// True when `role` and `binding` (as the watch caches see them in a tenant
+/// namespace) already grant [`peer_rules`] to the ServiceAccount `sa` of
+/// `sa_namespace`, bound for `buyer_id`. A binding of ours exists in a tenant
+/// namespace only after the namespace was claimed for that same buyer
+/// ([`Credentials::grant_tenant_namespace`]), and goes away with it.
+pub fn tenant_grant_is_current(
+    role: Option<&Role>,
+    binding: Option<&RoleBinding>,
+    buyer_id: &str,
+    sa: &str,
+    sa_namespace: &str,
+) -> bool {
+    let role_ok = role.is_some_and(|r| {
+        r.metadata.deletion_timestamp.is_none() && r.rules.as_deref() == Some(&peer_rules()[..])
+    });
+    let binding_ok = binding.is_some_and(|b| {
+        b.metadata.deletion_timestamp.is_none()
+            && b.annotations().get(BUYER_ANNOTATION).map(String::as_str) == Some(buyer_id)
+            && b.role_ref.kind == "Role"
+            && b.role_ref.name == PEER_ROLE
+            && b.subjects.as_deref().is_some_and(|subjects| {
+                matches!(subjects, [s] if s.kind == "ServiceAccount"
+                    && s.name == sa
+                    && s.namespace.as_deref() == Some(sa_namespace))
+            })
+    });
+    role_ok && binding_ok
 }
 
 /// The Role rules a peer gets: Liqo 1.0's `liqo-peering-user-tenant-ns`
@@ -155,6 +195,30 @@ pub fn peer_rules() -> Vec<PolicyRule> {
         ),
         rule(&["ipam.liqo.io"], &["networks"], &["get", "list"]),
     ]
+}
+
+/// Keeps `writer` in step with a watch of `api`, logging (not ending on) errors.
+async fn reflect_forever<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    writer: reflector::store::Writer<K>,
+    what: &'static str,
+) where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let stream = watcher(api, config).default_backoff().reflect(writer);
+    futures::pin_mut!(stream);
+    while let Some(event) = stream.next().await {
+        if let Err(e) = event {
+            tracing::warn!(error = %e, "{what} watch error; retrying");
+        }
+    }
 }
 
 /// `fluidos-peer-<buyer>` as a valid object name (DNS label, ≤ 63 characters).
@@ -219,24 +283,37 @@ impl Credentials {
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let api: Api<ServiceAccount> = Api::namespaced(client.clone(), &cfg.namespace);
         let (accounts, writer) = reflector::store();
+        let (roles, roles_writer) = reflector::store();
+        let (bindings, bindings_writer) = reflector::store();
         let selector = format!("{}={}", MANAGED_LABEL.0, MANAGED_LABEL.1);
+        let config = watcher::Config::default().labels(&selector);
+        let driver = futures::future::join3(
+            // Without these watches, cached tokens are simply not reused and
+            // tenant grants are written at every sale.
+            reflect_forever(api, config.clone(), writer, "peer ServiceAccount"),
+            reflect_forever(
+                Api::<Role>::all(client.clone()),
+                config.clone(),
+                roles_writer,
+                "peer Role",
+            ),
+            reflect_forever(
+                Api::<RoleBinding>::all(client.clone()),
+                config,
+                bindings_writer,
+                "peer RoleBinding",
+            ),
+        );
         let driver = async move {
-            let stream = watcher(api, watcher::Config::default().labels(&selector))
-                .default_backoff()
-                .reflect(writer);
-            futures::pin_mut!(stream);
-            while let Some(event) = stream.next().await {
-                if let Err(e) = event {
-                    // Without the watch, cached tokens are simply not reused.
-                    tracing::warn!(error = %e, "peer ServiceAccount watch error; retrying");
-                }
-            }
+            driver.await;
         };
         let credentials = Credentials {
             client,
             cfg,
             cache: Mutex::new(HashMap::new()),
             accounts,
+            roles,
+            bindings,
         };
         (credentials, driver)
     }
@@ -310,8 +387,9 @@ impl Credentials {
         Ok(b64)
     }
 
-    /// Server-side applies the ServiceAccount, the shared Role and the
-    /// buyer's RoleBinding; returns the ServiceAccount's UID.
+    /// Server-side applies the ServiceAccount (and, in the compatibility
+    /// namespace if one is configured, the peer Role and the buyer's
+    /// RoleBinding); returns the ServiceAccount's UID.
     async fn ensure_rbac(&self, sa: &str, buyer_id: &str) -> Result<String, CredentialsError> {
         let pp = PatchParams::apply(FIELD_MANAGER).force();
         let sa_obj = ServiceAccount {
@@ -335,61 +413,9 @@ impl Credentials {
                 step: "applying the peer ServiceAccount",
                 source,
             })?;
-        let role = Role {
-            metadata: ObjectMeta {
-                name: Some(PEER_ROLE.to_owned()),
-                namespace: Some(self.cfg.role_namespace.clone()),
-                labels: labels(),
-                ..Default::default()
-            },
-            rules: Some(peer_rules()),
-        };
-        let roles = Api::<Role>::namespaced(self.client.clone(), &self.cfg.role_namespace);
-        roles
-            .patch(
-                PEER_ROLE,
-                &pp,
-                &Patch::Apply(with_type(&role, "rbac.authorization.k8s.io/v1", "Role")),
-            )
-            .await
-            .map_err(|source| CredentialsError::Kube {
-                step: "applying the peer Role (the gateway needs the rules it grants, or `bind`/`escalate`)",
-                source,
-            })?;
-        let binding = RoleBinding {
-            metadata: ObjectMeta {
-                name: Some(sa.to_owned()),
-                namespace: Some(self.cfg.role_namespace.clone()),
-                labels: labels(),
-                ..Default::default()
-            },
-            role_ref: RoleRef {
-                api_group: "rbac.authorization.k8s.io".into(),
-                kind: "Role".into(),
-                name: PEER_ROLE.into(),
-            },
-            subjects: Some(vec![Subject {
-                kind: "ServiceAccount".into(),
-                name: sa.to_owned(),
-                namespace: Some(self.cfg.namespace.clone()),
-                ..Default::default()
-            }]),
-        };
-        Api::<RoleBinding>::namespaced(self.client.clone(), &self.cfg.role_namespace)
-            .patch(
-                sa,
-                &pp,
-                &Patch::Apply(with_type(
-                    &binding,
-                    "rbac.authorization.k8s.io/v1",
-                    "RoleBinding",
-                )),
-            )
-            .await
-            .map_err(|source| CredentialsError::Kube {
-                step: "applying the peer RoleBinding",
-                source,
-            })?;
+        if let Some(extra) = &self.cfg.role_namespace {
+            self.bind_peer_rules(extra, sa, buyer_id).await?;
+        }
         if applied.annotations().contains_key(REVOKING_ANNOTATION) {
             // Issuing cancels a pending revocation; the write also changes
             // the resourceVersion the revoker's delete is conditioned on.
@@ -542,19 +568,44 @@ impl Credentials {
             return Ok(());
         }
         let ns = format!("liqo-tenant-{buyer_cluster_id}");
-        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        let sa = service_account_name(buyer_id);
+        if tenant_grant_is_current(
+            self.roles
+                .get(&ObjectRef::new(PEER_ROLE).within(&ns))
+                .as_deref(),
+            self.bindings
+                .get(&ObjectRef::new(&sa).within(&ns))
+                .as_deref(),
+            buyer_id,
+            &sa,
+            &self.cfg.namespace,
+        ) {
+            return Ok(());
+        }
         self.claim_tenant_namespace(&ns, buyer_id, buyer_cluster_id)
             .await?;
+        self.bind_peer_rules(&ns, &sa, buyer_id).await
+    }
+
+    /// Server-side applies the peer Role in `ns` and binds the buyer's
+    /// ServiceAccount `sa` to it.
+    async fn bind_peer_rules(
+        &self,
+        ns: &str,
+        sa: &str,
+        buyer_id: &str,
+    ) -> Result<(), CredentialsError> {
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
         let role = Role {
             metadata: ObjectMeta {
                 name: Some(PEER_ROLE.to_owned()),
-                namespace: Some(ns.clone()),
+                namespace: Some(ns.to_owned()),
                 labels: labels(),
                 ..Default::default()
             },
             rules: Some(peer_rules()),
         };
-        Api::<Role>::namespaced(self.client.clone(), &ns)
+        Api::<Role>::namespaced(self.client.clone(), ns)
             .patch(
                 PEER_ROLE,
                 &pp,
@@ -562,14 +613,13 @@ impl Credentials {
             )
             .await
             .map_err(|source| CredentialsError::Kube {
-                step: "applying the peer Role in the buyer's tenant namespace",
+                step: "applying the peer Role (the gateway needs the rules it grants, or `bind`/`escalate`)",
                 source,
             })?;
-        let sa = service_account_name(buyer_id);
         let binding = RoleBinding {
             metadata: ObjectMeta {
-                name: Some(sa.clone()),
-                namespace: Some(ns.clone()),
+                name: Some(sa.to_owned()),
+                namespace: Some(ns.to_owned()),
                 labels: labels(),
                 annotations: Some([(BUYER_ANNOTATION.to_owned(), buyer_id.to_owned())].into()),
                 ..Default::default()
@@ -581,14 +631,14 @@ impl Credentials {
             },
             subjects: Some(vec![Subject {
                 kind: "ServiceAccount".into(),
-                name: sa.clone(),
+                name: sa.to_owned(),
                 namespace: Some(self.cfg.namespace.clone()),
                 ..Default::default()
             }]),
         };
-        Api::<RoleBinding>::namespaced(self.client.clone(), &ns)
+        Api::<RoleBinding>::namespaced(self.client.clone(), ns)
             .patch(
-                &sa,
+                sa,
                 &pp,
                 &Patch::Apply(with_type(
                     &binding,
@@ -598,7 +648,7 @@ impl Credentials {
             )
             .await
             .map_err(|source| CredentialsError::Kube {
-                step: "applying the peer RoleBinding in the buyer's tenant namespace",
+                step: "applying the peer RoleBinding",
                 source,
             })?;
         Ok(())
@@ -641,17 +691,38 @@ impl Credentials {
             .lock()
             .await
             .retain(|k, _| !k.starts_with(&prefix));
-        match Api::<RoleBinding>::namespaced(self.client.clone(), &self.cfg.role_namespace)
-            .delete(&sa, &Default::default())
+        // Its bindings, wherever they are (its tenant namespaces, and the
+        // compatibility namespace if one is configured): they bind nothing
+        // now, but a ServiceAccount of the same name made later must not
+        // inherit them.
+        let all = Api::<RoleBinding>::all(self.client.clone());
+        let selector = format!("{}={}", MANAGED_LABEL.0, MANAGED_LABEL.1);
+        let bindings = all
+            .list_metadata(&ListParams::default().labels(&selector))
             .await
-        {
-            Ok(_) => Ok(true),
-            Err(e) if api_error::is_not_found(&e) => Ok(true),
-            Err(source) => Err(CredentialsError::Kube {
-                step: "deleting the peer RoleBinding",
+            .map_err(|source| CredentialsError::Kube {
+                step: "listing the peer RoleBindings",
                 source,
-            }),
+            })?;
+        for binding in bindings.items.iter().filter(|b| b.name_any() == sa) {
+            let Some(ns) = binding.namespace() else {
+                continue;
+            };
+            match Api::<RoleBinding>::namespaced(self.client.clone(), &ns)
+                .delete(&sa, &Default::default())
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if api_error::is_not_found(&e) => {}
+                Err(source) => {
+                    return Err(CredentialsError::Kube {
+                        step: "deleting a peer RoleBinding",
+                        source,
+                    });
+                }
+            }
         }
+        Ok(true)
     }
 }
 
@@ -690,6 +761,68 @@ mod tests {
             );
             assert!(!n.ends_with('-'), "{n}");
         }
+    }
+
+    fn granted(buyer: &str, sa: &str, sa_ns: &str) -> (Role, RoleBinding) {
+        let role = Role {
+            rules: Some(peer_rules()),
+            ..Default::default()
+        };
+        let binding = RoleBinding {
+            metadata: ObjectMeta {
+                annotations: Some([(BUYER_ANNOTATION.to_owned(), buyer.to_owned())].into()),
+                ..Default::default()
+            },
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "Role".into(),
+                name: PEER_ROLE.into(),
+            },
+            subjects: Some(vec![Subject {
+                kind: "ServiceAccount".into(),
+                name: sa.into(),
+                namespace: Some(sa_ns.into()),
+                ..Default::default()
+            }]),
+        };
+        (role, binding)
+    }
+
+    #[test]
+    fn a_tenant_grant_is_skipped_only_when_it_is_exactly_in_place() {
+        let (role, binding) = granted("b", "fluidos-peer-b", "fluidos");
+        let current = |r: Option<&Role>, b: Option<&RoleBinding>| {
+            tenant_grant_is_current(r, b, "b", "fluidos-peer-b", "fluidos")
+        };
+        assert!(current(Some(&role), Some(&binding)));
+        assert!(!current(None, Some(&binding)), "no Role yet");
+        assert!(!current(Some(&role), None), "no binding yet");
+
+        let mut other_buyer = binding.clone();
+        other_buyer.metadata.annotations =
+            Some([(BUYER_ANNOTATION.to_owned(), "a".to_owned())].into());
+        assert!(!current(Some(&role), Some(&other_buyer)));
+
+        let mut other_subject = binding.clone();
+        other_subject.subjects.as_mut().unwrap()[0].namespace = Some("elsewhere".into());
+        assert!(!current(Some(&role), Some(&other_subject)));
+
+        let mut two_subjects = binding.clone();
+        let first = two_subjects.subjects.as_ref().unwrap()[0].clone();
+        two_subjects.subjects.as_mut().unwrap().push(first);
+        assert!(!current(Some(&role), Some(&two_subjects)));
+
+        let mut old_rules = role.clone();
+        old_rules.rules.as_mut().unwrap().pop();
+        assert!(
+            !current(Some(&old_rules), Some(&binding)),
+            "rules changed since"
+        );
+
+        let mut going = binding.clone();
+        going.metadata.deletion_timestamp =
+            Some(serde_json::from_value(serde_json::json!("2026-01-01T00:00:00Z")).unwrap());
+        assert!(!current(Some(&role), Some(&going)), "being deleted");
     }
 
     #[test]

@@ -111,7 +111,9 @@ pub struct GatewayConfig {
     pub api_server_url: String,
     /// PEM of the API server CA for the peering kubeconfig, if known.
     pub api_server_ca_pem: Option<String>,
-    /// Namespace of the peers' Role/RoleBindings (default: `namespace`).
+    /// A namespace where peers also get the peer Role, for consumers that
+    /// act outside their Liqo tenant namespace (default: none, so a peering
+    /// kubeconfig grants nothing in the node's own namespace).
     pub peering_namespace: Option<String>,
     /// Largest accepted request body; larger ones get 413.
     pub body_limit: usize,
@@ -219,10 +221,7 @@ impl Gateway {
             client.clone(),
             CredentialsConfig {
                 namespace: cfg.namespace.clone(),
-                role_namespace: cfg
-                    .peering_namespace
-                    .clone()
-                    .unwrap_or_else(|| cfg.namespace.clone()),
+                role_namespace: cfg.peering_namespace.clone(),
                 api_server_url: cfg.api_server_url.clone(),
                 ca_pem: cfg.api_server_ca_pem.clone(),
                 // The TokenRequest API refuses lifetimes under 10 minutes;

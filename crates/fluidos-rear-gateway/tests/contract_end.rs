@@ -17,6 +17,7 @@ use common::*;
 use fluidos_api::flavor::FlavorType;
 use fluidos_api::{Allocation, Contract, Flavor};
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::Api;
 use kube::api::DeleteParams;
 
@@ -56,7 +57,14 @@ async fn peer_client(contract: &Contract) -> kube::Client {
     kube::Client::try_from(cfg).unwrap()
 }
 
-/// The peer's credentials grant what its Role does (listing ConfigMaps).
+/// The Liqo tenant namespace of a buyer of [`buy`] (its Liqo ID is
+/// `liqo-<buyer>`): the one namespace where its credentials grant anything.
+fn tenant(buyer: &str) -> String {
+    format!("liqo-tenant-liqo-{buyer}")
+}
+
+/// The peer's credentials grant what its Role does (listing ConfigMaps in
+/// its tenant namespace).
 ///
 /// A revoked token is refused with 401, or with 403 while the API server's
 /// ServiceAccount cache still knows the deleted account but RBAC no longer
@@ -167,7 +175,12 @@ async fn deleted_and_expired_contracts_release_capacity_and_credentials() {
     let first = contracts.get(&c1).await.unwrap();
     let peer_one = peer_client(&first).await;
     let peer_two = peer_client(&contracts.get(&c2).await.unwrap()).await;
-    wait_token_works(&peer_one, ns, "buyer-one's credentials to work").await;
+    wait_token_works(
+        &peer_one,
+        &tenant("buyer-one"),
+        "buyer-one's credentials to work",
+    )
+    .await;
     assert_eq!(
         allocations
             .list(&Default::default())
@@ -211,11 +224,34 @@ async fn deleted_and_expired_contracts_release_capacity_and_credentials() {
     wait_until(
         "buyer-one's token to be refused",
         Duration::from_secs(10),
-        || async { !token_works(&peer_one, ns).await },
+        || async { !token_works(&peer_one, &tenant("buyer-one")).await },
     )
     .await;
+    let bindings_left: Vec<String> = Api::<RoleBinding>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|b| b.metadata.name.as_deref() == Some("fluidos-peer-buyer-one"))
+        .map(|b| {
+            format!(
+                "{}/fluidos-peer-buyer-one",
+                b.metadata.namespace.clone().unwrap_or_default()
+            )
+        })
+        .collect();
+    assert!(
+        bindings_left.is_empty(),
+        "revoked buyer still bound in {bindings_left:?}"
+    );
     // buyer-two still has its Contract, its Allocation and working credentials.
-    wait_token_works(&peer_two, ns, "buyer-two's credentials to keep working").await;
+    wait_token_works(
+        &peer_two,
+        &tenant("buyer-two"),
+        "buyer-two's credentials to keep working",
+    )
+    .await;
     // Operators see what happened on the objects.
     wait_event(&client, ns, "Flavor", "f", "SoldCapacityReleased").await;
     wait_event(
@@ -247,7 +283,12 @@ async fn deleted_and_expired_contracts_release_capacity_and_credentials() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let c3 = buy(&c, &replica, "f", "buyer-one", "1").await;
     let again = peer_client(&contracts.get(&c3).await.unwrap()).await;
-    wait_token_works(&again, ns, "new credentials after a revocation to work").await;
+    wait_token_works(
+        &again,
+        &tenant("buyer-one"),
+        "new credentials after a revocation to work",
+    )
+    .await;
     replica.shutdown().await;
     g.shutdown().await;
 
@@ -262,7 +303,12 @@ async fn deleted_and_expired_contracts_release_capacity_and_credentials() {
     let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
     let name = buy(&c, &g, "f", "buyer-three", "2").await;
     let peer = peer_client(&contracts.get(&name).await.unwrap()).await;
-    wait_token_works(&peer, ns, "buyer-three's credentials to work").await;
+    wait_token_works(
+        &peer,
+        &tenant("buyer-three"),
+        "buyer-three's credentials to work",
+    )
+    .await;
     wait_until(
         "the contract to expire and go",
         Duration::from_secs(20),
@@ -300,7 +346,7 @@ async fn deleted_and_expired_contracts_release_capacity_and_credentials() {
     wait_until(
         "buyer-three's token to be refused",
         Duration::from_secs(10),
-        || async { !token_works(&peer, ns).await },
+        || async { !token_works(&peer, &tenant("buyer-three")).await },
     )
     .await;
     g.shutdown().await;
@@ -334,7 +380,12 @@ async fn deleted_and_expired_contracts_release_capacity_and_credentials() {
     // Buying again cancels it: no cached token of the marked account is reused.
     let second = buy(&c, &g, "f", "buyer-four", "1").await;
     let peer = peer_client(&contracts.get(&second).await.unwrap()).await;
-    wait_token_works(&peer, ns, "the returning buyer's credentials to work").await;
+    wait_token_works(
+        &peer,
+        &tenant("buyer-four"),
+        "the returning buyer's credentials to work",
+    )
+    .await;
     let account = sas.get("fluidos-peer-buyer-four").await.unwrap();
     assert!(
         !account
@@ -348,7 +399,7 @@ async fn deleted_and_expired_contracts_release_capacity_and_credentials() {
     tokio::time::sleep(Duration::from_secs(6)).await;
     let still = sas.get("fluidos-peer-buyer-four").await.unwrap();
     assert_eq!(still.metadata.uid, account.metadata.uid);
-    assert!(token_works(&peer, ns).await);
+    assert!(token_works(&peer, &tenant("buyer-four")).await);
     assert!(
         !event_reasons(&client, ns, "ServiceAccount", "fluidos-peer-buyer-four")
             .await

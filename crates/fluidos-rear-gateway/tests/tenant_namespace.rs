@@ -7,9 +7,48 @@ mod common;
 
 use common::*;
 use fluidos_api::flavor::FlavorType;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::Api;
+
+/// What the real RBAC authorizer answers for `user` doing `verb` on
+/// `group`/`resource` in `namespace` (cluster scope when `None`).
+async fn allowed(
+    client: &kube::Client,
+    user: &str,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    namespace: Option<&str>,
+) -> bool {
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(user.into()),
+            groups: Some(vec![
+                "system:serviceaccounts".into(),
+                "system:authenticated".into(),
+            ]),
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.into()),
+                group: Some(group.into()),
+                resource: Some(resource.into()),
+                namespace: namespace.map(Into::into),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<SubjectAccessReview>::all(client.clone())
+        .create(&Default::default(), &review)
+        .await
+        .unwrap()
+        .status
+        .is_some_and(|s| s.allowed)
+}
 
 fn json(body: &str) -> serde_json::Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
@@ -56,6 +95,46 @@ async fn a_buyer_cannot_claim_another_peers_tenant_namespace() {
         .unwrap()
         .items;
     assert_eq!(bindings.len(), 1);
+
+    // What the handed-out kubeconfig may do, as the real RBAC authorizer
+    // answers: Liqo's peering-user rights in its own tenant namespace, and
+    // nothing in the node's namespace, another tenant's or cluster-wide.
+    let me = format!("system:serviceaccount:{ns}:fluidos-peer-a");
+    let own = Some("liqo-tenant-liqo-a");
+    for (verb, group, resource) in [
+        ("create", "authentication.liqo.io", "tenants"),
+        ("create", "", "secrets"),
+        ("get", "", "secrets"),
+        ("list", "", "configmaps"),
+    ] {
+        assert!(
+            allowed(&client, &me, verb, group, resource, own).await,
+            "{verb} {resource} in its tenant namespace"
+        );
+    }
+    for (verb, group, resource, namespace) in [
+        ("get", "", "secrets", Some(ns)),
+        ("list", "", "secrets", Some(ns)),
+        ("create", "", "secrets", Some(ns)),
+        ("list", "", "configmaps", Some(ns)),
+        ("get", "", "secrets", Some("liqo-tenant-liqo-b")),
+        (
+            "create",
+            "authentication.liqo.io",
+            "tenants",
+            Some("liqo-tenant-liqo-b"),
+        ),
+        ("list", "", "secrets", None),
+        ("create", "", "namespaces", None),
+        ("patch", "", "secrets", own),
+        ("create", "rbac.authorization.k8s.io", "rolebindings", own),
+        ("update", "authentication.liqo.io", "resourceslices", own),
+    ] {
+        assert!(
+            !allowed(&client, &me, verb, group, resource, namespace).await,
+            "{verb} {group}/{resource} in {namespace:?} must be refused"
+        );
+    }
 
     // Buyer b states a's cluster ID: refused with 409, nothing bound for b.
     let (s, body) = post(&c, &reserve, &buy("f2", "b", "liqo-a")).await;
