@@ -193,6 +193,14 @@ pub struct TransactionStatus {
     pub phase: PhaseStatus,
 }
 
+/// `ContractSpec.extraInformation` key by which a provider names the Liqo
+/// ResourceSlice class its consumer must ask for (a Go provider sets none
+/// and serves Liqo's `default` class).
+pub const RESOURCE_SLICE_CLASS_KEY: &str = "fluidos.eu/resourceslice-class";
+/// The ResourceSlice class a FLUIDOS Rust provider serves: sized by the
+/// Contract, not by the consumer's request.
+pub const FLUIDOS_RESOURCE_SLICE_CLASS: &str = "fluidos";
+
 /// A sale: the flavor snapshot, both parties and the peering credentials.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(

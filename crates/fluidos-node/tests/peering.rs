@@ -266,6 +266,174 @@ async fn ready_virtual_node(
     .await
 }
 
+/// A client acting on the provider as the consumer's Liqo control plane
+/// does: the certificate Liqo issued to it (group `liqo.io`), read from the
+/// kubeconfig Secret of its control-plane Identity.
+async fn consumer_control_plane_on_provider(
+    consumer: &ControlPlane,
+    c_tenant: &str,
+) -> kube::Client {
+    let identity = dynamic(
+        &consumer.client(),
+        "authentication.liqo.io",
+        "Identity",
+        "identities",
+        c_tenant,
+    )
+    .get(&format!("controlplane-{PROVIDER_ID}"))
+    .await
+    .unwrap();
+    let secret = identity
+        .data
+        .pointer("/status/kubeconfigSecretRef/name")
+        .and_then(|v| v.as_str())
+        .unwrap()
+        .to_owned();
+    let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(consumer.client(), c_tenant)
+        .get(&secret)
+        .await
+        .unwrap();
+    let yaml = secret.data.unwrap().remove("kubeconfig").unwrap().0;
+    let kc = kube::config::Kubeconfig::from_yaml(std::str::from_utf8(&yaml).unwrap()).unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(cfg).unwrap()
+}
+
+/// The seed's hole, closed: the consumer asks for the provider's class, the
+/// provider grants what the Contract sold whatever the slice asks for, and
+/// the peer's Liqo can neither bring a `default`-class slice nor write a
+/// slice's status (the admission policy, evaluated by the real API server).
+#[expect(
+    clippy::too_many_lines,
+    reason = "one attack after the other, each with its evidence"
+)]
+async fn over_request_is_refused(
+    consumer: &ControlPlane,
+    provider: &ControlPlane,
+    liqos: &mut [&mut Liqo],
+    nodes: &[&NodeProcess],
+    slice: &str,
+    sold_cpu: &str,
+) {
+    let c_tenant = format!("liqo-tenant-{PROVIDER_ID}");
+    let p_tenant = format!("liqo-tenant-{CONSUMER_ID}");
+    let slices = |client: &kube::Client, ns: &str| {
+        dynamic(
+            client,
+            "authentication.liqo.io",
+            "ResourceSlice",
+            "resourceslices",
+            ns,
+        )
+    };
+    let (mine, replicas) = (
+        slices(&consumer.client(), &c_tenant),
+        slices(&provider.client(), &p_tenant),
+    );
+    let theirs = mine.get(slice).await.unwrap();
+    assert_eq!(
+        theirs.data.pointer("/spec/class").and_then(|v| v.as_str()),
+        Some("fluidos"),
+        "the consumer asks for the class its provider named in the Contract"
+    );
+    // The consumer edits its slice to ask for 64 CPUs: the edit reaches the
+    // provider's replica, the grant stays the Contract's.
+    mine.patch(
+        slice,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(serde_json::json!({"spec": {"resources": {"cpu": "64"}}})),
+    )
+    .await
+    .unwrap();
+    let granted = until(
+        "the edited request replicated to the provider",
+        nodes,
+        liqos,
+        || async {
+            let r = replicas.get(slice).await.map_err(|e| e.to_string())?;
+            let asked = r
+                .data
+                .pointer("/spec/resources/cpu")
+                .and_then(|v| v.as_str());
+            if asked == Some("64") {
+                Ok(r)
+            } else {
+                Err(format!("replica asks for {asked:?}"))
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        granted
+            .data
+            .pointer("/status/resources/cpu")
+            .and_then(|v| v.as_str()),
+        Some(sold_cpu),
+        "the provider grants what was sold: {:?}",
+        granted.data.pointer("/status")
+    );
+    let resources_condition = granted
+        .data
+        .pointer("/status/conditions")
+        .and_then(|v| v.as_array())
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Resources"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        resources_condition["status"], "Accepted",
+        "{resources_condition}"
+    );
+    assert_eq!(
+        resources_condition["reason"], "ContractGranted",
+        "{resources_condition}"
+    );
+
+    // As the consumer's Liqo control plane (what its replicator uses): a
+    // default-class slice, and a forged grant, are both Forbidden.
+    let peer = consumer_control_plane_on_provider(consumer, &c_tenant).await;
+    let as_peer = slices(&peer, &p_tenant);
+    let bypass: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "authentication.liqo.io/v1beta1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": "bypass", "namespace": p_tenant, "labels": {
+            "liqo.io/replicated": "true", "liqo.io/originID": CONSUMER_ID,
+            "liqo.io/remote-cluster-id": CONSUMER_ID}},
+        "spec": {"class": "default", "consumerClusterID": CONSUMER_ID,
+            "providerClusterID": PROVIDER_ID, "resources": {"cpu": "64"}}
+    }))
+    .unwrap();
+    // Without the replica labels too: the peer's group is enough.
+    let mut unlabelled = bypass.clone();
+    unlabelled.metadata.labels = None;
+    for attempt in [&bypass, &unlabelled] {
+        match as_peer.create(&PostParams::default(), attempt).await {
+            Err(kube::Error::Api(e)) => {
+                assert_eq!(e.code, 403, "{e:?}");
+                assert!(e.message.contains("class \"fluidos\""), "{}", e.message);
+            }
+            other => panic!("a default-class slice was not refused: {other:?}"),
+        }
+    }
+    let mut forged = granted.clone();
+    forged.data["status"]["resources"]["cpu"] = "64".into();
+    match as_peer
+        .replace_status(slice, &PostParams::default(), &forged)
+        .await
+    {
+        Err(kube::Error::Api(e)) => {
+            assert_eq!(e.code, 403, "{e:?}");
+            assert!(
+                e.message.contains("may not write the status"),
+                "{}",
+                e.message
+            );
+        }
+        other => panic!("a peer wrote a slice's status: {other:?}"),
+    }
+}
+
 #[tokio::test]
 #[expect(
     clippy::too_many_lines,
@@ -519,6 +687,17 @@ async fn solver_with_peering_gets_a_virtual_node_of_the_contracted_size() {
             "{key}: virtual node {got}, contract {want}"
         );
     }
+    over_request_is_refused(
+        &consumer,
+        &provider,
+        &mut [&mut c_liqo, &mut p_liqo],
+        &nodes,
+        &slice,
+        &sold["cpu"],
+    )
+    .await;
+    phases.mark("over-request refused (edited slice, default class, forged status)");
+
     // A second purchase from the same provider: already authenticated, the
     // consumer only adds a second ResourceSlice and gets a second node.
     let mut second: Solver = solver.clone();

@@ -49,6 +49,7 @@ use serde_json::json;
 use tokio::sync::Mutex;
 
 use crate::objects::{self, BuildError, ClusterKeys, TenantGrant};
+use crate::slice_class;
 use machine::{
     ConsumerView, Effect, IncomingPeering, Plan, Remote, Side, SignedNonce, Verdict, Wait,
 };
@@ -69,8 +70,6 @@ pub struct PeeringConfig {
     pub identity: NodeIdentity,
     /// This cluster's Liqo cluster ID.
     pub local_cluster_id: String,
-    /// ResourceSlice class the consumer asks for.
-    pub slice_class: String,
 }
 
 /// One reconcile's failure: one variant per step, keeping the source.
@@ -597,7 +596,7 @@ async fn apply(
                 &objects::resource_slice(
                     &contract.name_any(),
                     provider,
-                    &ctx.cfg.slice_class,
+                    slice_class::class_for(&contract.spec),
                     &resources,
                 ),
             )

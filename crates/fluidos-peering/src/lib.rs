@@ -6,9 +6,11 @@
 //! Allocation controller for K8Slice contracts, consumer and provider side:
 //! its decisions are the pure functions of [`allocation::machine`], the
 //! executor reads, creates (create-or-adopt) and writes the status once per
-//! reconcile.
+//! reconcile. [`slice_class`] is the provider's ResourceSlice class: a
+//! consumer is granted what its Contract sold, not what its slice asks for.
 
 pub mod allocation;
 pub mod objects;
+pub mod slice_class;
 
 pub use allocation::{PeeringConfig, run};

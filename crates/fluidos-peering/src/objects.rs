@@ -359,7 +359,7 @@ pub fn decode_kubeconfig(b64_text: &str) -> Result<kube::config::Kubeconfig, Bui
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;

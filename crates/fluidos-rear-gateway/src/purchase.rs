@@ -324,7 +324,17 @@ impl State {
                 kubeconfig,
             },
             expiration_time: Some(time::expiry_after(self.cfg.contract_ttl)),
-            extra_information: None,
+            // Names the ResourceSlice class this node's peering serves to
+            // its Rust consumers; a Go consumer keeps it and ignores it.
+            extra_information: (flavor.spec.flavor_type.identifier()
+                == Some(fluidos_api::common::FlavorTypeIdentifier::K8Slice))
+            .then(|| {
+                [(
+                    fluidos_api::reservation::RESOURCE_SLICE_CLASS_KEY.to_owned(),
+                    fluidos_api::reservation::FLUIDOS_RESOURCE_SLICE_CLASS.to_owned(),
+                )]
+                .into()
+            }),
             network_requests: None,
             ingress_telemetry_endpoint: req
                 .ingress_telemetry_endpoint

@@ -58,7 +58,27 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
         namespace: ctx.namespace().to_owned(),
         identity: ctx.identity.clone(),
         local_cluster_id: ctx.identity.liqo_id().unwrap_or_default().to_owned(),
-        slice_class: fluidos_peering::objects::DEFAULT_CLASS.to_owned(),
+    };
+    // The provider's ResourceSlice class: grants what was sold. Not part of
+    // readiness: on a cluster without Liqo its watch waits for the CRDs.
+    let slice_class = fluidos_peering::slice_class::SliceClassConfig {
+        namespace: ctx.namespace().to_owned(),
+        identity: ctx.identity.clone(),
+        class: fluidos_peering::slice_class::FLUIDOS_CLASS.to_owned(),
+    };
+    let slice_class_task = {
+        let (client, metrics, shutdown) =
+            (ctx.client.clone(), ctx.metrics.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            fluidos_peering::slice_class::run(
+                client,
+                slice_class,
+                &metrics,
+                ReadinessGate::new(),
+                async move { shutdown.cancelled_owned().await },
+            )
+            .await;
+        })
     };
     tracing::info!(component = %Component::RearManager, "component started");
     let peering_shutdown = shutdown.clone();
@@ -86,6 +106,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
         tracing::error!(error = %e, "service allocation controller could not start");
     }
     report.abort();
+    if let Err(e) = slice_class_task.await {
+        tracing::error!(error = %e, "the ResourceSlice class controller ended abnormally");
+    }
     tracing::info!(component = %Component::RearManager, "component stopped");
     Ok(())
 }
