@@ -203,7 +203,7 @@ async fn ready_virtual_node(
     nodes: &[&NodeProcess],
     c_tenant: &str,
     slice: &str,
-) -> Node {
+) -> (Node, String) {
     let virtual_nodes = dynamic(
         &consumer.client(),
         "offloading.liqo.io",
@@ -241,7 +241,7 @@ async fn ready_virtual_node(
         .start_virtual_kubelet(consumer, c_tenant, &deployment)
         .await
         .unwrap();
-    until(
+    let node = until(
         "the virtual Node Ready",
         nodes,
         &mut [&mut *c_liqo, &mut *p_liqo],
@@ -263,7 +263,8 @@ async fn ready_virtual_node(
             }
         },
     )
-    .await
+    .await;
+    (node, deployment)
 }
 
 /// A client acting on the provider as the consumer's Liqo control plane
@@ -365,14 +366,21 @@ async fn over_request_is_refused(
         },
     )
     .await;
+    let amount = |q: &str| {
+        fluidos_api::quantity::Amount::of(&k8s_openapi::apimachinery::pkg::api::resource::Quantity(
+            q.to_owned(),
+        ))
+        .unwrap()
+    };
+    let granted_cpu = granted
+        .data
+        .pointer("/status/resources/cpu")
+        .and_then(|v| v.as_str())
+        .unwrap_or_else(|| panic!("no CPU granted: {:?}", granted.data.pointer("/status")));
     assert_eq!(
-        granted
-            .data
-            .pointer("/status/resources/cpu")
-            .and_then(|v| v.as_str()),
-        Some(sold_cpu),
-        "the provider grants what was sold: {:?}",
-        granted.data.pointer("/status")
+        amount(granted_cpu),
+        amount(sold_cpu),
+        "the provider grants what was sold ({sold_cpu}), not 64: {granted_cpu}"
     );
     let resources_condition = granted
         .data
@@ -416,10 +424,14 @@ async fn over_request_is_refused(
             other => panic!("a default-class slice was not refused: {other:?}"),
         }
     }
-    let mut forged = granted.clone();
-    forged.data["status"]["resources"]["cpu"] = "64".into();
+    // A merge patch: the write must meet the policy, not a stale version.
+    let forged = serde_json::json!({"status": {"resources": {"cpu": "64"}}});
     match as_peer
-        .replace_status(slice, &PostParams::default(), &forged)
+        .patch_status(
+            slice,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&forged),
+        )
         .await
     {
         Err(kube::Error::Api(e)) => {
@@ -432,6 +444,207 @@ async fn over_request_is_refused(
         }
         other => panic!("a peer wrote a slice's status: {other:?}"),
     }
+}
+
+/// Deletes Solver `solver` and waits until the peering of its Contract
+/// (`slice`) is gone from both sides: the ResourceSlice and its replica, the
+/// VirtualNode and virtual Node, the Allocation; with `others_left`, the
+/// authentication must stay (another Contract uses it), else it must go too
+/// (Identity here, Tenant and nonce on the provider).
+#[expect(
+    clippy::too_many_arguments,
+    clippy::too_many_lines,
+    reason = "one test step over both clusters, each object checked by name"
+)]
+async fn unpeer(
+    consumer: &ControlPlane,
+    provider: &ControlPlane,
+    c_liqo: &mut Liqo,
+    p_liqo: &mut Liqo,
+    nodes: &[&NodeProcess],
+    solver: &str,
+    slice: &str,
+    deployment: &str,
+    others_left: bool,
+) {
+    let c_tenant = format!("liqo-tenant-{PROVIDER_ID}");
+    let p_tenant = format!("liqo-tenant-{CONSUMER_ID}");
+    let started = Instant::now();
+    Api::<Solver>::namespaced(consumer.client(), NS)
+        .delete(solver, &kube::api::DeleteParams::background())
+        .await
+        .unwrap();
+    let slices = dynamic(
+        &consumer.client(),
+        "authentication.liqo.io",
+        "ResourceSlice",
+        "resourceslices",
+        &c_tenant,
+    );
+    let replicas = dynamic(
+        &provider.client(),
+        "authentication.liqo.io",
+        "ResourceSlice",
+        "resourceslices",
+        &p_tenant,
+    );
+    let virtual_nodes = dynamic(
+        &consumer.client(),
+        "offloading.liqo.io",
+        "VirtualNode",
+        "virtualnodes",
+        &c_tenant,
+    );
+    // The stand-in plays the virtual-kubelet pod: it ends when Liqo deletes
+    // the pod's Deployment, as the pod would.
+    until(
+        "the virtual-kubelet Deployment gone",
+        nodes,
+        &mut [&mut *c_liqo, &mut *p_liqo],
+        || async {
+            match Api::<Deployment>::namespaced(consumer.client(), &c_tenant)
+                .get_opt(deployment)
+                .await
+                .map_err(|e| e.to_string())?
+            {
+                None => Ok(()),
+                Some(_) => {
+                    let st = allocation_state(consumer, slice).await;
+                    Err(format!("Deployment still there; Allocation {st:?}"))
+                }
+            }
+        },
+    )
+    .await;
+    say(&format!(
+        "  virtual-kubelet Deployment gone after {:?}",
+        started.elapsed()
+    ));
+    c_liqo.stop_virtual_kubelet(deployment).await;
+    until(
+        "the slice, its replica, the virtual node and the Allocation gone",
+        nodes,
+        &mut [&mut *c_liqo, &mut *p_liqo],
+        || async {
+            let mut left = Vec::new();
+            if slices
+                .get_opt(slice)
+                .await
+                .map_err(|e| e.to_string())?
+                .is_some()
+            {
+                left.push("ResourceSlice");
+            }
+            if replicas
+                .get_opt(slice)
+                .await
+                .map_err(|e| e.to_string())?
+                .is_some()
+            {
+                left.push("replica on the provider");
+            }
+            if virtual_nodes
+                .get_opt(slice)
+                .await
+                .map_err(|e| e.to_string())?
+                .is_some()
+            {
+                left.push("VirtualNode");
+            }
+            if Api::<Node>::all(consumer.client())
+                .get_opt(slice)
+                .await
+                .map_err(|e| e.to_string())?
+                .is_some()
+            {
+                left.push("Node");
+            }
+            match allocation_state(consumer, slice).await {
+                Err(e) if e == "no Allocation" => {}
+                other => return Err(format!("Allocation still there: {other:?}; also {left:?}")),
+            }
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("left: {left:?}"))
+            }
+        },
+    )
+    .await;
+    let identity = dynamic(
+        &consumer.client(),
+        "authentication.liqo.io",
+        "Identity",
+        "identities",
+        &c_tenant,
+    )
+    .get_opt(&format!("controlplane-{PROVIDER_ID}"))
+    .await
+    .unwrap();
+    let tenant = dynamic(
+        &provider.client(),
+        "authentication.liqo.io",
+        "Tenant",
+        "tenants",
+        &p_tenant,
+    );
+    if others_left {
+        assert!(
+            identity.is_some(),
+            "another Contract still uses the authentication"
+        );
+        assert!(tenant.get_opt(CONSUMER_ID).await.unwrap().is_some());
+        return;
+    }
+    until(
+        "the authentication gone on both sides",
+        nodes,
+        &mut [&mut *c_liqo, &mut *p_liqo],
+        || async {
+            let mut left = Vec::new();
+            if dynamic(
+                &consumer.client(),
+                "authentication.liqo.io",
+                "Identity",
+                "identities",
+                &c_tenant,
+            )
+            .get_opt(&format!("controlplane-{PROVIDER_ID}"))
+            .await
+            .map_err(|e| e.to_string())?
+            .is_some()
+            {
+                left.push("Identity");
+            }
+            if tenant
+                .get_opt(CONSUMER_ID)
+                .await
+                .map_err(|e| e.to_string())?
+                .is_some()
+            {
+                left.push("Tenant on the provider");
+            }
+            for (client, ns, secret) in [
+                (consumer.client(), &c_tenant, "liqo-signed-nonce"),
+                (provider.client(), &p_tenant, "liqo-nonce"),
+            ] {
+                if Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client, ns)
+                    .get_opt(secret)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .is_some()
+                {
+                    left.push(secret);
+                }
+            }
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("left: {left:?}"))
+            }
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -597,7 +810,7 @@ async fn solver_with_peering_gets_a_virtual_node_of_the_contracted_size() {
     .await;
     phases.mark("authenticated (nonce, Tenant signed, Identity kubeconfig)");
 
-    let node = ready_virtual_node(
+    let (node, deployment) = ready_virtual_node(
         &consumer,
         &mut c_liqo,
         &mut p_liqo,
@@ -743,7 +956,7 @@ async fn solver_with_peering_gets_a_virtual_node_of_the_contracted_size() {
     };
     let slice2 = contract2.name_any();
     assert_ne!(slice2, slice);
-    let node2 = ready_virtual_node(
+    let (node2, deployment2) = ready_virtual_node(
         &consumer,
         &mut c_liqo,
         &mut p_liqo,
@@ -777,6 +990,35 @@ async fn solver_with_peering_gets_a_virtual_node_of_the_contracted_size() {
         "the second virtual node is the same provider's"
     );
     phases.mark("second Contract, same provider: second slice, node Ready, Active");
+
+    // Unpeering: deleting a Solver takes its peering down through its
+    // Allocation's finalizer; the provider's other Contract keeps its own.
+    unpeer(
+        &consumer,
+        &provider,
+        &mut c_liqo,
+        &mut p_liqo,
+        &nodes,
+        &format!("{name}-2"),
+        &slice2,
+        &deployment2,
+        true,
+    )
+    .await;
+    phases.mark("second Solver deleted: its slice, virtual node, Allocation gone");
+    unpeer(
+        &consumer,
+        &provider,
+        &mut c_liqo,
+        &mut p_liqo,
+        &nodes,
+        &name,
+        &slice,
+        &deployment,
+        false,
+    )
+    .await;
+    phases.mark("last Solver deleted: unauthenticated on both sides");
 
     phases.summary();
     drop(c_liqo);

@@ -18,6 +18,7 @@
 //! Allocations of other flavor types (Service) are left alone.
 
 pub mod machine;
+pub mod teardown;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -40,7 +41,7 @@ use fluidos_liqo_api::generated::resource_slice::{
 use fluidos_liqo_api::{ForeignCluster, ForeignClusterStatusRole, Identity, ResourceSlice, Tenant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -53,6 +54,7 @@ use crate::slice_class;
 use machine::{
     ConsumerView, Effect, IncomingPeering, Plan, Remote, Side, SignedNonce, Verdict, Wait,
 };
+use teardown::{OtherSlices, TeardownEffect, TeardownView};
 
 /// Controller name in logs and metrics.
 const CONTROLLER: &str = "allocation-k8slice";
@@ -242,6 +244,15 @@ async fn reconcile(a: Arc<Allocation>, ctx: Arc<Context>) -> Result<Action, Erro
         .get_opt(&contract_ref)
         .await
         .map_err(local("get_contract"))?;
+    // Our finalizer marks a consumer Allocation whose peering we drive.
+    let ours = a.finalizers().iter().any(|f| f == teardown::FINALIZER);
+    let ended = contract
+        .as_ref()
+        .and_then(|c| c.spec.expiration_time.as_deref())
+        .is_some_and(fluidos_controller::time::is_past);
+    if ours && (a.metadata.deletion_timestamp.is_some() || contract.is_none() || ended) {
+        return release(&ctx, &allocations, &a, &contract_ref, contract.as_ref()).await;
+    }
     let Some(contract) = contract else {
         // Not knowing the flavor type, do not claim the Allocation for K8Slice
         // unless it is still fresh: the Go node calls this an error.
@@ -355,6 +366,20 @@ async fn consumer(
     ) {
         let plan = machine::consumer(current, &provider, &slice_name, &ConsumerView::default());
         write(allocations, a, &plan, None).await?;
+        return Ok(Action::await_change());
+    }
+    if a.metadata.deletion_timestamp.is_some() {
+        // Deleted before the peering started: nothing of ours to take down.
+        return Ok(Action::await_change());
+    }
+    if !a.finalizers().iter().any(|f| f == teardown::FINALIZER) {
+        // Before the first Liqo object: deleting the Allocation (or its
+        // Solver) then always unpeers.
+        let mut finalizers = a.finalizers().to_vec();
+        finalizers.push(teardown::FINALIZER.to_owned());
+        set_finalizers(allocations, a, finalizers)
+            .await
+            .map_err(local("add_finalizer"))?;
         return Ok(Action::await_change());
     }
     let ns = objects::tenant_namespace(&provider);
@@ -638,4 +663,252 @@ async fn write(
     .await
     .map(drop)
     .map_err(local("write_status"))
+}
+
+/// Sets the finalizers of `a`, only if it has not changed since it was read
+/// (its `resourceVersion` travels with the patch).
+async fn set_finalizers(
+    api: &Api<Allocation>,
+    a: &Allocation,
+    finalizers: Vec<String>,
+) -> Result<(), kube::Error> {
+    api.patch(
+        &a.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {
+            "finalizers": finalizers,
+            "resourceVersion": a.resource_version(),
+        }})),
+    )
+    .await
+    .map(drop)
+}
+
+/// Takes the peering of a consumer Allocation down, a step per reconcile
+/// ([`teardown::teardown`]), then lets the Allocation go (or marks it
+/// `Released` when only its Contract ended).
+async fn release(
+    ctx: &Context,
+    allocations: &Api<Allocation>,
+    a: &Allocation,
+    slice_name: &str,
+    contract: Option<&Contract>,
+) -> Result<Action, Error> {
+    let c = &ctx.client;
+    // The slice is named after the Contract; found anywhere, it also says
+    // the provider when the Contract is gone.
+    let slice = Api::<ResourceSlice>::all(c.clone())
+        .list(&ListParams::default().fields(&format!("metadata.name={slice_name}")))
+        .await
+        .map_err(local("find_resource_slice"))?
+        .items
+        .into_iter()
+        .find(|s| {
+            s.labels()
+                .get(objects::REPLICATION_LABEL)
+                .is_some_and(|v| v == "true")
+        });
+    let provider = contract
+        .map(|c| c.spec.peering_target_credentials.liqo_id.clone())
+        .filter(|p| !p.is_empty())
+        .or_else(|| {
+            slice
+                .as_ref()
+                .and_then(|s| s.labels().get(objects::REMOTE_CLUSTER_ID).cloned())
+        })
+        .or_else(|| {
+            a.status
+                .as_ref()
+                .and_then(|s| s.resource_ref.as_ref())
+                .and_then(|r| r.name.clone())
+        });
+    let view_and_plan = match &provider {
+        Some(provider) => {
+            let view =
+                observe_teardown(c, provider, slice_name, slice.is_some(), contract.is_some())
+                    .await?;
+            Some((
+                provider.clone(),
+                teardown::teardown(provider, slice_name, &view),
+            ))
+        }
+        // Never peered (or nothing of it can be found): nothing to take down.
+        None => None,
+    };
+    if let Some((provider, plan)) = &view_and_plan {
+        let ns = objects::tenant_namespace(provider);
+        for effect in &plan.effects {
+            tear(ctx, contract, &ns, provider, slice_name, *effect).await?;
+        }
+        if let Some(left) = &plan.left {
+            write(
+                allocations,
+                a,
+                &Plan {
+                    effects: Vec::new(),
+                    status: Some(machine::Status {
+                        state: fluidos_api::allocation::AllocationState::Released,
+                        message: format!("Releasing the peering with {provider}: {left}"),
+                    }),
+                    wait: Wait::Local,
+                },
+                None,
+            )
+            .await?;
+            return Ok(Action::requeue(LOCAL_RECHECK));
+        }
+    }
+    if a.metadata.deletion_timestamp.is_none() {
+        write(
+            allocations,
+            a,
+            &Plan {
+                effects: Vec::new(),
+                status: Some(machine::Status {
+                    state: fluidos_api::allocation::AllocationState::Released,
+                    message: teardown::MSG_RELEASED.to_owned(),
+                }),
+                wait: Wait::Nothing,
+            },
+            None,
+        )
+        .await?;
+    }
+    tracing::info!(provider = ?view_and_plan.as_ref().map(|(p, _)| p), "peering released");
+    let finalizers = a
+        .finalizers()
+        .iter()
+        .filter(|f| *f != teardown::FINALIZER)
+        .cloned()
+        .collect();
+    match set_finalizers(allocations, a, finalizers).await {
+        Ok(()) => Ok(Action::await_change()),
+        Err(e) if api_error::is_not_found(&e) => Ok(Action::await_change()),
+        Err(e) => Err(local("remove_finalizer")(e)),
+    }
+}
+
+/// What is left of the peering of `slice_name` with `provider`.
+async fn observe_teardown(
+    c: &kube::Client,
+    provider: &str,
+    slice_name: &str,
+    slice: bool,
+    remote: bool,
+) -> Result<TeardownView, Error> {
+    let ns = objects::tenant_namespace(provider);
+    let others = Api::<ResourceSlice>::namespaced(c.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .map_err(local("list_resource_slices"))?
+        .items;
+    let others: Vec<_> = others
+        .iter()
+        .filter(|s| s.name_any() != slice_name)
+        .collect();
+    let other_slices = if others.is_empty() {
+        OtherSlices::None
+    } else if others.iter().all(|s| s.meta().deletion_timestamp.is_some()) {
+        OtherSlices::Terminating
+    } else {
+        OtherSlices::Live
+    };
+    Ok(TeardownView {
+        slice,
+        node: Api::<Node>::all(c.clone())
+            .get_opt(slice_name)
+            .await
+            .map_err(local("get_virtual_node"))?
+            .is_some(),
+        other_slices,
+        identity: Api::<Identity>::namespaced(c.clone(), &ns)
+            .get_opt(&objects::control_plane_identity_name(provider))
+            .await
+            .map_err(local("get_identity"))?
+            .is_some(),
+        signed_nonce: Api::<Secret>::namespaced(c.clone(), &ns)
+            .get_opt(objects::SIGNED_NONCE_SECRET)
+            .await
+            .map_err(local("get_signed_nonce"))?
+            .is_some(),
+        remote,
+    })
+}
+
+/// One teardown deletion; a missing object counts as deleted, and a
+/// provider that no longer accepts the Contract's credentials has revoked
+/// them and cleans up its own side.
+async fn tear(
+    ctx: &Context,
+    contract: Option<&Contract>,
+    ns: &str,
+    provider: &str,
+    slice_name: &str,
+    effect: TeardownEffect,
+) -> Result<(), Error> {
+    let c = &ctx.client;
+    let dp = DeleteParams::background();
+    let gone = |r: Result<(), kube::Error>, step: &'static str| match r {
+        Ok(()) => Ok(()),
+        Err(e) if api_error::is_not_found(&e) => Ok(()),
+        Err(e) => Err(local(step)(e)),
+    };
+    match effect {
+        TeardownEffect::DeleteResourceSlice => gone(
+            Api::<ResourceSlice>::namespaced(c.clone(), ns)
+                .delete(slice_name, &dp)
+                .await
+                .map(drop),
+            "delete_resource_slice",
+        ),
+        TeardownEffect::DeleteIdentity => gone(
+            Api::<Identity>::namespaced(c.clone(), ns)
+                .delete(&objects::control_plane_identity_name(provider), &dp)
+                .await
+                .map(drop),
+            "delete_identity",
+        ),
+        TeardownEffect::DeleteSignedNonce => gone(
+            Api::<Secret>::namespaced(c.clone(), ns)
+                .delete(objects::SIGNED_NONCE_SECRET, &dp)
+                .await
+                .map(drop),
+            "delete_signed_nonce",
+        ),
+        TeardownEffect::DeleteRemoteAuthentication => {
+            let Some(contract) = contract else {
+                return Ok(());
+            };
+            let kubeconfig = &contract.spec.peering_target_credentials.kubeconfig;
+            let Ok(p) = ctx.remote_client(kubeconfig).await else {
+                return Ok(());
+            };
+            let me = &ctx.cfg.local_cluster_id;
+            let remote_ns = objects::tenant_namespace(me);
+            let results = [
+                Api::<Tenant>::namespaced(p.clone(), &remote_ns)
+                    .delete(me, &dp)
+                    .await
+                    .map(drop),
+                Api::<Secret>::namespaced(p.clone(), &remote_ns)
+                    .delete(objects::NONCE_SECRET, &dp)
+                    .await
+                    .map(drop),
+            ];
+            for r in results {
+                match r {
+                    Ok(()) => {}
+                    Err(e) if api_error::is_not_found(&e) => {}
+                    Err(kube::Error::Api(e)) if e.code == 401 || e.code == 403 => {
+                        tracing::info!(
+                            provider,
+                            "the provider no longer accepts this Contract's credentials; it cleans up its side"
+                        );
+                    }
+                    Err(e) => return Err(remote("delete_remote_authentication")(e)),
+                }
+            }
+            Ok(())
+        }
+    }
 }

@@ -27,11 +27,12 @@ use std::time::Duration;
 use fluidos_api::{Contract, NodeIdentity};
 use fluidos_controller::readiness::ReadinessGate;
 use fluidos_controller::{Metrics, ReconcileError, Reconciler};
-use fluidos_liqo_api::ResourceSlice;
 use fluidos_liqo_api::generated::resource_slice::{
     ResourceSliceStatus, ResourceSliceStatusConditions, ResourceSliceStatusConditionsStatus,
     ResourceSliceStatusConditionsType,
 };
+use fluidos_liqo_api::generated::tenant::TenantTenantCondition;
+use fluidos_liqo_api::{ResourceSlice, Tenant};
 use k8s_openapi::api::admissionregistration::v1::{
     MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
     ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
@@ -58,8 +59,11 @@ pub const LIQO_PEER_GROUP: &str = "liqo.io";
 /// Reason of the `Resources` condition this controller writes.
 const REASON_GRANTED: &str = "ContractGranted";
 const REASON_DENIED: &str = "NoContract";
+const REASON_REVOKED: &str = "ContractEnded";
 /// Controller name in logs and metrics.
 const CONTROLLER: &str = "resourceslice-class";
+/// How often the admission policy is applied again once in place.
+const POLICY_REAPPLY: Duration = Duration::from_secs(300);
 /// Field manager of the admission policy.
 const FIELD_MANAGER: &str = "fluidos-resourceslice-class";
 
@@ -95,8 +99,20 @@ pub enum Grant {
         /// `status.resources`.
         resources: BTreeMap<String, String>,
     },
-    /// No grant, and why.
+    /// No grant, and why: the slice was never granted anything.
     Deny(String),
+    /// A grant taken back (the Contract ended or is gone): zero of each
+    /// resource, `Accepted`, so that Liqo shrinks the Quota it made from the
+    /// earlier grant (a `Denied` slice leaves the old Quota in place).
+    Revoke {
+        /// Why.
+        reason: String,
+        /// The resource names granted before, each now zero.
+        keys: Vec<String>,
+    },
+    /// The provider's admin cordoned or drained the consumer's Tenant: the
+    /// decision is Liqo's.
+    TenantNotActive,
 }
 
 /// The consumer whose tenant namespace `namespace` is (`liqo-tenant-<id>`).
@@ -135,6 +151,7 @@ pub fn decide(
     class: &str,
     contract: Option<&Contract>,
     seller: &NodeIdentity,
+    tenant_active: bool,
     now: jiff::Timestamp,
 ) -> Grant {
     if slice.spec.class.as_deref() != Some(class) {
@@ -150,28 +167,69 @@ pub fn decide(
     if !authenticated(slice) {
         return Grant::WaitForAuthentication;
     }
-    let no_contract = || Grant::Deny(format!("no Contract {name} was sold to cluster {consumer}"));
+    if !tenant_active {
+        return Grant::TenantNotActive;
+    }
+    // A refusal takes back what an earlier grant gave.
+    let refuse = |reason: String| match slice.status.as_ref().and_then(|s| s.resources.as_ref()) {
+        Some(granted) if !granted.is_empty() => Grant::Revoke {
+            reason,
+            keys: granted.keys().cloned().collect(),
+        },
+        _ => Grant::Deny(reason),
+    };
     let Some(contract) = contract else {
-        return no_contract();
+        return refuse(format!("no Contract {name} was sold to cluster {consumer}"));
     };
     let spec = &contract.spec;
     if spec.buyer_cluster_id != consumer
         || spec.seller.node_id != seller.node_id
         || spec.seller.domain != seller.domain
     {
-        return no_contract();
+        return refuse(format!("no Contract {name} was sold to cluster {consumer}"));
     }
     if let Some(end) = spec.expiration_time.as_deref()
         && fluidos_controller::time::is_past_at(end, now)
     {
-        return Grant::Deny(format!("Contract {name} expired at {end}"));
+        return refuse(format!("Contract {name} expired at {end}"));
     }
     match objects::contracted_resources(spec) {
         Ok(resources) => Grant::Accept {
             contract: name,
             resources,
         },
-        Err(e) => Grant::Deny(format!("Contract {name}: {e}")),
+        Err(e) => refuse(format!("Contract {name}: {e}")),
+    }
+}
+
+/// True when two resource maps hold the same quantities (`1Gi` = `1024Mi`):
+/// Liqo rewrites quantities in canonical form when it writes the status.
+fn same_quantities(
+    a: Option<&BTreeMap<String, IntOrString>>,
+    b: Option<&BTreeMap<String, IntOrString>>,
+) -> bool {
+    let text = |v: &IntOrString| match v {
+        IntOrString::Int(i) => i.to_string(),
+        IntOrString::String(s) => s.clone(),
+    };
+    let amount = |v: &IntOrString| {
+        fluidos_api::quantity::Amount::of(&k8s_openapi::apimachinery::pkg::api::resource::Quantity(
+            text(v),
+        ))
+        .ok()
+    };
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => {
+            a.len() == b.len()
+                && a.iter().all(|(k, va)| {
+                    b.get(k).is_some_and(|vb| match (amount(va), amount(vb)) {
+                        (Some(x), Some(y)) => x == y,
+                        _ => text(va) == text(vb),
+                    })
+                })
+        }
+        _ => false,
     }
 }
 
@@ -184,7 +242,17 @@ pub fn desired_status(
     now: &str,
 ) -> Option<ResourceSliceStatus> {
     let (resources, verdict, reason, message) = match grant {
-        Grant::NotOurs | Grant::WaitForAuthentication => return None,
+        Grant::NotOurs | Grant::WaitForAuthentication | Grant::TenantNotActive => return None,
+        Grant::Revoke { reason, keys } => (
+            Some(
+                keys.iter()
+                    .map(|k| (k.clone(), IntOrString::String("0".to_owned())))
+                    .collect::<BTreeMap<_, _>>(),
+            ),
+            ResourceSliceStatusConditionsStatus::Accepted,
+            REASON_REVOKED,
+            format!("nothing granted: {reason}"),
+        ),
         Grant::Accept {
             contract,
             resources,
@@ -208,7 +276,7 @@ pub fn desired_status(
     };
     let mut next = current.cloned().unwrap_or_default();
     let old = condition(current, &ResourceSliceStatusConditionsType::Resources);
-    let unchanged = next.resources == resources
+    let unchanged = same_quantities(next.resources.as_ref(), resources.as_ref())
         && old.is_some_and(|c| {
             c.status == verdict
                 && c.reason.as_deref() == Some(reason)
@@ -297,14 +365,16 @@ pub fn admission_policy(
                 },
             ]),
             validations: Some(vec![
-                // A peer's Liqo (or any replica) brings only the served class.
+                // A peer's Liqo (or any replica) brings only the served class,
+                // and only as a replica (which this node's controller sees).
                 Validation {
                     expression: format!(
                         "variables.status || !(variables.peer || variables.replicated) \
-                         || (has(object.spec.class) && object.spec.class == '{class}')"
+                         || ((variables.replicated || !variables.peer) \
+                             && has(object.spec.class) && object.spec.class == '{class}')"
                     ),
                     message: Some(format!(
-                        "this FLUIDOS provider grants resources only to ResourceSlices of class {class:?}, sized by the Contract"
+                        "this FLUIDOS provider grants resources only to replicated ResourceSlices of class {class:?}, sized by the Contract"
                     )),
                     reason: Some("Forbidden".to_owned()),
                     ..Default::default()
@@ -432,12 +502,7 @@ pub async fn run(
     ready: ReadinessGate,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    if let Err(e) = apply_admission_policy(&client, &cfg.class).await {
-        tracing::error!(
-            error = %e,
-            "could not apply the ResourceSlice class admission policy: consumers may ask Liqo's default class for more than they bought"
-        );
-    }
+    let policy_task = tokio::spawn(keep_admission_policy(client.clone(), cfg.class.clone()));
     let reconciler = Reconciler::new(CONTROLLER, metrics);
     let slices = Api::<ResourceSlice>::all(client.clone());
     let (cache, writer) = kube::runtime::reflector::store();
@@ -490,6 +555,34 @@ pub async fn run(
         );
     use futures::StreamExt;
     fluidos_controller::reconcile::drain(reconciler, stream.boxed()).await;
+    policy_task.abort();
+}
+
+/// Applies the admission policy until it is in place (retrying with
+/// backoff), then again every [`POLICY_REAPPLY`], so that a deleted or
+/// edited policy comes back.
+async fn keep_admission_policy(client: kube::Client, class: String) {
+    let mut failures: u32 = 0;
+    loop {
+        let wait = match apply_admission_policy(&client, &class).await {
+            Ok(()) => {
+                if failures > 0 {
+                    tracing::info!("ResourceSlice class admission policy applied");
+                }
+                failures = 0;
+                POLICY_REAPPLY
+            }
+            Err(e) => {
+                failures = failures.saturating_add(1);
+                tracing::error!(
+                    error = %e,
+                    "could not apply the ResourceSlice class admission policy (retrying): until it is in place, a peer's Liqo may ask the default class for more than it bought"
+                );
+                fluidos_controller::reconcile::backoff_delay(failures)
+            }
+        };
+        tokio::time::sleep(wait).await;
+    }
 }
 
 #[tracing::instrument(skip_all, fields(slice = %s.name_any(), namespace = ?s.namespace()))]
@@ -501,12 +594,29 @@ async fn reconcile(s: Arc<ResourceSlice>, ctx: Arc<Context>) -> Result<Action, E
         .get_opt(&s.name_any())
         .await
         .map_err(kube_step("get_contract"))?;
+    let ns = s.namespace().unwrap_or_default();
+    // The consumer's Tenant here is named after it; cordoned or drained by
+    // this provider's admin, Liqo decides.
+    let tenant_active = match ns.strip_prefix("liqo-tenant-") {
+        Some(consumer) => Api::<Tenant>::namespaced(ctx.client.clone(), &ns)
+            .get_opt(consumer)
+            .await
+            .map_err(kube_step("get_tenant"))?
+            .is_none_or(|t| {
+                t.spec
+                    .tenant_condition
+                    .as_ref()
+                    .is_none_or(|c| *c == TenantTenantCondition::Active)
+            }),
+        None => true,
+    };
     let now = jiff::Timestamp::now();
     let grant = decide(
         &s,
         &ctx.cfg.class,
         contract.as_ref(),
         &ctx.cfg.identity,
+        tenant_active,
         now,
     );
     let Some(status) = desired_status(
@@ -521,13 +631,17 @@ async fn reconcile(s: Arc<ResourceSlice>, ctx: Arc<Context>) -> Result<Action, E
             tracing::info!(?resources, "granting the contracted resources");
         }
         Grant::Deny(why) => tracing::warn!(reason = %why, "ResourceSlice denied"),
-        Grant::NotOurs | Grant::WaitForAuthentication => {}
+        Grant::Revoke { reason, .. } => {
+            tracing::info!(%reason, "taking back a ResourceSlice's grant");
+        }
+        Grant::NotOurs | Grant::WaitForAuthentication | Grant::TenantNotActive => {}
     }
     let mut next = (*s).clone();
     next.status = Some(status);
     // Written over the version read: a concurrent write by Liqo (its
-    // authentication half) makes this a conflict and a fresh decision.
-    Api::<ResourceSlice>::namespaced(ctx.client.clone(), &s.namespace().unwrap_or_default())
+    // authentication half) makes this a conflict and a fresh decision. The
+    // whole status travels: the types are Liqo v1.0.0's, the pinned version.
+    Api::<ResourceSlice>::namespaced(ctx.client.clone(), &ns)
         .replace_status(&s.name_any(), &PostParams::default(), &next)
         .await
         .map_err(kube_step("write_status"))?;
@@ -645,7 +759,7 @@ mod tests {
         for asked in ["1", "100", "0"] {
             let s = slice("contract-a", FLUIDOS_CLASS, asked);
             assert_eq!(
-                decide(&s, FLUIDOS_CLASS, Some(&c), &seller(), now()),
+                decide(&s, FLUIDOS_CLASS, Some(&c), &seller(), true, now()),
                 accepted("contract-a"),
                 "asked for {asked}"
             );
@@ -657,13 +771,13 @@ mod tests {
         let c = contract("contract-a");
         let s = slice("contract-a", "default", "100");
         assert_eq!(
-            decide(&s, FLUIDOS_CLASS, Some(&c), &seller(), now()),
+            decide(&s, FLUIDOS_CLASS, Some(&c), &seller(), true, now()),
             Grant::NotOurs
         );
         let mut s = slice("contract-a", FLUIDOS_CLASS, "1");
         s.status = None;
         assert_eq!(
-            decide(&s, FLUIDOS_CLASS, Some(&c), &seller(), now()),
+            decide(&s, FLUIDOS_CLASS, Some(&c), &seller(), true, now()),
             Grant::WaitForAuthentication
         );
     }
@@ -672,7 +786,14 @@ mod tests {
     fn a_slice_without_its_own_contract_is_denied() {
         let s = slice("contract-a", FLUIDOS_CLASS, "1");
         let denied = |g: Grant| matches!(g, Grant::Deny(_));
-        assert!(denied(decide(&s, FLUIDOS_CLASS, None, &seller(), now())));
+        assert!(denied(decide(
+            &s,
+            FLUIDOS_CLASS,
+            None,
+            &seller(),
+            true,
+            now()
+        )));
 
         // Another consumer's Contract of that name.
         let mut other = contract("contract-a");
@@ -682,6 +803,7 @@ mod tests {
             FLUIDOS_CLASS,
             Some(&other),
             &seller(),
+            true,
             now()
         )));
 
@@ -693,13 +815,14 @@ mod tests {
             FLUIDOS_CLASS,
             Some(&bought),
             &seller(),
+            true,
             now()
         )));
 
         // An ended Contract.
         let mut ended = contract("contract-a");
         ended.spec.expiration_time = Some("2026-12-01T09:59:59Z".into());
-        let g = decide(&s, FLUIDOS_CLASS, Some(&ended), &seller(), now());
+        let g = decide(&s, FLUIDOS_CLASS, Some(&ended), &seller(), true, now());
         assert_eq!(
             g,
             Grant::Deny("Contract contract-a expired at 2026-12-01T09:59:59Z".into())
@@ -713,8 +836,72 @@ mod tests {
             FLUIDOS_CLASS,
             Some(&contract("contract-a")),
             &seller(),
+            true,
             now()
         )));
+    }
+
+    #[test]
+    fn an_ended_grant_is_taken_back_to_zero_and_a_drained_tenant_is_liqos() {
+        let granted = {
+            let s = slice("contract-a", FLUIDOS_CLASS, "1");
+            let mut s2 = s.clone();
+            s2.status = desired_status(s.status.as_ref(), &accepted("contract-a"), NOW);
+            s2
+        };
+        let mut ended = contract("contract-a");
+        ended.spec.expiration_time = Some("2026-12-01T09:00:00Z".into());
+        let g = decide(
+            &granted,
+            FLUIDOS_CLASS,
+            Some(&ended),
+            &seller(),
+            true,
+            now(),
+        );
+        let Grant::Revoke { keys, .. } = &g else {
+            panic!("{g:?}")
+        };
+        assert_eq!(keys, &["cpu", "memory", "pods"]);
+        let next = desired_status(granted.status.as_ref(), &g, NOW).unwrap();
+        assert!(
+            next.resources
+                .as_ref()
+                .unwrap()
+                .values()
+                .all(|v| *v == IntOrString::String("0".into()))
+        );
+        let res =
+            super::condition(Some(&next), &ResourceSliceStatusConditionsType::Resources).unwrap();
+        assert_eq!(res.status, ResourceSliceStatusConditionsStatus::Accepted);
+        assert_eq!(res.reason.as_deref(), Some("ContractEnded"));
+        // A deleted Contract too.
+        assert!(matches!(
+            decide(&granted, FLUIDOS_CLASS, None, &seller(), true, now()),
+            Grant::Revoke { .. }
+        ));
+        // Cordoned or drained by the provider's admin: Liqo's call.
+        let g = decide(
+            &granted,
+            FLUIDOS_CLASS,
+            Some(&contract("contract-a")),
+            &seller(),
+            false,
+            now(),
+        );
+        assert_eq!(g, Grant::TenantNotActive);
+        assert_eq!(desired_status(granted.status.as_ref(), &g, NOW), None);
+    }
+
+    #[test]
+    fn quantities_compare_by_value() {
+        let m = |v: &str| -> BTreeMap<String, IntOrString> {
+            [("memory".to_owned(), IntOrString::String(v.into()))].into()
+        };
+        assert!(same_quantities(Some(&m("1Gi")), Some(&m("1024Mi"))));
+        assert!(!same_quantities(Some(&m("1Gi")), Some(&m("1G"))));
+        assert!(!same_quantities(Some(&m("1Gi")), None));
+        assert!(same_quantities(None, None));
     }
 
     #[test]

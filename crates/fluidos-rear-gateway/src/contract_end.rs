@@ -438,7 +438,7 @@ impl State {
                         self.event(
                             self.reference::<ServiceAccount>(&service_account_name(buyer)),
                             "PeerCredentialsRevoked",
-                            format!("Buyer {buyer} has no Contract left: its ServiceAccount, RoleBinding and tokens are revoked"),
+                            format!("Buyer {buyer} has no Contract left: its ServiceAccount, RoleBindings and tokens are revoked"),
                         )
                         .await;
                     }

@@ -36,6 +36,10 @@ pub const MANAGED_LABEL: (&str, &str) = ("app.kubernetes.io/managed-by", "fluido
 /// ServiceAccount annotation naming the buyer it was issued for (names may
 /// be hashed, so the buyer cannot always be read back from the name).
 pub const BUYER_ANNOTATION: &str = crate::labels::BUYER;
+/// RoleBinding annotation: the UID of the ServiceAccount it was made for. A
+/// binding of an earlier account of the same name (revoked since) does not
+/// count as a grant of the new one.
+pub const ACCOUNT_UID_ANNOTATION: &str = "fluidos.eu/service-account-uid";
 /// ServiceAccount annotation set when a revocation is pending (RFC 3339 time).
 ///
 /// Revocation is two-phase so that no replica hands out a token that is about
@@ -127,6 +131,7 @@ pub fn tenant_grant_is_current(
     binding: Option<&RoleBinding>,
     buyer_id: &str,
     sa: &str,
+    sa_uid: &str,
     sa_namespace: &str,
 ) -> bool {
     let role_ok = role.is_some_and(|r| {
@@ -135,6 +140,11 @@ pub fn tenant_grant_is_current(
     let binding_ok = binding.is_some_and(|b| {
         b.metadata.deletion_timestamp.is_none()
             && b.annotations().get(BUYER_ANNOTATION).map(String::as_str) == Some(buyer_id)
+            && !sa_uid.is_empty()
+            && b.annotations()
+                .get(ACCOUNT_UID_ANNOTATION)
+                .map(String::as_str)
+                == Some(sa_uid)
             && b.role_ref.kind == "Role"
             && b.role_ref.name == PEER_ROLE
             && b.subjects.as_deref().is_some_and(|subjects| {
@@ -195,6 +205,28 @@ pub fn peer_rules() -> Vec<PolicyRule> {
         ),
         rule(&["ipam.liqo.io"], &["networks"], &["get", "list"]),
     ]
+}
+
+/// Deletes the peer Role and RoleBindings this gateway made in `ns`
+/// (best effort: logged).
+async fn remove_grants_in(client: &kube::Client, ns: &str) {
+    let selector = format!("{}={}", MANAGED_LABEL.0, MANAGED_LABEL.1);
+    let lp = ListParams::default().labels(&selector);
+    if let Err(e) = Api::<RoleBinding>::namespaced(client.clone(), ns)
+        .delete_collection(&DeleteParams::default(), &lp)
+        .await
+    {
+        tracing::warn!(error = %e, namespace = ns, "could not remove the peers' old RoleBindings");
+    }
+    match Api::<Role>::namespaced(client.clone(), ns)
+        .delete_collection(&DeleteParams::default(), &lp)
+        .await
+    {
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, namespace = ns, "could not remove the peers' old Role");
+        }
+    }
 }
 
 /// Keeps `writer` in step with a watch of `api`, logging (not ending on) errors.
@@ -275,8 +307,10 @@ pub fn kubeconfig_yaml(
 }
 
 impl Credentials {
-    /// Credentials issued with `client`; the returned future drives the
-    /// watch of the peer ServiceAccounts and must be spawned.
+    /// Credentials issued with `client`; the returned future removes grants
+    /// left in the node's namespace by earlier versions, then drives the
+    /// watches of the peer ServiceAccounts, Roles and RoleBindings, and must
+    /// be spawned.
     pub fn new(
         client: kube::Client,
         cfg: CredentialsConfig,
@@ -304,7 +338,16 @@ impl Credentials {
                 "peer RoleBinding",
             ),
         );
+        // Earlier versions bound every peer in the node's namespace: without
+        // a compatibility namespace those grants go.
+        let stale = cfg
+            .role_namespace
+            .is_none()
+            .then(|| (client.clone(), cfg.namespace.clone()));
         let driver = async move {
+            if let Some((client, ns)) = stale {
+                remove_grants_in(&client, &ns).await;
+            }
             driver.await;
         };
         let credentials = Credentials {
@@ -351,21 +394,22 @@ impl Credentials {
             .map(|_| ())
     }
 
-    /// Base64 (std, padded) kubeconfig for `buyer_id`, named after `provider_liqo_id`.
+    /// Base64 (std, padded) kubeconfig for `buyer_id`, named after
+    /// `provider_liqo_id`, and the UID of the ServiceAccount it acts as.
     ///
     /// Reused while more than half of its token lifetime is left.
     pub async fn kubeconfig_for(
         &self,
         buyer_id: &str,
         provider_liqo_id: &str,
-    ) -> Result<String, CredentialsError> {
+    ) -> Result<(String, String), CredentialsError> {
         let key = format!("{buyer_id}\u{0}{provider_liqo_id}");
         let sa = service_account_name(buyer_id);
         if let Some(c) = self.cache.lock().await.get(&key)
             && Instant::now() < c.refresh_at
             && self.account_is(&sa, &c.sa_uid)
         {
-            return Ok(c.kubeconfig_b64.clone());
+            return Ok((c.kubeconfig_b64.clone(), c.sa_uid.clone()));
         }
         let sa_uid = self.ensure_rbac(&sa, buyer_id).await?;
         let token = self.token(&sa).await?;
@@ -381,10 +425,10 @@ impl Credentials {
             Cached {
                 kubeconfig_b64: b64.clone(),
                 refresh_at: Instant::now() + self.cfg.token_ttl / 2,
-                sa_uid,
+                sa_uid: sa_uid.clone(),
             },
         );
-        Ok(b64)
+        Ok((b64, sa_uid))
     }
 
     /// Server-side applies the ServiceAccount (and, in the compatibility
@@ -414,7 +458,8 @@ impl Credentials {
                 source,
             })?;
         if let Some(extra) = &self.cfg.role_namespace {
-            self.bind_peer_rules(extra, sa, buyer_id).await?;
+            let uid = applied.uid().unwrap_or_default();
+            self.bind_peer_rules(extra, sa, &uid, buyer_id).await?;
         }
         if applied.annotations().contains_key(REVOKING_ANNOTATION) {
             // Issuing cancels a pending revocation; the write also changes
@@ -550,6 +595,7 @@ impl Credentials {
     pub async fn grant_tenant_namespace(
         &self,
         buyer_id: &str,
+        sa_uid: &str,
         buyer_cluster_id: &str,
     ) -> Result<(), CredentialsError> {
         let valid = !buyer_cluster_id.is_empty()
@@ -578,13 +624,14 @@ impl Credentials {
                 .as_deref(),
             buyer_id,
             &sa,
+            sa_uid,
             &self.cfg.namespace,
         ) {
             return Ok(());
         }
         self.claim_tenant_namespace(&ns, buyer_id, buyer_cluster_id)
             .await?;
-        self.bind_peer_rules(&ns, &sa, buyer_id).await
+        self.bind_peer_rules(&ns, &sa, sa_uid, buyer_id).await
     }
 
     /// Server-side applies the peer Role in `ns` and binds the buyer's
@@ -593,6 +640,7 @@ impl Credentials {
         &self,
         ns: &str,
         sa: &str,
+        sa_uid: &str,
         buyer_id: &str,
     ) -> Result<(), CredentialsError> {
         let pp = PatchParams::apply(FIELD_MANAGER).force();
@@ -621,7 +669,13 @@ impl Credentials {
                 name: Some(sa.to_owned()),
                 namespace: Some(ns.to_owned()),
                 labels: labels(),
-                annotations: Some([(BUYER_ANNOTATION.to_owned(), buyer_id.to_owned())].into()),
+                annotations: Some(
+                    [
+                        (BUYER_ANNOTATION.to_owned(), buyer_id.to_owned()),
+                        (ACCOUNT_UID_ANNOTATION.to_owned(), sa_uid.to_owned()),
+                    ]
+                    .into(),
+                ),
                 ..Default::default()
             },
             role_ref: RoleRef {
@@ -656,8 +710,9 @@ impl Credentials {
 
     /// Deletes the buyer's ServiceAccount, which invalidates every token
     /// issued for it, unless it changed since `resource_version` (somebody
-    /// issued credentials: `Ok(false)`); then its RoleBinding, which binds
-    /// nothing any more, and its cached kubeconfigs.
+    /// issued credentials: `Ok(false)`); then its cached kubeconfigs and the
+    /// RoleBindings made for that account (by UID), which bind nothing any
+    /// more.
     pub async fn revoke(
         &self,
         buyer_id: &str,
@@ -698,22 +753,43 @@ impl Credentials {
         let all = Api::<RoleBinding>::all(self.client.clone());
         let selector = format!("{}={}", MANAGED_LABEL.0, MANAGED_LABEL.1);
         let bindings = all
-            .list_metadata(&ListParams::default().labels(&selector))
+            .list(&ListParams::default().labels(&selector))
             .await
             .map_err(|source| CredentialsError::Kube {
                 step: "listing the peer RoleBindings",
                 source,
             })?;
-        for binding in bindings.items.iter().filter(|b| b.name_any() == sa) {
+        let made_for_it = |b: &RoleBinding| {
+            b.name_any() == sa
+                && b.annotations()
+                    .get(ACCOUNT_UID_ANNOTATION)
+                    .is_none_or(|u| u == uid)
+                && b.subjects.as_deref().is_some_and(|subjects| {
+                    subjects.iter().all(|s| {
+                        s.kind == "ServiceAccount"
+                            && s.name == sa
+                            && s.namespace.as_deref() == Some(self.cfg.namespace.as_str())
+                    })
+                })
+        };
+        for binding in bindings.items.iter().filter(|b| made_for_it(b)) {
             let Some(ns) = binding.namespace() else {
                 continue;
             };
+            let dp = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: binding.uid(),
+                    resource_version: binding.resource_version(),
+                }),
+                ..Default::default()
+            };
             match Api::<RoleBinding>::namespaced(self.client.clone(), &ns)
-                .delete(&sa, &Default::default())
+                .delete(&sa, &dp)
                 .await
             {
                 Ok(_) => {}
-                Err(e) if api_error::is_not_found(&e) => {}
+                // Gone, or re-made for a new account since: not ours to delete.
+                Err(e) if api_error::is_not_found(&e) || api_error::is_conflict(&e) => {}
                 Err(source) => {
                     return Err(CredentialsError::Kube {
                         step: "deleting a peer RoleBinding",
@@ -770,7 +846,13 @@ mod tests {
         };
         let binding = RoleBinding {
             metadata: ObjectMeta {
-                annotations: Some([(BUYER_ANNOTATION.to_owned(), buyer.to_owned())].into()),
+                annotations: Some(
+                    [
+                        (BUYER_ANNOTATION.to_owned(), buyer.to_owned()),
+                        (ACCOUNT_UID_ANNOTATION.to_owned(), "uid-1".to_owned()),
+                    ]
+                    .into(),
+                ),
                 ..Default::default()
             },
             role_ref: RoleRef {
@@ -792,16 +874,30 @@ mod tests {
     fn a_tenant_grant_is_skipped_only_when_it_is_exactly_in_place() {
         let (role, binding) = granted("b", "fluidos-peer-b", "fluidos");
         let current = |r: Option<&Role>, b: Option<&RoleBinding>| {
-            tenant_grant_is_current(r, b, "b", "fluidos-peer-b", "fluidos")
+            tenant_grant_is_current(r, b, "b", "fluidos-peer-b", "uid-1", "fluidos")
         };
         assert!(current(Some(&role), Some(&binding)));
         assert!(!current(None, Some(&binding)), "no Role yet");
         assert!(!current(Some(&role), None), "no binding yet");
 
         let mut other_buyer = binding.clone();
-        other_buyer.metadata.annotations =
-            Some([(BUYER_ANNOTATION.to_owned(), "a".to_owned())].into());
+        other_buyer
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(BUYER_ANNOTATION.to_owned(), "a".to_owned());
         assert!(!current(Some(&role), Some(&other_buyer)));
+
+        // Made for an earlier (revoked) account of the same name.
+        assert!(!tenant_grant_is_current(
+            Some(&role),
+            Some(&binding),
+            "b",
+            "fluidos-peer-b",
+            "uid-2",
+            "fluidos"
+        ));
 
         let mut other_subject = binding.clone();
         other_subject.subjects.as_mut().unwrap()[0].namespace = Some("elsewhere".into());

@@ -275,12 +275,12 @@ impl State {
         liqo_id: &str,
     ) -> Result<String, ApiError> {
         let buyer_id = &tx.spec.buyer.node_id;
-        let kubeconfig = self.credentials.kubeconfig_for(buyer_id, liqo_id).await?;
+        let (kubeconfig, account_uid) = self.credentials.kubeconfig_for(buyer_id, liqo_id).await?;
         if flavor.spec.flavor_type.identifier()
             == Some(fluidos_api::common::FlavorTypeIdentifier::K8Slice)
         {
             self.credentials
-                .grant_tenant_namespace(buyer_id, &tx.spec.cluster_id)
+                .grant_tenant_namespace(buyer_id, &account_uid, &tx.spec.cluster_id)
                 .await?;
         }
         Ok(kubeconfig)

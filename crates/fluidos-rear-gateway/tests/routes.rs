@@ -574,9 +574,16 @@ async fn rear_routes_on_a_real_api_server() {
             "seller",
             "peeringTargetCredentials",
             "expirationTime",
+            "extraInformation",
             "configuration",
             "ingressTelemetryEndpoint"
         ]
+    );
+    // A K8Slice Contract names the ResourceSlice class this provider serves
+    // (in Go's own optional map, where a Go consumer keeps and ignores it).
+    assert_eq!(
+        json(&body)["extraInformation"],
+        serde_json::json!({"fluidos.eu/resourceslice-class": "fluidos"})
     );
     assert_eq!(contract.get("flavor").keys(), FLAVOR_KEYS);
     assert_eq!(
@@ -713,10 +720,18 @@ async fn rear_routes_on_a_real_api_server() {
         .await
         .unwrap();
     let peer = kube::Client::try_from(peer_cfg).unwrap();
-    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(peer.clone(), NS)
+    let tenant = format!("liqo-tenant-{}", cv["buyerClusterID"].as_str().unwrap());
+    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(peer.clone(), &tenant)
         .list(&Default::default())
         .await
-        .expect("the peer may read configmaps in the peering namespace");
+        .expect("the peer may read configmaps in its tenant namespace");
+    let denied = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(peer.clone(), NS)
+        .list(&Default::default())
+        .await;
+    assert!(
+        matches!(denied, Err(kube::Error::Api(s)) if s.code == 403),
+        "nothing in the node's namespace"
+    );
     let denied = Api::<Flavor>::namespaced(peer.clone(), NS)
         .list(&Default::default())
         .await;

@@ -29,6 +29,10 @@ async fn allowed(
             user: Some(user.into()),
             groups: Some(vec![
                 "system:serviceaccounts".into(),
+                format!(
+                    "system:serviceaccounts:{}",
+                    user.split(':').nth(2).unwrap_or_default()
+                ),
                 "system:authenticated".into(),
             ]),
             resource_attributes: Some(ResourceAttributes {

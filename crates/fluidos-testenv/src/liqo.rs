@@ -483,6 +483,17 @@ impl Liqo {
         )
     }
 
+    /// Stops the stand-in of `deployment`'s virtual-kubelet pod, as deleting
+    /// the Deployment (which Liqo does when it removes a VirtualNode) would
+    /// end the pod in a cluster. No-op when it is not running.
+    pub async fn stop_virtual_kubelet(&mut self, deployment: &str) {
+        let name = format!("{VIRTUAL_KUBELET}-{deployment}");
+        if let Some(i) = self.processes.iter().position(|p| p.name() == name) {
+            let mut process = self.processes.remove(i);
+            process.terminate(STOP_GRACE).await;
+        }
+    }
+
     /// Stops the Liqo processes (SIGTERM, then SIGKILL).
     pub async fn stop(mut self) {
         for process in self.processes.iter_mut().rev() {

@@ -70,14 +70,19 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
         let (client, metrics, shutdown) =
             (ctx.client.clone(), ctx.metrics.clone(), shutdown.clone());
         tokio::spawn(async move {
-            fluidos_peering::slice_class::run(
-                client,
-                slice_class,
-                &metrics,
-                ReadinessGate::new(),
-                async move { shutdown.cancelled_owned().await },
-            )
-            .await;
+            // Stopped outright at shutdown: its watch may be backing off
+            // (no Liqo CRDs), and all its state is in the API server.
+            let stop = shutdown.clone();
+            tokio::select! {
+                () = fluidos_peering::slice_class::run(
+                    client,
+                    slice_class,
+                    &metrics,
+                    ReadinessGate::new(),
+                    async move { shutdown.cancelled_owned().await },
+                ) => {}
+                () = stop.cancelled() => {}
+            }
         })
     };
     tracing::info!(component = %Component::RearManager, "component started");
