@@ -837,7 +837,7 @@ async fn observe_teardown(
 
 /// One teardown deletion; a missing object counts as deleted, and a
 /// provider that no longer accepts the Contract's credentials has revoked
-/// them and cleans up its own side.
+/// them (what is left there is its to remove).
 async fn tear(
     ctx: &Context,
     contract: Option<&Contract>,
@@ -902,7 +902,7 @@ async fn tear(
                     Err(kube::Error::Api(e)) if e.code == 401 || e.code == 403 => {
                         tracing::info!(
                             provider,
-                            "the provider no longer accepts this Contract's credentials; it cleans up its side"
+                            "the provider no longer accepts this Contract's credentials: the Tenant there is left to it"
                         );
                     }
                     Err(e) => return Err(remote("delete_remote_authentication")(e)),

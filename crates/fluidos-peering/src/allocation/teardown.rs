@@ -7,8 +7,9 @@
 //! virtual Node), waited for until both are gone. Only when no other slice of
 //! the same provider is left: unauthenticate, deleting the control-plane
 //! Identity here and the Tenant on the provider (while the Contract's
-//! credentials still work; a provider that revoked them cleans up its side
-//! itself), and the nonce Secrets of both sides. The tenant namespaces stay,
+//! credentials still work: once the provider revoked them, its Tenant of
+//! this consumer stays there, granting nothing; the provider does not yet
+//! delete it by itself), and the nonce Secrets of both sides. The tenant namespaces stay,
 //! as `liqoctl unpeer` leaves them by default.
 
 /// Finalizer of a consumer K8Slice Allocation whose peering this node drives.
