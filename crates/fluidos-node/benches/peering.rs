@@ -1,0 +1,280 @@
+//! `cargo bench -p fluidos-node --bench peering`: a Solver with
+//! `establishPeering: true` to both Allocations `Active`, against the real
+//! Liqo v1.0.0 on two control planes, with the time of each phase.
+//!
+//! Each run buys a fresh flavor (the provider has one worker per run) and is
+//! unpeered afterwards (its Solver deleted, waited until nothing of it is
+//! left), so every run authenticates from scratch. `FLUIDOS_BENCH_RUNS` sets
+//! the number of runs (default 10). The virtual-kubelet pod is played by its
+//! stand-in, the real binary started as a process; its start is counted.
+//! Skips, saying why, without the Liqo and control-plane binaries or
+//! `../shared/reference`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark's failure is a panic
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use fluidos_api::allocation::AllocationState;
+use fluidos_api::network::KnownClusterSpec;
+use fluidos_api::{KnownCluster, Solver};
+use fluidos_testenv::{ControlPlane, ControlPlaneOptions, Liqo, LiqoBinaries, LiqoOptions};
+use kube::api::{ListParams, PostParams};
+use kube::{Api, ResourceExt};
+use support::peering::{
+    CONSUMER_ID, PROVIDER_ID, allocation_state, dynamic, new_contract, ready_virtual_node,
+    skip_reason, unpeer, until, worker_node,
+};
+use support::{NS, NodeProcess, free_port, prepare};
+
+/// The phases of one run, each measured from the end of the previous one.
+const PHASES: [&str; 4] = [
+    "Solver -> Contract",
+    "authenticated (Identity kubeconfig)",
+    "slice accepted, virtual Node Ready",
+    "Allocations Active on both sides",
+];
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+#[expect(clippy::too_many_lines, reason = "setup, then the runs, in order")]
+async fn bench(runs: usize) {
+    let binaries = LiqoBinaries::from_env().unwrap();
+    let setup = Instant::now();
+    let options = || ControlPlaneOptions {
+        workloads: true,
+        crd_dirs: vec![fluidos_testenv::crds_dir()],
+    };
+    let (provider, consumer) = tokio::join!(
+        ControlPlane::start(options()),
+        ControlPlane::start(options())
+    );
+    let (provider, consumer) = (provider.unwrap(), consumer.unwrap());
+    let liqo = |id: &str| LiqoOptions {
+        cluster_id: id.to_owned(),
+        ..Default::default()
+    };
+    let (c_liqo, p_liqo) = tokio::join!(
+        Liqo::start_with(&consumer, &binaries, liqo(CONSUMER_ID)),
+        Liqo::start_with(&provider, &binaries, liqo(PROVIDER_ID))
+    );
+    let (mut c_liqo, mut p_liqo) = (c_liqo.unwrap(), p_liqo.unwrap());
+    let (pport, cport) = (free_port(), free_port());
+    prepare(&provider, "provider01", pport).await;
+    prepare(&consumer, "consumer01", cport).await;
+    for i in 0..runs {
+        worker_node(&provider, &format!("worker-{i}")).await;
+    }
+    Api::<KnownCluster>::namespaced(consumer.client(), NS)
+        .create(
+            &PostParams::default(),
+            &KnownCluster::new(
+                "knowncluster-provider01",
+                KnownClusterSpec {
+                    address: format!("127.0.0.1:{pport}"),
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    let provider_node = NodeProcess::spawn(
+        &provider,
+        pport,
+        "local-resource-manager,rear-gateway,rear-manager",
+        "0",
+        &["--liqo-cluster-id", PROVIDER_ID],
+    );
+    let consumer_node = NodeProcess::spawn(
+        &consumer,
+        cport,
+        "rear-manager",
+        "0",
+        &[
+            "--liqo-cluster-id",
+            CONSUMER_ID,
+            "--peer-timeout-ms",
+            "10000",
+        ],
+    );
+    let nodes = [&provider_node, &consumer_node];
+    let flavors: Api<fluidos_api::Flavor> = Api::namespaced(provider.client(), NS);
+    until("the provider's flavors", &nodes, &mut [], || async {
+        let n = flavors
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .len();
+        if n == runs {
+            Ok(())
+        } else {
+            Err(format!("{n} flavors"))
+        }
+    })
+    .await;
+    until("the consumer's controllers", &nodes, &mut [], || async {
+        if consumer_node
+            .log()
+            .contains("consumer controllers' watches established")
+        {
+            Ok(())
+        } else {
+            Err("not yet".to_owned())
+        }
+    })
+    .await;
+    println!(
+        "peering bench: {runs} runs, real Liqo v1.0.0 (networking off), setup {:.1?}",
+        setup.elapsed()
+    );
+    let path = fluidos_testenv::shared_reference_dir()
+        .unwrap()
+        .join("fluidos-samples/solver.yaml");
+    let sample: Solver = serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let solvers: Api<Solver> = Api::namespaced(consumer.client(), NS);
+    let c_tenant = format!("liqo-tenant-{PROVIDER_ID}");
+    let identities = dynamic(
+        &consumer.client(),
+        "authentication.liqo.io",
+        "Identity",
+        "identities",
+        &c_tenant,
+    );
+    let mut known: Vec<String> = Vec::new();
+    let mut table: Vec<[Duration; 4]> = Vec::new();
+    let mut totals = Vec::new();
+    let mut unpeers = Vec::new();
+    for run in 0..runs {
+        let mut solver = sample.clone();
+        let name = format!("{}-{run}", sample.name_any());
+        solver.metadata.name = Some(name.clone());
+        let started = Instant::now();
+        let mut last = started;
+        let mut lap = || {
+            let took = last.elapsed();
+            last = Instant::now();
+            took
+        };
+        solvers
+            .create(&PostParams::default(), &solver)
+            .await
+            .unwrap();
+        let contract = until(
+            "the Contract",
+            &nodes,
+            &mut [&mut c_liqo, &mut p_liqo],
+            || async { new_contract(&consumer, &known).await },
+        )
+        .await;
+        let slice = contract.name_any();
+        known.push(slice.clone());
+        let t_contract = lap();
+        until(
+            "the control-plane Identity's kubeconfig",
+            &nodes,
+            &mut [&mut c_liqo, &mut p_liqo],
+            || async {
+                let i = identities
+                    .get_opt(&format!("controlplane-{PROVIDER_ID}"))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| "no Identity yet".to_owned())?;
+                i.data
+                    .pointer("/status/kubeconfigSecretRef/name")
+                    .map(drop)
+                    .ok_or_else(|| "no kubeconfig yet".to_owned())
+            },
+        )
+        .await;
+        let t_auth = lap();
+        let (_, deployment) = ready_virtual_node(
+            &consumer,
+            &mut c_liqo,
+            &mut p_liqo,
+            &nodes,
+            &c_tenant,
+            &slice,
+        )
+        .await;
+        let t_node = lap();
+        for cp in [&consumer, &provider] {
+            until(
+                "the Allocation Active",
+                &nodes,
+                &mut [&mut c_liqo, &mut p_liqo],
+                || async {
+                    let (s, m) = allocation_state(cp, &slice).await?;
+                    if s == AllocationState::Active {
+                        Ok(())
+                    } else {
+                        Err(format!("{s}: {m}"))
+                    }
+                },
+            )
+            .await;
+        }
+        let t_active = lap();
+        let total = started.elapsed();
+        let unpeer_started = Instant::now();
+        unpeer(
+            &consumer,
+            &provider,
+            &mut c_liqo,
+            &mut p_liqo,
+            &nodes,
+            &name,
+            &slice,
+            &deployment,
+            false,
+        )
+        .await;
+        let t_unpeer = unpeer_started.elapsed();
+        println!(
+            "run {run:>2}: total {total:>9.2?} (contract {t_contract:>9.2?}, auth {t_auth:>9.2?}, \
+             node {t_node:>9.2?}, active {t_active:>9.2?}); unpeer {t_unpeer:>9.2?}"
+        );
+        table.push([t_contract, t_auth, t_node, t_active]);
+        totals.push(total);
+        unpeers.push(t_unpeer);
+    }
+    let summary = |label: &str, mut v: Vec<Duration>| {
+        v.sort();
+        println!(
+            "{label:<40} p50 {:>9.2?}  p90 {:>9.2?}  max {:>9.2?}",
+            percentile(&v, 50.0),
+            percentile(&v, 90.0),
+            v[v.len() - 1]
+        );
+    };
+    for (i, phase) in PHASES.iter().enumerate() {
+        summary(phase, table.iter().map(|r| r[i]).collect());
+    }
+    summary("Solver -> Active on both sides", totals);
+    summary("unpeer (Solver deleted -> all gone)", unpeers);
+    println!("target: Solver -> Active on both sides p50 < 5 s");
+    c_liqo.stop().await;
+    p_liqo.stop().await;
+}
+
+fn main() {
+    if let Some(reason) = skip_reason() {
+        println!("peering bench SKIPPED: {reason}");
+        return;
+    }
+    let runs = std::env::var("FLUIDOS_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(10);
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(bench(runs));
+}

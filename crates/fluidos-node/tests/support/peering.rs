@@ -1,0 +1,458 @@
+//! Helpers of the tests and the benchmark that peer two control planes
+//! through the real Liqo v1.0.0 with `fluidos-node` processes.
+
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
+use fluidos_api::allocation::AllocationState;
+use fluidos_api::{Allocation, Contract, Solver};
+use fluidos_testenv::{ControlPlane, Liqo};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{DynamicObject, ListParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Api, ResourceExt};
+
+use super::{NS, NodeProcess};
+
+pub const CONSUMER_ID: &str = "fluidos-consumer";
+pub const PROVIDER_ID: &str = "fluidos-provider";
+pub const LIMIT: Duration = Duration::from_secs(120);
+
+pub fn say(line: &str) {
+    let _ = std::io::stderr().write_all(format!("[peering] {line}\n").as_bytes());
+}
+
+pub fn skip_reason() -> Option<String> {
+    for var in ["FLUIDOS_LIQO_BIN_DIR", "FLUIDOS_CP_BIN_DIR"] {
+        if std::env::var_os(var).is_none_or(|v| v.is_empty()) {
+            return Some(format!(
+                "{var} is not set (build with tools/liqo/build.sh and tools/control-plane/build.sh \
+                 and set it to the directory the script prints)"
+            ));
+        }
+    }
+    if fluidos_testenv::shared_reference_dir().is_none() {
+        return Some("../shared/reference is absent (the Solver sample comes from there)".into());
+    }
+    None
+}
+
+pub struct Phases {
+    started: Instant,
+    last: Instant,
+    done: Vec<(String, Duration)>,
+}
+
+impl Phases {
+    pub fn new() -> Self {
+        let now = Instant::now();
+        Phases {
+            started: now,
+            last: now,
+            done: Vec::new(),
+        }
+    }
+    pub fn mark(&mut self, name: &str) {
+        let took = self.last.elapsed();
+        self.last = Instant::now();
+        say(&format!("phase {name:<60} {took:>9.2?}"));
+        self.done.push((name.to_owned(), took));
+    }
+    pub fn summary(&self) {
+        say("phase timings:");
+        for (name, took) in &self.done {
+            say(&format!("  {name:<62} {took:>9.2?}"));
+        }
+        say(&format!(
+            "  {:<62} {:>9.2?}",
+            "total",
+            self.started.elapsed()
+        ));
+    }
+}
+
+/// Polls `f` until `Some`; on timeout fails with `what`, the last state and
+/// the logs of both nodes and both Liqos.
+pub async fn until<T, F, Fut>(
+    what: &str,
+    nodes: &[&NodeProcess],
+    liqos: &mut [&mut Liqo],
+    mut f: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let start = Instant::now();
+    loop {
+        for l in liqos.iter_mut() {
+            if let Err(e) = l.ensure_running() {
+                panic!("a Liqo process died while waiting for {what}: {e}");
+            }
+        }
+        let last = match f().await {
+            Ok(v) => return v,
+            Err(e) => e,
+        };
+        if start.elapsed() > LIMIT {
+            let logs: Vec<String> = nodes.iter().map(|n| n.log()).collect();
+            let liqo: Vec<String> = liqos.iter().map(|l| l.log_tails()).collect();
+            panic!(
+                "timed out waiting for {what}; last: {last}\n--- node logs\n{}\n--- liqo\n{}",
+                logs.join("\n---\n"),
+                liqo.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub fn dynamic(
+    client: &kube::Client,
+    group: &str,
+    kind: &str,
+    plural: &str,
+    ns: &str,
+) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk(group, "v1beta1", kind);
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &ApiResource::from_gvk_with_plural(&gvk, plural),
+    )
+}
+
+/// A provider worker Node (8 CPUs, 16Gi, 110 pods) as
+/// `fixtures::worker_node` makes it, but labelled `liqo.io/type` so that kwok
+/// (which manages every other Node once the control plane runs workloads)
+/// does not replace its capacity with its own defaults.
+pub async fn worker_node(cp: &ControlPlane, name: &str) {
+    let api: Api<Node> = Api::all(cp.client());
+    let node: Node = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {
+            "node-role.fluidos.eu/resources": "true",
+            "liqo.io/type": "fluidos-test-worker"}},
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &node).await.unwrap();
+    let resources = serde_json::json!({"cpu": "8", "memory": "16Gi", "pods": "110", "ephemeral-storage": "100Gi"});
+    let status = serde_json::json!({"status": {
+        "capacity": resources,
+        "allocatable": resources,
+        "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux", "machineID": "",
+            "systemUUID": "", "bootID": "", "kernelVersion": "", "osImage": "",
+            "containerRuntimeVersion": "", "kubeletVersion": "", "kubeProxyVersion": ""}
+    }});
+    api.patch_status(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(status),
+    )
+    .await
+    .unwrap();
+}
+
+/// State and message of the Allocation of Contract `contract`.
+pub async fn allocation_state(
+    cp: &ControlPlane,
+    contract: &str,
+) -> Result<(AllocationState, String), String> {
+    let list = Api::<Allocation>::namespaced(cp.client(), NS)
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let a = list
+        .items
+        .into_iter()
+        .find(|a| a.spec.contract.as_ref().and_then(|c| c.name.as_deref()) == Some(contract))
+        .ok_or("no Allocation")?;
+    let s = a.status.unwrap_or_default();
+    Ok((s.status.ok_or("no status")?, s.message.unwrap_or_default()))
+}
+
+/// The first Contract on `cp` not named in `known`.
+pub async fn new_contract(cp: &ControlPlane, known: &[String]) -> Result<Contract, String> {
+    Api::<Contract>::namespaced(cp.client(), NS)
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?
+        .items
+        .into_iter()
+        .find(|c| !known.contains(&c.name_any()))
+        .ok_or_else(|| "no new Contract yet".to_owned())
+}
+
+/// Once Liqo created the VirtualNode of ResourceSlice `slice` and its
+/// virtual-kubelet Deployment, runs the stand-in and waits for the Node.
+pub async fn ready_virtual_node(
+    consumer: &ControlPlane,
+    c_liqo: &mut Liqo,
+    p_liqo: &mut Liqo,
+    nodes: &[&NodeProcess],
+    c_tenant: &str,
+    slice: &str,
+) -> (Node, String) {
+    let virtual_nodes = dynamic(
+        &consumer.client(),
+        "offloading.liqo.io",
+        "VirtualNode",
+        "virtualnodes",
+        c_tenant,
+    );
+    let deployment = until(
+        "the VirtualNode and its virtual-kubelet Deployment",
+        nodes,
+        &mut [&mut *c_liqo, &mut *p_liqo],
+        || async {
+            let vn = virtual_nodes
+                .get_opt(slice)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "no VirtualNode yet".to_owned())?;
+            let d = vn
+                .data
+                .pointer("/spec/template/metadata/name")
+                .and_then(|v| v.as_str())
+                .ok_or("no template name")?
+                .to_owned();
+            Api::<Deployment>::namespaced(consumer.client(), c_tenant)
+                .get_opt(&d)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "no Deployment yet".to_owned())
+                .map(|_| d)
+        },
+    )
+    .await;
+
+    c_liqo
+        .start_virtual_kubelet(consumer, c_tenant, &deployment)
+        .await
+        .unwrap();
+    let node = until(
+        "the virtual Node Ready",
+        nodes,
+        &mut [&mut *c_liqo, &mut *p_liqo],
+        || async {
+            let n = Api::<Node>::all(consumer.client())
+                .get_opt(slice)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "no Node yet".to_owned())?;
+            let ready = n
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            if ready {
+                Ok(n)
+            } else {
+                Err("not Ready".into())
+            }
+        },
+    )
+    .await;
+    (node, deployment)
+}
+
+/// Deletes Solver `solver` and waits until the peering of its Contract
+/// (`slice`) is gone from both sides: the ResourceSlice and its replica, the
+/// VirtualNode and virtual Node, the Allocation; with `others_left`, the
+/// authentication must stay (another Contract uses it), else it must go too
+/// (Identity here, Tenant and nonce on the provider).
+#[expect(
+    clippy::too_many_arguments,
+    clippy::too_many_lines,
+    reason = "one test step over both clusters, each object checked by name"
+)]
+pub async fn unpeer(
+    consumer: &ControlPlane,
+    provider: &ControlPlane,
+    c_liqo: &mut Liqo,
+    p_liqo: &mut Liqo,
+    nodes: &[&NodeProcess],
+    solver: &str,
+    slice: &str,
+    deployment: &str,
+    others_left: bool,
+) {
+    let c_tenant = format!("liqo-tenant-{PROVIDER_ID}");
+    let p_tenant = format!("liqo-tenant-{CONSUMER_ID}");
+    let started = Instant::now();
+    Api::<Solver>::namespaced(consumer.client(), NS)
+        .delete(solver, &kube::api::DeleteParams::background())
+        .await
+        .unwrap();
+    let slices = dynamic(
+        &consumer.client(),
+        "authentication.liqo.io",
+        "ResourceSlice",
+        "resourceslices",
+        &c_tenant,
+    );
+    let replicas = dynamic(
+        &provider.client(),
+        "authentication.liqo.io",
+        "ResourceSlice",
+        "resourceslices",
+        &p_tenant,
+    );
+    let virtual_nodes = dynamic(
+        &consumer.client(),
+        "offloading.liqo.io",
+        "VirtualNode",
+        "virtualnodes",
+        &c_tenant,
+    );
+    // The stand-in plays the virtual-kubelet pod: it ends when Liqo deletes
+    // the pod's Deployment, as the pod would.
+    until(
+        "the virtual-kubelet Deployment gone",
+        nodes,
+        &mut [&mut *c_liqo, &mut *p_liqo],
+        || async {
+            match Api::<Deployment>::namespaced(consumer.client(), &c_tenant)
+                .get_opt(deployment)
+                .await
+                .map_err(|e| e.to_string())?
+            {
+                None => Ok(()),
+                Some(_) => {
+                    let st = allocation_state(consumer, slice).await;
+                    Err(format!("Deployment still there; Allocation {st:?}"))
+                }
+            }
+        },
+    )
+    .await;
+    say(&format!(
+        "  virtual-kubelet Deployment gone after {:?}",
+        started.elapsed()
+    ));
+    c_liqo.stop_virtual_kubelet(deployment).await;
+    until(
+        "the slice, its replica, the virtual node and the Allocation gone",
+        nodes,
+        &mut [&mut *c_liqo, &mut *p_liqo],
+        || async {
+            let mut left = Vec::new();
+            if slices
+                .get_opt(slice)
+                .await
+                .map_err(|e| e.to_string())?
+                .is_some()
+            {
+                left.push("ResourceSlice");
+            }
+            if replicas
+                .get_opt(slice)
+                .await
+                .map_err(|e| e.to_string())?
+                .is_some()
+            {
+                left.push("replica on the provider");
+            }
+            if virtual_nodes
+                .get_opt(slice)
+                .await
+                .map_err(|e| e.to_string())?
+                .is_some()
+            {
+                left.push("VirtualNode");
+            }
+            if Api::<Node>::all(consumer.client())
+                .get_opt(slice)
+                .await
+                .map_err(|e| e.to_string())?
+                .is_some()
+            {
+                left.push("Node");
+            }
+            match allocation_state(consumer, slice).await {
+                Err(e) if e == "no Allocation" => {}
+                other => return Err(format!("Allocation still there: {other:?}; also {left:?}")),
+            }
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("left: {left:?}"))
+            }
+        },
+    )
+    .await;
+    let identity = dynamic(
+        &consumer.client(),
+        "authentication.liqo.io",
+        "Identity",
+        "identities",
+        &c_tenant,
+    )
+    .get_opt(&format!("controlplane-{PROVIDER_ID}"))
+    .await
+    .unwrap();
+    let tenant = dynamic(
+        &provider.client(),
+        "authentication.liqo.io",
+        "Tenant",
+        "tenants",
+        &p_tenant,
+    );
+    if others_left {
+        assert!(
+            identity.is_some(),
+            "another Contract still uses the authentication"
+        );
+        assert!(tenant.get_opt(CONSUMER_ID).await.unwrap().is_some());
+        return;
+    }
+    until(
+        "the authentication gone on both sides",
+        nodes,
+        &mut [&mut *c_liqo, &mut *p_liqo],
+        || async {
+            let mut left = Vec::new();
+            if dynamic(
+                &consumer.client(),
+                "authentication.liqo.io",
+                "Identity",
+                "identities",
+                &c_tenant,
+            )
+            .get_opt(&format!("controlplane-{PROVIDER_ID}"))
+            .await
+            .map_err(|e| e.to_string())?
+            .is_some()
+            {
+                left.push("Identity");
+            }
+            if tenant
+                .get_opt(CONSUMER_ID)
+                .await
+                .map_err(|e| e.to_string())?
+                .is_some()
+            {
+                left.push("Tenant on the provider");
+            }
+            for (client, ns, secret) in [
+                (consumer.client(), &c_tenant, "liqo-signed-nonce"),
+                (provider.client(), &p_tenant, "liqo-nonce"),
+            ] {
+                if Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client, ns)
+                    .get_opt(secret)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .is_some()
+                {
+                    left.push(secret);
+                }
+            }
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("left: {left:?}"))
+            }
+        },
+    )
+    .await;
+}
