@@ -1,0 +1,292 @@
+//! A node killed (SIGKILL) in the middle of a K8Slice peering, at every
+//! step, converges to exactly one peering once it runs again: with the real
+//! Liqo v1.0.0 on two control planes, the consumer node is killed and
+//! restarted each time its Allocation reports a new peering step, then the
+//! provider node once the peering is up. All peering state lives in the API
+//! servers, so every step is create-or-adopt.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // in tests a panic is the failure report
+
+mod support;
+
+use fluidos_api::allocation::AllocationState;
+use fluidos_api::network::KnownClusterSpec;
+use fluidos_api::{KnownCluster, Solver};
+use fluidos_testenv::{ControlPlane, ControlPlaneOptions, Liqo, LiqoBinaries, LiqoOptions};
+use kube::api::{ListParams, PostParams};
+use kube::{Api, ResourceExt};
+use support::peering::{
+    CONSUMER_ID, PROVIDER_ID, allocation_state, dynamic, new_contract, ready_virtual_node, say,
+    skip_reason, until, worker_node,
+};
+use support::{NS, NodeProcess, free_port, prepare};
+
+fn consumer_node(consumer: &ControlPlane, port: u16) -> NodeProcess {
+    NodeProcess::spawn(
+        consumer,
+        port,
+        "rear-manager",
+        "0",
+        &[
+            "--liqo-cluster-id",
+            CONSUMER_ID,
+            "--peer-timeout-ms",
+            "10000",
+        ],
+    )
+}
+
+fn provider_node(provider: &ControlPlane, port: u16) -> NodeProcess {
+    NodeProcess::spawn(
+        provider,
+        port,
+        "local-resource-manager,rear-gateway,rear-manager",
+        "0",
+        &["--liqo-cluster-id", PROVIDER_ID],
+    )
+}
+
+/// How many objects of a Liqo kind are in `ns` (Identities: of the
+/// control-plane type; Liqo makes one more per ResourceSlice).
+async fn count(client: &kube::Client, kind: &str, plural: &str, ns: &str) -> usize {
+    dynamic(client, "authentication.liqo.io", kind, plural, ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|o| {
+            kind != "Identity"
+                || o.data.pointer("/spec/type").and_then(|t| t.as_str()) == Some("ControlPlane")
+        })
+        .count()
+}
+
+#[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario, kill after kill; splitting it hides the order"
+)]
+async fn nodes_killed_at_every_peering_step_converge_to_one_peering() {
+    if let Some(reason) = skip_reason() {
+        say(&format!("SKIP: {reason}"));
+        return;
+    }
+    let binaries = LiqoBinaries::from_env().unwrap();
+    let options = || ControlPlaneOptions {
+        workloads: true,
+        crd_dirs: vec![fluidos_testenv::crds_dir()],
+    };
+    let (provider, consumer) = tokio::join!(
+        ControlPlane::start(options()),
+        ControlPlane::start(options())
+    );
+    let (provider, consumer) = (provider.unwrap(), consumer.unwrap());
+    let liqo = |id: &str| LiqoOptions {
+        cluster_id: id.to_owned(),
+        ..Default::default()
+    };
+    let (c_liqo, p_liqo) = tokio::join!(
+        Liqo::start_with(&consumer, &binaries, liqo(CONSUMER_ID)),
+        Liqo::start_with(&provider, &binaries, liqo(PROVIDER_ID))
+    );
+    let (mut c_liqo, mut p_liqo) = (c_liqo.unwrap(), p_liqo.unwrap());
+    let (pport, cport) = (free_port(), free_port());
+    prepare(&provider, "provider01", pport).await;
+    prepare(&consumer, "consumer01", cport).await;
+    worker_node(&provider, "worker-1").await;
+    Api::<KnownCluster>::namespaced(consumer.client(), NS)
+        .create(
+            &PostParams::default(),
+            &KnownCluster::new(
+                "knowncluster-provider01",
+                KnownClusterSpec {
+                    address: format!("127.0.0.1:{pport}"),
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    let mut p_node = provider_node(&provider, pport);
+    let mut c_node = consumer_node(&consumer, cport);
+    let flavors: Api<fluidos_api::Flavor> = Api::namespaced(provider.client(), NS);
+    until(
+        "the provider's flavor",
+        &[&p_node, &c_node],
+        &mut [],
+        || async {
+            let n = flavors
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .len();
+            if n == 1 {
+                Ok(())
+            } else {
+                Err("no flavor".into())
+            }
+        },
+    )
+    .await;
+    until(
+        "the consumer's controllers",
+        &[&p_node, &c_node],
+        &mut [],
+        || async {
+            if c_node
+                .log()
+                .contains("consumer controllers' watches established")
+            {
+                Ok(())
+            } else {
+                Err("not yet".to_owned())
+            }
+        },
+    )
+    .await;
+
+    let path = fluidos_testenv::shared_reference_dir()
+        .unwrap()
+        .join("fluidos-samples/solver.yaml");
+    let solver: Solver = serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    Api::<Solver>::namespaced(consumer.client(), NS)
+        .create(&PostParams::default(), &solver)
+        .await
+        .unwrap();
+    let contract = until(
+        "the consumer's Contract",
+        &[&p_node, &c_node],
+        &mut [&mut c_liqo, &mut p_liqo],
+        || async { new_contract(&consumer, &[]).await },
+    )
+    .await;
+    let slice = contract.name_any();
+
+    // Kill the consumer node each time its Allocation reports a new step,
+    // until the slice is accepted (the virtual node needs the stand-in).
+    let mut seen: Vec<String> = Vec::new();
+    let mut kills = 0;
+    loop {
+        let (state, message) = until(
+            "a new peering step",
+            &[&p_node, &c_node],
+            &mut [&mut c_liqo, &mut p_liqo],
+            || async {
+                let (s, m) = allocation_state(&consumer, &slice).await?;
+                if seen.contains(&m) {
+                    Err(format!("still {s}: {m}"))
+                } else {
+                    Ok((s, m))
+                }
+            },
+        )
+        .await;
+        seen.push(message.clone());
+        if message.contains("waiting for virtual node") || state == AllocationState::Active {
+            break;
+        }
+        assert_ne!(state, AllocationState::Error, "{message}");
+        say(&format!(
+            "kill -9 of the consumer node at: {state}: {message}"
+        ));
+        c_node.kill().await;
+        kills += 1;
+        c_node = consumer_node(&consumer, cport);
+    }
+    assert!(kills >= 3, "killed at only {kills} steps: {seen:?}");
+
+    let c_tenant = format!("liqo-tenant-{PROVIDER_ID}");
+    let nodes = [&p_node, &c_node];
+    ready_virtual_node(
+        &consumer,
+        &mut c_liqo,
+        &mut p_liqo,
+        &nodes,
+        &c_tenant,
+        &slice,
+    )
+    .await;
+    until(
+        "the consumer's Allocation Active",
+        &nodes,
+        &mut [&mut c_liqo, &mut p_liqo],
+        || async {
+            let (s, m) = allocation_state(&consumer, &slice).await?;
+            if s == AllocationState::Active {
+                Ok(())
+            } else {
+                Err(format!("{s}: {m}"))
+            }
+        },
+    )
+    .await;
+
+    // Then the provider node: killed and restarted, it keeps its side.
+    say("kill -9 of the provider node with the peering up");
+    p_node.kill().await;
+    p_node = provider_node(&provider, pport);
+    let nodes = [&p_node, &c_node];
+    let p_tenant = format!("liqo-tenant-{CONSUMER_ID}");
+    let replicas = dynamic(
+        &provider.client(),
+        "authentication.liqo.io",
+        "ResourceSlice",
+        "resourceslices",
+        &p_tenant,
+    );
+    until(
+        "the provider's Allocation Active and the grant in place",
+        &nodes,
+        &mut [&mut c_liqo, &mut p_liqo],
+        || async {
+            let (s, m) = allocation_state(&provider, &slice).await?;
+            if s != AllocationState::Active {
+                return Err(format!("provider Allocation {s}: {m}"));
+            }
+            let r = replicas.get(&slice).await.map_err(|e| e.to_string())?;
+            match r.data.pointer("/status/resources/pods") {
+                Some(_) => Ok(()),
+                None => Err("no grant".into()),
+            }
+        },
+    )
+    .await;
+
+    // Exactly one peering: one of each object, on each side.
+    assert_eq!(
+        count(&consumer.client(), "Identity", "identities", &c_tenant).await,
+        1
+    );
+    assert_eq!(
+        count(
+            &consumer.client(),
+            "ResourceSlice",
+            "resourceslices",
+            &c_tenant
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        count(&provider.client(), "Tenant", "tenants", &p_tenant).await,
+        1
+    );
+    assert_eq!(
+        count(
+            &provider.client(),
+            "ResourceSlice",
+            "resourceslices",
+            &p_tenant
+        )
+        .await,
+        1
+    );
+    let (state, _) = allocation_state(&consumer, &slice).await.unwrap();
+    assert_eq!(state, AllocationState::Active);
+    say(&format!(
+        "converged after {kills} kills of the consumer and one of the provider; steps seen: {seen:?}"
+    ));
+    c_liqo.stop().await;
+    p_liqo.stop().await;
+}
