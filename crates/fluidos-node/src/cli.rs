@@ -107,9 +107,17 @@ pub struct Args {
     pub flavor: FlavorConfig,
 
     /// This cluster's Liqo cluster ID; read from `liqo/liqo-clusterid-configmap`
-    /// (`CLUSTER_ID`) when not given, else `fluidos-<nodeID>`.
+    /// (`CLUSTER_ID`) when not given, waiting for it (REAR answers 503 and
+    /// `/readyz` says why) until Liqo publishes it; `fluidos-<nodeID>` only
+    /// with `--peering=false`.
     #[arg(long, env = "FLUIDOS_LIQO_CLUSTER_ID")]
     pub liqo_cluster_id: Option<String>,
+
+    /// Whether this node peers through Liqo (K8Slice allocation): it then
+    /// needs Liqo's cluster ID. `false` runs without Liqo (services only)
+    /// under the stand-in ID `fluidos-<nodeID>`.
+    #[arg(long, env = "FLUIDOS_PEERING", default_value_t = true, action = clap::ArgAction::Set)]
+    pub peering: bool,
 
     /// Providers to query besides KnownClusters (`host:port`, comma-separated).
     #[arg(long = "peers", env = "FLUIDOS_PEERS", value_delimiter = ',')]

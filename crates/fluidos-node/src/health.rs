@@ -22,6 +22,8 @@ pub struct Readiness {
     // The key set is fixed at construction, so flags need no lock: probes
     // never wait on a component that is busy reporting.
     components: Arc<BTreeMap<Component, AtomicBool>>,
+    /// What the node as a whole waits for before starting its components.
+    waiting: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl Readiness {
@@ -34,7 +36,21 @@ impl Readiness {
                     .map(|c| (c, AtomicBool::new(false)))
                     .collect(),
             ),
+            waiting: Arc::default(),
         }
+    }
+
+    /// Records what the node waits for before its components start (`None`:
+    /// nothing); `/readyz` says it.
+    pub fn set_waiting(&self, reason: Option<String>) {
+        if let Ok(mut w) = self.waiting.lock() {
+            *w = reason;
+        }
+    }
+
+    /// What the node waits for, if anything.
+    pub fn waiting(&self) -> Option<String> {
+        self.waiting.lock().ok().and_then(|w| w.clone())
     }
 
     /// Records that `component` is serving; ignored for components not tracked.
@@ -56,9 +72,11 @@ impl Readiness {
 
     /// True once every tracked component is ready.
     pub fn is_ready(&self) -> bool {
-        self.components
-            .values()
-            .all(|flag| flag.load(Ordering::Acquire))
+        self.waiting().is_none()
+            && self
+                .components
+                .values()
+                .all(|flag| flag.load(Ordering::Acquire))
     }
 
     /// Tracked components not ready yet, in start order.
@@ -118,6 +136,12 @@ async fn healthz() -> &'static str {
 
 /// 200 once every selected component is ready, else 503 naming the others.
 async fn readyz(State(readiness): State<Readiness>) -> (StatusCode, String) {
+    if let Some(reason) = readiness.waiting() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {reason}"),
+        );
+    }
     let pending = readiness.pending();
     if pending.is_empty() {
         (StatusCode::OK, "ok".to_owned())
@@ -182,6 +206,19 @@ mod tests {
         assert_eq!(body, "not ready: local-resource-manager, rear-gateway");
         r.mark_ready(Component::LocalResourceManager);
         r.mark_ready(Component::RearGateway);
+        assert_eq!(readyz(State(r)).await, (StatusCode::OK, "ok".to_owned()));
+    }
+
+    #[tokio::test]
+    async fn readyz_says_what_the_node_waits_for() {
+        let r = Readiness::new([Component::RearGateway]);
+        r.mark_ready(Component::RearGateway);
+        r.set_waiting(Some("waiting for Liqo".into()));
+        assert!(!r.is_ready());
+        let (code, body) = readyz(State(r.clone())).await;
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body, "not ready: waiting for Liqo");
+        r.set_waiting(None);
         assert_eq!(readyz(State(r)).await, (StatusCode::OK, "ok".to_owned()));
     }
 

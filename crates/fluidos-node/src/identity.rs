@@ -233,34 +233,57 @@ async fn api_server_address(client: &Client) -> Result<String, String> {
 /// Liqo's cluster-ID ConfigMap: namespace, name and key.
 const LIQO_CLUSTER_ID: (&str, &str, &str) = ("liqo", "liqo-clusterid-configmap", "CLUSTER_ID");
 
-/// This cluster's Liqo ID: the flag, else Liqo's ConfigMap, else `fluidos-<nodeID>`.
+/// This cluster's Liqo ID: the flag, else Liqo's ConfigMap, else (only
+/// without peering) `fluidos-<nodeID>`; `None` while Liqo has not published
+/// it and the node peers ([`wait_for_liqo_cluster_id`]).
 ///
-/// Upstream refuses to serve until Liqo publishes its ID; we fall back to a
-/// stable name so a node without Liqo can still trade services.
+/// Upstream refuses to serve until Liqo publishes its ID, and so do we when
+/// peering: an invented ID would be handed to buyers in Contracts.
 pub async fn liqo_cluster_id(
     client: &Client,
     flag: Option<&str>,
+    peering: bool,
     identity: &NodeIdentity,
-) -> String {
+) -> Option<String> {
     if let Some(id) = flag.filter(|s| !s.is_empty()) {
-        return id.to_owned();
+        return Some(id.to_owned());
     }
-    let (ns, name, key) = LIQO_CLUSTER_ID;
+    let (ns, name, _) = LIQO_CLUSTER_ID;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     match api.get_opt(name).await {
         Ok(Some(cm)) => {
-            if let Some(id) = cm
-                .data
-                .and_then(|d| d.get(key).cloned())
-                .filter(|s| !s.is_empty())
-            {
-                return id;
+            if let Some(id) = cluster_id_of(&cm) {
+                return Some(id);
             }
         }
         Ok(None) => {}
         Err(e) => tracing::warn!(error = %e, "cannot read Liqo's cluster ID ConfigMap"),
     }
-    default_liqo_id(&identity.node_id)
+    (!peering).then(|| default_liqo_id(&identity.node_id))
+}
+
+/// Why a peering node is not ready yet without Liqo's cluster ID.
+pub const WAITING_FOR_LIQO: &str = "waiting for Liqo's cluster ID (ConfigMap liqo/liqo-clusterid-configmap, key CLUSTER_ID: is Liqo installed?); or pass --liqo-cluster-id, or --peering=false to run without Liqo";
+
+fn cluster_id_of(cm: &ConfigMap) -> Option<String> {
+    cm.data
+        .as_ref()
+        .and_then(|d| d.get(LIQO_CLUSTER_ID.2).cloned())
+        .filter(|s| !s.is_empty())
+}
+
+/// Watches Liqo's cluster-ID ConfigMap until it holds an ID (Liqo installed
+/// after this node started).
+pub async fn wait_for_liqo_cluster_id(
+    client: &Client,
+) -> Result<String, kube::runtime::wait::Error> {
+    let (ns, name, _) = LIQO_CLUSTER_ID;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let found = kube::runtime::wait::await_condition(api, name, |cm: Option<&ConfigMap>| {
+        cm.and_then(cluster_id_of).is_some()
+    })
+    .await?;
+    Ok(found.as_ref().and_then(cluster_id_of).unwrap_or_default())
 }
 
 /// The fallback Liqo ID for a node.

@@ -12,7 +12,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Parser;
 use fluidos_node::cli::{Args, Component, LogFormat};
-use fluidos_node::{components, health, startup};
+use fluidos_node::context::Context;
+use fluidos_node::{components, health, identity, startup};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
@@ -139,6 +140,13 @@ async fn run(started: startup::Started, shutdown: CancellationToken) -> ExitCode
             (Task::Server("metrics"), result.context("serving metrics"))
         });
     }
+    let ctx = match with_liqo_cluster_id(ctx, &selected, &shutdown).await {
+        Some(ctx) => ctx,
+        None => {
+            tracing::info!("fluidos-node stopped before Liqo published its cluster ID");
+            return ExitCode::SUCCESS;
+        }
+    };
     for component in selected {
         let ctx = ctx.clone();
         let stop = shutdown.clone();
@@ -158,6 +166,70 @@ async fn run(started: startup::Started, shutdown: CancellationToken) -> ExitCode
         tracing::info!("fluidos-node stopped");
         ExitCode::SUCCESS
     }
+}
+
+/// The context with this cluster's Liqo ID: as it is when known; else (a
+/// peering node whose Liqo has not published it) waits for Liqo's ConfigMap,
+/// saying so in `/readyz` and answering every REAR request with 503 (as the
+/// Go node does) meanwhile. `None` on shutdown.
+async fn with_liqo_cluster_id(
+    ctx: Arc<Context>,
+    selected: &[Component],
+    shutdown: &CancellationToken,
+) -> Option<Arc<Context>> {
+    if ctx.identity.liqo_id().is_some() {
+        return Some(ctx);
+    }
+    tracing::warn!("{}", identity::WAITING_FOR_LIQO);
+    ctx.readiness
+        .set_waiting(Some(identity::WAITING_FOR_LIQO.to_owned()));
+    let stop_503 = CancellationToken::new();
+    let answering_503 = selected.contains(&Component::RearGateway).then(|| {
+        let addr = ctx.args.rear_gateway_address();
+        let stop = stop_503.clone();
+        tokio::spawn(async move {
+            match tokio::net::TcpListener::bind(addr).await {
+                Ok(listener) => {
+                    let router = axum::Router::new().fallback(|| async {
+                        (
+                            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                            [(axum::http::header::CONTENT_TYPE, "application/json")],
+                            r#"{"error":"this node's Liqo cluster ID is not known yet (Liqo not installed?); retry later"}"#,
+                        )
+                    });
+                    if let Err(e) = health::serve(listener, router, stop).await {
+                        tracing::warn!(error = %e, "serving 503 on the REAR port");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, %addr, "cannot bind the REAR port"),
+            }
+        })
+    });
+    let found = tokio::select! {
+        found = identity::wait_for_liqo_cluster_id(&ctx.client) => found,
+        () = shutdown.cancelled() => {
+            stop_503.cancel();
+            return None;
+        }
+    };
+    stop_503.cancel();
+    if let Some(task) = answering_503 {
+        // The real gateway binds the same port next.
+        let _ = task.await;
+    }
+    let id = match found {
+        Ok(id) => id,
+        Err(e) => {
+            tracing::error!(error = %e, "watching Liqo's cluster ID ConfigMap");
+            return None;
+        }
+    };
+    tracing::info!(liqo_cluster_id = %id, "Liqo published this cluster's ID");
+    let mut context = (*ctx).clone();
+    context.identity.additional_information =
+        Some(fluidos_api::NodeIdentityAdditionalInfo { liqo_id: Some(id) });
+    ctx.readiness.set_waiting(None);
+    Some(Arc::new(context))
 }
 
 /// Waits for every task; the first to stop triggers shutdown of the rest.

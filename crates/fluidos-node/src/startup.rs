@@ -66,11 +66,17 @@ pub async fn start(args: Args) -> Result<Started, StartupError> {
 pub async fn start_with_client(client: Client, args: Args) -> Result<Started, StartupError> {
     preflight::check(&client).await?;
     let mut identity = identity::load(&client, &args.namespace).await?;
-    let liqo_id =
-        identity::liqo_cluster_id(&client, args.liqo_cluster_id.as_deref(), &identity).await;
-    identity.additional_information = Some(fluidos_api::NodeIdentityAdditionalInfo {
-        liqo_id: Some(liqo_id),
-    });
+    let liqo_id = identity::liqo_cluster_id(
+        &client,
+        args.liqo_cluster_id.as_deref(),
+        args.peering,
+        &identity,
+    )
+    .await;
+    // Unknown yet (peering, Liqo not there): the node waits for it before
+    // starting its components.
+    identity.additional_information =
+        liqo_id.map(|id| fluidos_api::NodeIdentityAdditionalInfo { liqo_id: Some(id) });
 
     let probes = bind(
         "health probes",

@@ -79,12 +79,19 @@ struct Node {
     stderr: Arc<Mutex<String>>,
     probes: SocketAddr,
     metrics: SocketAddr,
+    rear: SocketAddr,
 }
 
 impl Node {
+    /// Without Liqo unless `extra_args` speak of it: these tests are about
+    /// starting up, and a peering node waits for Liqo's cluster ID.
     fn spawn(cp: &ControlPlane, extra_args: &[&str]) -> Node {
         let probes: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let rear: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let liqo_said = extra_args
+            .iter()
+            .any(|a| a.starts_with("--peering") || a.starts_with("--liqo-cluster-id"));
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_fluidos-node"));
         for (key, _) in std::env::vars() {
             if key.starts_with("FLUIDOS_") || key.starts_with("KUBERNETES_") {
@@ -96,7 +103,12 @@ impl Node {
             .args(["--namespace", NAMESPACE])
             .args(["--health-probe-bind-address", &probes.to_string()])
             .args(["--metrics-bind-address", &metrics.to_string()])
-            .args(["--http-port", &free_port().to_string()])
+            .args(["--http-port", &rear.port().to_string()])
+            .args(if liqo_said {
+                &[][..]
+            } else {
+                &["--peering=false"][..]
+            })
             .args(extra_args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -111,6 +123,7 @@ impl Node {
             stderr,
             probes,
             metrics,
+            rear,
         }
     }
 
@@ -180,6 +193,20 @@ fn collect(stream: impl AsyncRead + Unpin + Send + 'static) -> Arc<Mutex<String>
         }
     });
     buf
+}
+
+/// Status code and body of an HTTP/1.0 GET, or None if nothing answers.
+async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: test\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
+    Some((code, body))
 }
 
 /// Status code of an HTTP/1.0 GET, or None if nothing answers.
@@ -402,6 +429,97 @@ async fn empty_ip_falls_back_to_the_kubernetes_endpoints() {
             .lines()
             .all(|l| l.starts_with('{') && l.ends_with('}')),
         "not JSON lines:\n{stdout}"
+    );
+    node.sigterm();
+    let status = node.wait(Duration::from_secs(5)).await;
+    assert_eq!(status.code(), Some(0), "{}", node.output());
+    cp.stop().await;
+}
+
+#[tokio::test]
+async fn a_peering_node_waits_for_liqos_cluster_id_answering_503() {
+    let cp = control_plane(true).await;
+    create_namespace(&cp).await;
+    create_identity(
+        &cp,
+        &[
+            ("domain", "fluidos.eu"),
+            ("nodeID", "abcdefghij"),
+            ("ip", "192.0.2.9"),
+            ("port", "30003"),
+        ],
+    )
+    .await;
+    // Peering (the default) and no Liqo yet: no invented cluster ID.
+    let mut node = Node::spawn(&cp, &["--components", "rear-gateway", "--peering=true"]);
+    node.until_ok(node.probes, "/healthz", Duration::from_secs(10))
+        .await;
+    let start = Instant::now();
+    let rear = loop {
+        if let Some(answer) = http_get(node.rear, "/api/v2/flavors").await {
+            break answer;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "REAR port silent\n{}",
+            node.output()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(rear.0, 503, "{rear:?}\n{}", node.output());
+    assert!(
+        rear.1.contains("Liqo cluster ID is not known yet"),
+        "{rear:?}"
+    );
+    let (code, body) = http_get(node.probes, "/readyz").await.unwrap();
+    assert_eq!(code, 503);
+    assert!(body.contains("waiting for Liqo's cluster ID"), "{body}");
+    assert!(
+        !node.stdout().contains("component started"),
+        "{}",
+        node.output()
+    );
+
+    // Liqo installed afterwards: its ConfigMap is picked up, then served.
+    let client = cp.client();
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &Default::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": "liqo"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    Api::<ConfigMap>::namespaced(client, "liqo")
+        .create(
+            &Default::default(),
+            &serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "liqo-clusterid-configmap",
+                    "labels": {"app.kubernetes.io/name": "clusterid-configmap"}},
+                "data": {"CLUSTER_ID": "liqo-installed-later"}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    node.until_ok(node.probes, "/readyz", READY_WITHIN).await;
+    // Served now: no flavors yet, which the Go gateway answers with 204.
+    let start = Instant::now();
+    loop {
+        let code = http_status(node.rear, "/api/v2/flavors").await;
+        if code == Some(204) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "REAR still {code:?}\n{}",
+            node.output()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        node.stdout().contains("liqo-installed-later"),
+        "{}",
+        node.output()
     );
     node.sigterm();
     let status = node.wait(Duration::from_secs(5)).await;
