@@ -180,7 +180,9 @@ async fn with_liqo_cluster_id(
     if ctx.identity.liqo_id().is_some() {
         return Some(ctx);
     }
-    tracing::warn!("{}", identity::WAITING_FOR_LIQO);
+    // Nothing is served until then: loud, as a node that used to run
+    // without Liqo needs --peering=false now.
+    tracing::error!("{}", identity::WAITING_FOR_LIQO);
     ctx.readiness
         .set_waiting(Some(identity::WAITING_FOR_LIQO.to_owned()));
     let stop_503 = CancellationToken::new();
@@ -205,8 +207,24 @@ async fn with_liqo_cluster_id(
             }
         })
     });
-    let found = tokio::select! {
-        found = identity::wait_for_liqo_cluster_id(&ctx.client) => found,
+    // A watch error (the API server restarting, a 410) is retried, never
+    // taken for the end.
+    let wait = async {
+        let mut failures: u32 = 0;
+        loop {
+            match identity::wait_for_liqo_cluster_id(&ctx.client).await {
+                Ok(id) if !id.is_empty() => return id,
+                Ok(_) => {}
+                Err(e) => {
+                    failures = failures.saturating_add(1);
+                    tracing::warn!(error = %e, "watching Liqo's cluster ID ConfigMap; retrying");
+                }
+            }
+            tokio::time::sleep(fluidos_controller::reconcile::backoff_delay(failures)).await;
+        }
+    };
+    let id = tokio::select! {
+        id = wait => id,
         () = shutdown.cancelled() => {
             stop_503.cancel();
             return None;
@@ -214,16 +232,15 @@ async fn with_liqo_cluster_id(
     };
     stop_503.cancel();
     if let Some(task) = answering_503 {
-        // The real gateway binds the same port next.
-        let _ = task.await;
-    }
-    let id = match found {
-        Ok(id) => id,
-        Err(e) => {
-            tracing::error!(error = %e, "watching Liqo's cluster ID ConfigMap");
-            return None;
+        // The listener is closed at once; a client holding a connection
+        // open must not keep the real gateway from starting.
+        if tokio::time::timeout(Duration::from_secs(1), task)
+            .await
+            .is_err()
+        {
+            tracing::info!("a REAR client still holds a 503 connection; starting anyway");
         }
-    };
+    }
     tracing::info!(liqo_cluster_id = %id, "Liqo published this cluster's ID");
     let mut context = (*ctx).clone();
     context.identity.additional_information =

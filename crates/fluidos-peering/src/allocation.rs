@@ -377,8 +377,20 @@ async fn consumer(
         // Solver) then always unpeers.
         let mut finalizers = a.finalizers().to_vec();
         finalizers.push(teardown::FINALIZER.to_owned());
-        set_finalizers(allocations, a, finalizers)
+        allocations
+            .patch(
+                &a.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {
+                    "finalizers": finalizers,
+                    // Unpeering must find the provider even if the Contract
+                    // is gone before anything else says it.
+                    "annotations": {teardown::PROVIDER_ANNOTATION: &provider},
+                    "resourceVersion": a.resource_version(),
+                }})),
+            )
             .await
+            .map(drop)
             .map_err(local("add_finalizer"))?;
         return Ok(Action::await_change());
     }
@@ -695,33 +707,7 @@ async fn release(
     contract: Option<&Contract>,
 ) -> Result<Action, Error> {
     let c = &ctx.client;
-    // The slice is named after the Contract; found anywhere, it also says
-    // the provider when the Contract is gone.
-    let slice = Api::<ResourceSlice>::all(c.clone())
-        .list(&ListParams::default().fields(&format!("metadata.name={slice_name}")))
-        .await
-        .map_err(local("find_resource_slice"))?
-        .items
-        .into_iter()
-        .find(|s| {
-            s.labels()
-                .get(objects::REPLICATION_LABEL)
-                .is_some_and(|v| v == "true")
-        });
-    let provider = contract
-        .map(|c| c.spec.peering_target_credentials.liqo_id.clone())
-        .filter(|p| !p.is_empty())
-        .or_else(|| {
-            slice
-                .as_ref()
-                .and_then(|s| s.labels().get(objects::REMOTE_CLUSTER_ID).cloned())
-        })
-        .or_else(|| {
-            a.status
-                .as_ref()
-                .and_then(|s| s.resource_ref.as_ref())
-                .and_then(|r| r.name.clone())
-        });
+    let (slice, provider) = find_peering(c, a, slice_name, contract).await?;
     let view_and_plan = match &provider {
         Some(provider) => {
             let view =
@@ -737,8 +723,18 @@ async fn release(
     };
     if let Some((provider, plan)) = &view_and_plan {
         let ns = objects::tenant_namespace(provider);
+        let patience_over = remote_patience_over(a, contract);
         for effect in &plan.effects {
-            tear(ctx, contract, &ns, provider, slice_name, *effect).await?;
+            tear(
+                ctx,
+                contract,
+                &ns,
+                provider,
+                slice_name,
+                *effect,
+                patience_over,
+            )
+            .await?;
         }
         if let Some(left) = &plan.left {
             write(
@@ -758,7 +754,11 @@ async fn release(
             return Ok(Action::requeue(LOCAL_RECHECK));
         }
     }
-    if a.metadata.deletion_timestamp.is_none() {
+    let released = a.status.as_ref().is_some_and(|st| {
+        st.status == Some(fluidos_api::allocation::AllocationState::Released)
+            && st.message.as_deref() == Some(teardown::MSG_RELEASED)
+    });
+    if a.metadata.deletion_timestamp.is_none() && !released {
         write(
             allocations,
             a,
@@ -773,6 +773,9 @@ async fn release(
             None,
         )
         .await?;
+        // The write changed the version: the finalizer goes on the next
+        // reconcile, which the write's watch event brings.
+        return Ok(Action::requeue(LOCAL_RECHECK));
     }
     tracing::info!(provider = ?view_and_plan.as_ref().map(|(p, _)| p), "peering released");
     let finalizers = a
@@ -788,6 +791,77 @@ async fn release(
     }
 }
 
+/// A list of Liqo objects on a cluster without Liqo's CRDs (404) is empty:
+/// an Allocation made before Liqo was installed must still be deletable.
+fn no_liqo<K: Clone>(e: kube::Error) -> Result<Vec<K>, kube::Error> {
+    if api_error::is_not_found(&e) {
+        Ok(Vec::new())
+    } else {
+        Err(e)
+    }
+}
+
+/// How long teardown keeps retrying a provider it cannot reach before it
+/// lets the Allocation go without deleting its Tenant there.
+const REMOTE_TEARDOWN_PATIENCE: Duration = Duration::from_secs(300);
+
+/// This consumer-side slice of the Contract (named after it; found anywhere,
+/// it also says the provider when the Contract is gone) and the provider:
+/// from the Contract, else the slice, else the Allocation's ForeignCluster.
+async fn find_peering(
+    c: &kube::Client,
+    a: &Allocation,
+    slice_name: &str,
+    contract: Option<&Contract>,
+) -> Result<(Option<ResourceSlice>, Option<String>), Error> {
+    let slice = Api::<ResourceSlice>::all(c.clone())
+        .list(&ListParams::default().fields(&format!("metadata.name={slice_name}")))
+        .await
+        .map(|l| l.items)
+        .or_else(no_liqo)
+        .map_err(local("find_resource_slice"))?
+        .into_iter()
+        .find(|s| {
+            s.labels()
+                .get(objects::REPLICATION_LABEL)
+                .is_some_and(|v| v == "true")
+        });
+    let provider = contract
+        .map(|c| c.spec.peering_target_credentials.liqo_id.clone())
+        .filter(|p| !p.is_empty())
+        .or_else(|| {
+            slice
+                .as_ref()
+                .and_then(|s| s.labels().get(objects::REMOTE_CLUSTER_ID).cloned())
+        })
+        .or_else(|| a.annotations().get(teardown::PROVIDER_ANNOTATION).cloned())
+        .or_else(|| {
+            a.status
+                .as_ref()
+                .and_then(|s| s.resource_ref.as_ref())
+                .and_then(|r| r.name.clone())
+        });
+    Ok((slice, provider))
+}
+
+/// True once the teardown has been due (since the deletion, or the
+/// Contract's end) for longer than [`REMOTE_TEARDOWN_PATIENCE`].
+fn remote_patience_over(a: &Allocation, contract: Option<&Contract>) -> bool {
+    let since = a
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .map(|t| t.0)
+        .or_else(|| {
+            contract
+                .and_then(|c| c.spec.expiration_time.as_deref())
+                .and_then(fluidos_controller::time::parse)
+        });
+    since.is_some_and(|t| {
+        jiff::Timestamp::now().duration_since(t).unsigned_abs() > REMOTE_TEARDOWN_PATIENCE
+    })
+}
+
 /// What is left of the peering of `slice_name` with `provider`.
 async fn observe_teardown(
     c: &kube::Client,
@@ -800,11 +874,19 @@ async fn observe_teardown(
     let others = Api::<ResourceSlice>::namespaced(c.clone(), &ns)
         .list(&ListParams::default())
         .await
-        .map_err(local("list_resource_slices"))?
-        .items;
+        .map(|l| l.items)
+        .or_else(no_liqo)
+        .map_err(local("list_resource_slices"))?;
+    // Only this cluster's own slices (not replicas of the provider consuming
+    // from us, in a two-way peering) use this side's authentication.
     let others: Vec<_> = others
         .iter()
-        .filter(|s| s.name_any() != slice_name)
+        .filter(|s| {
+            s.name_any() != slice_name
+                && s.labels()
+                    .get(objects::REPLICATION_LABEL)
+                    .is_some_and(|v| v == "true")
+        })
         .collect();
     let other_slices = if others.is_empty() {
         OtherSlices::None
@@ -845,6 +927,7 @@ async fn tear(
     provider: &str,
     slice_name: &str,
     effect: TeardownEffect,
+    patience_over: bool,
 ) -> Result<(), Error> {
     let c = &ctx.client;
     let dp = DeleteParams::background();
@@ -903,6 +986,13 @@ async fn tear(
                         tracing::info!(
                             provider,
                             "the provider no longer accepts this Contract's credentials: the Tenant there is left to it"
+                        );
+                    }
+                    Err(e) if patience_over => {
+                        tracing::warn!(
+                            provider,
+                            error = %e,
+                            "the provider stayed unreachable: its Tenant of this cluster is left there"
                         );
                     }
                     Err(e) => return Err(remote("delete_remote_authentication")(e)),

@@ -110,8 +110,8 @@ pub enum Grant {
         /// The resource names granted before, each now zero.
         keys: Vec<String>,
     },
-    /// The provider's admin cordoned or drained the consumer's Tenant: the
-    /// decision is Liqo's.
+    /// A grant is due but the consumer's Tenant is cordoned or drained: the
+    /// decision is Liqo's (refusals are written regardless).
     TenantNotActive,
 }
 
@@ -167,9 +167,6 @@ pub fn decide(
     if !authenticated(slice) {
         return Grant::WaitForAuthentication;
     }
-    if !tenant_active {
-        return Grant::TenantNotActive;
-    }
     // A refusal takes back what an earlier grant gave.
     let refuse = |reason: String| match slice.status.as_ref().and_then(|s| s.resources.as_ref()) {
         Some(granted) if !granted.is_empty() => Grant::Revoke {
@@ -194,6 +191,10 @@ pub fn decide(
         return refuse(format!("Contract {name} expired at {end}"));
     }
     match objects::contracted_resources(spec) {
+        // Only a grant waits on a cordoned or drained Tenant (the provider's
+        // admin, and Liqo, decide); a refusal never does, as the consumer
+        // can write its own Tenant.
+        Ok(_) if !tenant_active => Grant::TenantNotActive,
         Ok(resources) => Grant::Accept {
             contract: name,
             resources,
@@ -502,7 +503,11 @@ pub async fn run(
     ready: ReadinessGate,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let policy_task = tokio::spawn(keep_admission_policy(client.clone(), cfg.class.clone()));
+    // Aborted with this future, however it ends (dropped at shutdown too).
+    let _policy_task = AbortOnDrop(tokio::spawn(keep_admission_policy(
+        client.clone(),
+        cfg.class.clone(),
+    )));
     let reconciler = Reconciler::new(CONTROLLER, metrics);
     let slices = Api::<ResourceSlice>::all(client.clone());
     let (cache, writer) = kube::runtime::reflector::store();
@@ -555,7 +560,15 @@ pub async fn run(
         );
     use futures::StreamExt;
     fluidos_controller::reconcile::drain(reconciler, stream.boxed()).await;
-    policy_task.abort();
+}
+
+/// Aborts its task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Applies the admission policy until it is in place (retrying with
@@ -880,7 +893,19 @@ mod tests {
             decide(&granted, FLUIDOS_CLASS, None, &seller(), true, now()),
             Grant::Revoke { .. }
         ));
-        // Cordoned or drained by the provider's admin: Liqo's call.
+        // Cordoned or drained: a refusal is still written ...
+        assert!(matches!(
+            decide(
+                &granted,
+                FLUIDOS_CLASS,
+                Some(&ended),
+                &seller(),
+                false,
+                now()
+            ),
+            Grant::Revoke { .. }
+        ));
+        // ... a grant is Liqo's call.
         let g = decide(
             &granted,
             FLUIDOS_CLASS,

@@ -708,11 +708,10 @@ impl Credentials {
         Ok(())
     }
 
-    /// Deletes the buyer's ServiceAccount, which invalidates every token
-    /// issued for it, unless it changed since `resource_version` (somebody
-    /// issued credentials: `Ok(false)`); then its cached kubeconfigs and the
-    /// RoleBindings made for that account (by UID), which bind nothing any
-    /// more.
+    /// Deletes the RoleBindings made for the buyer's account (by UID), then
+    /// the account, which invalidates every token issued for it, unless it
+    /// changed since `resource_version` (somebody issued credentials:
+    /// `Ok(false)`), then its cached kubeconfigs.
     pub async fn revoke(
         &self,
         buyer_id: &str,
@@ -720,36 +719,12 @@ impl Credentials {
         resource_version: &str,
     ) -> Result<bool, CredentialsError> {
         let sa = service_account_name(buyer_id);
-        let dp = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: Some(uid.to_owned()),
-                resource_version: Some(resource_version.to_owned()),
-            }),
-            ..Default::default()
-        };
-        match Api::<ServiceAccount>::namespaced(self.client.clone(), &self.cfg.namespace)
-            .delete(&sa, &dp)
-            .await
-        {
-            Ok(_) => {}
-            Err(e) if api_error::is_conflict(&e) => return Ok(false),
-            Err(e) if api_error::is_not_found(&e) => {}
-            Err(source) => {
-                return Err(CredentialsError::Kube {
-                    step: "deleting the peer ServiceAccount",
-                    source,
-                });
-            }
-        }
-        let prefix = format!("{buyer_id}\u{0}");
-        self.cache
-            .lock()
-            .await
-            .retain(|k, _| !k.starts_with(&prefix));
-        // Its bindings, wherever they are (its tenant namespaces, and the
-        // compatibility namespace if one is configured): they bind nothing
-        // now, but a ServiceAccount of the same name made later must not
-        // inherit them.
+        // Its bindings first, wherever they are (its tenant namespaces, and
+        // the compatibility namespace if one is configured): RBAC binds by
+        // name, so a binding left behind would grant a later account of the
+        // same name. A failure here leaves the account for the next sweep to
+        // revoke again; should the account be reissued meanwhile (the delete
+        // below then fails), the next sale grants it again.
         let all = Api::<RoleBinding>::all(self.client.clone());
         let selector = format!("{}={}", MANAGED_LABEL.0, MANAGED_LABEL.1);
         let bindings = all
@@ -798,6 +773,32 @@ impl Credentials {
                 }
             }
         }
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: Some(resource_version.to_owned()),
+            }),
+            ..Default::default()
+        };
+        match Api::<ServiceAccount>::namespaced(self.client.clone(), &self.cfg.namespace)
+            .delete(&sa, &dp)
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if api_error::is_conflict(&e) => return Ok(false),
+            Err(e) if api_error::is_not_found(&e) => {}
+            Err(source) => {
+                return Err(CredentialsError::Kube {
+                    step: "deleting the peer ServiceAccount",
+                    source,
+                });
+            }
+        }
+        let prefix = format!("{buyer_id}\u{0}");
+        self.cache
+            .lock()
+            .await
+            .retain(|k, _| !k.starts_with(&prefix));
         Ok(true)
     }
 }

@@ -59,14 +59,65 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
         identity: ctx.identity.clone(),
         local_cluster_id: ctx.identity.liqo_id().unwrap_or_default().to_owned(),
     };
-    // The provider's ResourceSlice class: grants what was sold. Not part of
-    // readiness: on a cluster without Liqo its watch waits for the CRDs.
+    let peering_on = ctx.args.peering;
+    let slice_class_task = peering_on.then(|| spawn_slice_class(&ctx, &shutdown));
+    tracing::info!(component = %Component::RearManager, "component started");
+    let peering_shutdown = shutdown.clone();
+    let services_shutdown = shutdown.clone();
+    let (_, _, services_result) = tokio::join!(
+        fluidos_consumer::run_with_readiness(consumer, ready, async move {
+            shutdown.cancelled().await;
+        }),
+        async {
+            if peering_on {
+                fluidos_peering::run(
+                    ctx.client.clone(),
+                    peering,
+                    &ctx.metrics,
+                    peering_ready,
+                    async move { peering_shutdown.cancelled_owned().await },
+                )
+                .await;
+            } else {
+                // Without Liqo (--peering=false): no K8Slice allocation.
+                peering_ready.set_ready();
+            }
+        },
+        fluidos_service_allocation::consumer::run(
+            ctx.client.clone(),
+            services,
+            &ctx.metrics,
+            services_ready,
+            async move { services_shutdown.cancelled_owned().await },
+        ),
+    );
+    if let Err(e) = services_result {
+        tracing::error!(error = %e, "service allocation controller could not start");
+    }
+    report.abort();
+    if let Some(Err(e)) = match slice_class_task {
+        Some(task) => Some(task.await),
+        None => None,
+    } {
+        tracing::error!(error = %e, "the ResourceSlice class controller ended abnormally");
+    }
+    tracing::info!(component = %Component::RearManager, "component stopped");
+    Ok(())
+}
+
+/// Starts the provider's ResourceSlice class controller (grants what was
+/// sold). Not part of readiness: on a cluster without Liqo its watch waits
+/// for the CRDs.
+fn spawn_slice_class(
+    ctx: &Arc<Context>,
+    shutdown: &CancellationToken,
+) -> tokio::task::JoinHandle<()> {
     let slice_class = fluidos_peering::slice_class::SliceClassConfig {
         namespace: ctx.namespace().to_owned(),
         identity: ctx.identity.clone(),
         class: fluidos_peering::slice_class::FLUIDOS_CLASS.to_owned(),
     };
-    let slice_class_task = {
+    {
         let (client, metrics, shutdown) =
             (ctx.client.clone(), ctx.metrics.clone(), shutdown.clone());
         tokio::spawn(async move {
@@ -84,36 +135,5 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
                 () = stop.cancelled() => {}
             }
         })
-    };
-    tracing::info!(component = %Component::RearManager, "component started");
-    let peering_shutdown = shutdown.clone();
-    let services_shutdown = shutdown.clone();
-    let (_, _, services_result) = tokio::join!(
-        fluidos_consumer::run_with_readiness(consumer, ready, async move {
-            shutdown.cancelled().await;
-        }),
-        fluidos_peering::run(
-            ctx.client.clone(),
-            peering,
-            &ctx.metrics,
-            peering_ready,
-            async move { peering_shutdown.cancelled_owned().await },
-        ),
-        fluidos_service_allocation::consumer::run(
-            ctx.client.clone(),
-            services,
-            &ctx.metrics,
-            services_ready,
-            async move { services_shutdown.cancelled_owned().await },
-        ),
-    );
-    if let Err(e) = services_result {
-        tracing::error!(error = %e, "service allocation controller could not start");
     }
-    report.abort();
-    if let Err(e) = slice_class_task.await {
-        tracing::error!(error = %e, "the ResourceSlice class controller ended abnormally");
-    }
-    tracing::info!(component = %Component::RearManager, "component stopped");
-    Ok(())
 }

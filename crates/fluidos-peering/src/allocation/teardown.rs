@@ -15,6 +15,10 @@
 /// Finalizer of a consumer K8Slice Allocation whose peering this node drives.
 pub const FINALIZER: &str = "fluidos.eu/peering-consumer";
 
+/// Annotation of a consumer Allocation naming the provider it peers with,
+/// written with the finalizer.
+pub const PROVIDER_ANNOTATION: &str = "fluidos.eu/peering-provider";
+
 /// Go-style message of an Allocation whose peering was taken down.
 pub const MSG_RELEASED: &str = "Contract ended, peering released";
 
@@ -31,7 +35,7 @@ pub struct TeardownView {
     pub identity: bool,
     /// The signed-nonce Secret exists.
     pub signed_nonce: bool,
-    /// The provider can still be reached with the Contract's credentials.
+    /// The Contract (and so credentials for the provider) is still there.
     pub remote: bool,
 }
 
@@ -106,15 +110,16 @@ pub fn teardown(provider: &str, slice: &str, view: &TeardownView) -> Teardown {
         }
         OtherSlices::None => {}
     }
+    // liqoctl's order: the Identity here, then the Tenant there.
     let mut effects = Vec::new();
-    if view.remote {
-        effects.push(TeardownEffect::DeleteRemoteAuthentication);
-    }
     if view.identity {
         effects.push(TeardownEffect::DeleteIdentity);
     }
     if view.signed_nonce {
         effects.push(TeardownEffect::DeleteSignedNonce);
+    }
+    if view.remote {
+        effects.push(TeardownEffect::DeleteRemoteAuthentication);
     }
     if view.identity || view.signed_nonce {
         return Teardown {
@@ -197,9 +202,9 @@ mod tests {
         assert_eq!(
             t.effects,
             [
-                TeardownEffect::DeleteRemoteAuthentication,
                 TeardownEffect::DeleteIdentity,
-                TeardownEffect::DeleteSignedNonce
+                TeardownEffect::DeleteSignedNonce,
+                TeardownEffect::DeleteRemoteAuthentication
             ]
         );
         assert!(t.left.is_some());
