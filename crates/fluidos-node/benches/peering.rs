@@ -17,17 +17,15 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use fluidos_api::Solver;
 use fluidos_api::allocation::AllocationState;
-use fluidos_api::network::KnownClusterSpec;
-use fluidos_api::{KnownCluster, Solver};
-use fluidos_testenv::{ControlPlane, ControlPlaneOptions, Liqo, LiqoBinaries, LiqoOptions};
-use kube::api::{ListParams, PostParams};
+use kube::api::PostParams;
 use kube::{Api, ResourceExt};
+use support::NS;
 use support::peering::{
-    CONSUMER_ID, PROVIDER_ID, allocation_state, dynamic, new_contract, ready_virtual_node,
-    skip_reason, unpeer, until, worker_node,
+    PROVIDER_ID, TwoClusters, allocation_state, dynamic, new_contract, ready_virtual_node,
+    skip_reason, unpeer, until,
 };
-use support::{NS, NodeProcess, free_port, prepare};
 
 /// The phases of one run, each measured from the end of the previous one.
 const PHASES: [&str; 4] = [
@@ -44,98 +42,20 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 #[expect(clippy::too_many_lines, reason = "setup, then the runs, in order")]
 async fn bench(runs: usize) {
-    let binaries = LiqoBinaries::from_env().unwrap();
     let setup = Instant::now();
-    let options = || ControlPlaneOptions {
-        workloads: true,
-        crd_dirs: vec![fluidos_testenv::crds_dir()],
-    };
-    let (provider, consumer) = tokio::join!(
-        ControlPlane::start(options()),
-        ControlPlane::start(options())
-    );
-    let (provider, consumer) = (provider.unwrap(), consumer.unwrap());
-    let liqo = |id: &str| LiqoOptions {
-        cluster_id: id.to_owned(),
-        ..Default::default()
-    };
-    let (c_liqo, p_liqo) = tokio::join!(
-        Liqo::start_with(&consumer, &binaries, liqo(CONSUMER_ID)),
-        Liqo::start_with(&provider, &binaries, liqo(PROVIDER_ID))
-    );
-    let (mut c_liqo, mut p_liqo) = (c_liqo.unwrap(), p_liqo.unwrap());
-    let (pport, cport) = (free_port(), free_port());
-    prepare(&provider, "provider01", pport).await;
-    prepare(&consumer, "consumer01", cport).await;
-    for i in 0..runs {
-        worker_node(&provider, &format!("worker-{i}")).await;
-    }
-    Api::<KnownCluster>::namespaced(consumer.client(), NS)
-        .create(
-            &PostParams::default(),
-            &KnownCluster::new(
-                "knowncluster-provider01",
-                KnownClusterSpec {
-                    address: format!("127.0.0.1:{pport}"),
-                },
-            ),
-        )
-        .await
-        .unwrap();
-    let provider_node = NodeProcess::spawn(
-        &provider,
-        pport,
-        "local-resource-manager,rear-gateway,rear-manager",
-        "0",
-        &["--liqo-cluster-id", PROVIDER_ID],
-    );
-    let consumer_node = NodeProcess::spawn(
-        &consumer,
-        cport,
-        "rear-manager",
-        "0",
-        &[
-            "--liqo-cluster-id",
-            CONSUMER_ID,
-            "--peer-timeout-ms",
-            "10000",
-        ],
-    );
+    let (stage, mut c_liqo, mut p_liqo) = TwoClusters::start(runs).await;
+    let provider_node = stage.provider_node();
+    let consumer_node = stage.consumer_node();
+    stage
+        .wait_serving(&provider_node, &consumer_node, runs)
+        .await;
     let nodes = [&provider_node, &consumer_node];
-    let flavors: Api<fluidos_api::Flavor> = Api::namespaced(provider.client(), NS);
-    until("the provider's flavors", &nodes, &mut [], || async {
-        let n = flavors
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| e.to_string())?
-            .items
-            .len();
-        if n == runs {
-            Ok(())
-        } else {
-            Err(format!("{n} flavors"))
-        }
-    })
-    .await;
-    until("the consumer's controllers", &nodes, &mut [], || async {
-        if consumer_node
-            .log()
-            .contains("consumer controllers' watches established")
-        {
-            Ok(())
-        } else {
-            Err("not yet".to_owned())
-        }
-    })
-    .await;
+    let (provider, consumer) = (&stage.provider, &stage.consumer);
     println!(
         "peering bench: {runs} runs, real Liqo v1.0.0 (networking off), setup {:.1?}",
         setup.elapsed()
     );
-    let path = fluidos_testenv::shared_reference_dir()
-        .unwrap()
-        .join("fluidos-samples/solver.yaml");
-    let sample: Solver = serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let sample = TwoClusters::sample_solver();
     let solvers: Api<Solver> = Api::namespaced(consumer.client(), NS);
     let c_tenant = format!("liqo-tenant-{PROVIDER_ID}");
     let identities = dynamic(
@@ -168,7 +88,7 @@ async fn bench(runs: usize) {
             "the Contract",
             &nodes,
             &mut [&mut c_liqo, &mut p_liqo],
-            || async { new_contract(&consumer, &known).await },
+            || async { new_contract(consumer, &known).await },
         )
         .await;
         let slice = contract.name_any();
@@ -193,7 +113,7 @@ async fn bench(runs: usize) {
         .await;
         let t_auth = lap();
         let (_, deployment) = ready_virtual_node(
-            &consumer,
+            consumer,
             &mut c_liqo,
             &mut p_liqo,
             &nodes,
@@ -222,8 +142,8 @@ async fn bench(runs: usize) {
         let total = started.elapsed();
         let unpeer_started = Instant::now();
         unpeer(
-            &consumer,
-            &provider,
+            consumer,
+            provider,
             &mut c_liqo,
             &mut p_liqo,
             &nodes,

@@ -10,19 +10,18 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // in tests a panic is the failure report
 
 use fluidos_api::allocation::AllocationState;
-use fluidos_api::network::KnownClusterSpec;
-use fluidos_api::{KnownCluster, Phase, Solver};
-use fluidos_testenv::{ControlPlane, ControlPlaneOptions, Liqo, LiqoBinaries, LiqoOptions};
+use fluidos_api::{Phase, Solver};
+use fluidos_testenv::{ControlPlane, Liqo};
 use kube::api::{DynamicObject, ListParams, PostParams};
 use kube::{Api, ResourceExt};
 
 mod support;
 
 use support::peering::{
-    CONSUMER_ID, PROVIDER_ID, Phases, allocation_state, dynamic, new_contract, ready_virtual_node,
-    say, skip_reason, unpeer, until, worker_node,
+    CONSUMER_ID, PROVIDER_ID, Phases, TwoClusters, allocation_state, dynamic, new_contract,
+    ready_virtual_node, say, skip_reason, unpeer, until,
 };
-use support::{NS, NodeProcess, free_port, prepare};
+use support::{NS, NodeProcess};
 
 /// A client acting on the provider as the consumer's Liqo control plane
 /// does: the certificate Liqo issued to it (group `liqo.io`), read from the
@@ -213,106 +212,19 @@ async fn solver_with_peering_gets_a_virtual_node_of_the_contracted_size() {
         say(&format!("SKIP: {reason}"));
         return;
     }
-    let binaries = LiqoBinaries::from_env().unwrap();
     let mut phases = Phases::new();
-    let options = || ControlPlaneOptions {
-        workloads: true,
-        crd_dirs: vec![fluidos_testenv::crds_dir()],
-    };
-    let (provider, consumer) = tokio::join!(
-        ControlPlane::start(options()),
-        ControlPlane::start(options())
-    );
-    let (provider, consumer) = (provider.unwrap(), consumer.unwrap());
-    phases.mark("two control planes ready");
-
-    let liqo = |id: &str| LiqoOptions {
-        cluster_id: id.to_owned(),
-        ..Default::default()
-    };
-    let (c_liqo, p_liqo) = tokio::join!(
-        Liqo::start_with(&consumer, &binaries, liqo(CONSUMER_ID)),
-        Liqo::start_with(&provider, &binaries, liqo(PROVIDER_ID))
-    );
-    let (mut c_liqo, mut p_liqo) = (c_liqo.unwrap(), p_liqo.unwrap());
-    phases.mark("Liqo started on both");
-
-    let (pport, cport) = (free_port(), free_port());
-    prepare(&provider, "provider01", pport).await;
-    prepare(&consumer, "consumer01", cport).await;
     // Two worker nodes, two flavors: the sample takes all 110 pods of one,
     // so the second purchase is of the other (same provider).
-    for worker in ["worker-1", "worker-2"] {
-        worker_node(&provider, worker).await;
-    }
-    Api::<KnownCluster>::namespaced(consumer.client(), NS)
-        .create(
-            &PostParams::default(),
-            &KnownCluster::new(
-                "knowncluster-provider01",
-                KnownClusterSpec {
-                    address: format!("127.0.0.1:{pport}"),
-                },
-            ),
-        )
-        .await
-        .unwrap();
-    let provider_node = NodeProcess::spawn(
-        &provider,
-        pport,
-        "local-resource-manager,rear-gateway,rear-manager",
-        "0",
-        &["--liqo-cluster-id", PROVIDER_ID],
-    );
-    let consumer_node = NodeProcess::spawn(
-        &consumer,
-        cport,
-        "rear-manager",
-        "0",
-        // A generous listing timeout: Liqo and the virtual kubelet share the
-        // machine's cores with the nodes.
-        &[
-            "--liqo-cluster-id",
-            CONSUMER_ID,
-            "--peer-timeout-ms",
-            "10000",
-        ],
-    );
-    let nodes = [&provider_node, &consumer_node];
-    let flavors: Api<fluidos_api::Flavor> = Api::namespaced(provider.client(), NS);
-    until("the provider's two flavors", &nodes, &mut [], || async {
-        let n = flavors
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| e.to_string())?
-            .items
-            .len();
-        if n == 2 {
-            Ok(())
-        } else {
-            Err("no flavor".into())
-        }
-    })
-    .await;
+    let (stage, mut c_liqo, mut p_liqo) = TwoClusters::start(2).await;
+    phases.mark("two control planes, Liqo on both");
+    let provider_node = stage.provider_node();
+    let consumer_node = stage.consumer_node();
+    stage.wait_serving(&provider_node, &consumer_node, 2).await;
     phases.mark("nodes started, flavors published");
-
-    // The consumer acts on Solvers once its watches have listed.
-    until("the consumer's controllers", &nodes, &mut [], || async {
-        if consumer_node
-            .log()
-            .contains("consumer controllers' watches established")
-        {
-            Ok(())
-        } else {
-            Err("not yet".to_owned())
-        }
-    })
-    .await;
+    let (provider, consumer) = (&stage.provider, &stage.consumer);
+    let nodes = [&provider_node, &consumer_node];
     // The upstream sample, unchanged.
-    let path = fluidos_testenv::shared_reference_dir()
-        .unwrap()
-        .join("fluidos-samples/solver.yaml");
-    let solver: Solver = serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let solver = TwoClusters::sample_solver();
     assert_eq!(solver.spec.establish_peering, Some(true));
     let name = solver.name_any();
     let solvers: Api<Solver> = Api::namespaced(consumer.client(), NS);
@@ -326,7 +238,7 @@ async fn solver_with_peering_gets_a_virtual_node_of_the_contracted_size() {
         &nodes,
         &mut [&mut c_liqo, &mut p_liqo],
         || async {
-            match new_contract(&consumer, &[]).await {
+            match new_contract(consumer, &[]).await {
                 Ok(c) => Ok(c),
                 Err(e) => {
                     let st = solvers.get(&name).await.map(|s| s.status);
@@ -367,7 +279,7 @@ async fn solver_with_peering_gets_a_virtual_node_of_the_contracted_size() {
     phases.mark("authenticated (nonce, Tenant signed, Identity kubeconfig)");
 
     let (node, deployment) = ready_virtual_node(
-        &consumer,
+        consumer,
         &mut c_liqo,
         &mut p_liqo,
         &nodes,
@@ -382,7 +294,7 @@ async fn solver_with_peering_gets_a_virtual_node_of_the_contracted_size() {
         &nodes,
         &mut [&mut c_liqo, &mut p_liqo],
         || async {
-            let (s, m) = allocation_state(&consumer, &slice).await?;
+            let (s, m) = allocation_state(consumer, &slice).await?;
             if s == AllocationState::Active {
                 Ok((s, m))
             } else {
@@ -422,7 +334,7 @@ async fn solver_with_peering_gets_a_virtual_node_of_the_contracted_size() {
         &nodes,
         &mut [&mut c_liqo, &mut p_liqo],
         || async {
-            let (s, m) = allocation_state(&provider, &slice).await?;
+            let (s, m) = allocation_state(provider, &slice).await?;
             if s == AllocationState::Active {
                 Ok((s, m))
             } else {
@@ -457,8 +369,8 @@ async fn solver_with_peering_gets_a_virtual_node_of_the_contracted_size() {
         );
     }
     over_request_is_refused(
-        &consumer,
-        &provider,
+        consumer,
+        provider,
         &mut [&mut c_liqo, &mut p_liqo],
         &nodes,
         &slice,
@@ -481,7 +393,7 @@ async fn solver_with_peering_gets_a_virtual_node_of_the_contracted_size() {
         &nodes,
         &mut [&mut c_liqo, &mut p_liqo],
         || async {
-            if let Ok(c) = new_contract(&consumer, std::slice::from_ref(&slice)).await {
+            if let Ok(c) = new_contract(consumer, std::slice::from_ref(&slice)).await {
                 return Ok(Some(c));
             }
             let st = solvers
@@ -513,7 +425,7 @@ async fn solver_with_peering_gets_a_virtual_node_of_the_contracted_size() {
     let slice2 = contract2.name_any();
     assert_ne!(slice2, slice);
     let (node2, deployment2) = ready_virtual_node(
-        &consumer,
+        consumer,
         &mut c_liqo,
         &mut p_liqo,
         &nodes,
@@ -526,7 +438,7 @@ async fn solver_with_peering_gets_a_virtual_node_of_the_contracted_size() {
         &nodes,
         &mut [&mut c_liqo, &mut p_liqo],
         || async {
-            let (s, m) = allocation_state(&consumer, &slice2).await?;
+            let (s, m) = allocation_state(consumer, &slice2).await?;
             if s == AllocationState::Active {
                 Ok(())
             } else {
@@ -550,8 +462,8 @@ async fn solver_with_peering_gets_a_virtual_node_of_the_contracted_size() {
     // Unpeering: deleting a Solver takes its peering down through its
     // Allocation's finalizer; the provider's other Contract keeps its own.
     unpeer(
-        &consumer,
-        &provider,
+        consumer,
+        provider,
         &mut c_liqo,
         &mut p_liqo,
         &nodes,
@@ -563,8 +475,8 @@ async fn solver_with_peering_gets_a_virtual_node_of_the_contracted_size() {
     .await;
     phases.mark("second Solver deleted: its slice, virtual node, Allocation gone");
     unpeer(
-        &consumer,
-        &provider,
+        consumer,
+        provider,
         &mut c_liqo,
         &mut p_liqo,
         &nodes,

@@ -9,42 +9,15 @@
 
 mod support;
 
+use fluidos_api::Solver;
 use fluidos_api::allocation::AllocationState;
-use fluidos_api::network::KnownClusterSpec;
-use fluidos_api::{KnownCluster, Solver};
-use fluidos_testenv::{ControlPlane, ControlPlaneOptions, Liqo, LiqoBinaries, LiqoOptions};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
+use support::NS;
 use support::peering::{
-    CONSUMER_ID, PROVIDER_ID, allocation_state, dynamic, new_contract, ready_virtual_node, say,
-    skip_reason, until, worker_node,
+    CONSUMER_ID, PROVIDER_ID, TwoClusters, allocation_state, dynamic, new_contract,
+    ready_virtual_node, say, skip_reason, until,
 };
-use support::{NS, NodeProcess, free_port, prepare};
-
-fn consumer_node(consumer: &ControlPlane, port: u16) -> NodeProcess {
-    NodeProcess::spawn(
-        consumer,
-        port,
-        "rear-manager",
-        "0",
-        &[
-            "--liqo-cluster-id",
-            CONSUMER_ID,
-            "--peer-timeout-ms",
-            "10000",
-        ],
-    )
-}
-
-fn provider_node(provider: &ControlPlane, port: u16) -> NodeProcess {
-    NodeProcess::spawn(
-        provider,
-        port,
-        "local-resource-manager,rear-gateway,rear-manager",
-        "0",
-        &["--liqo-cluster-id", PROVIDER_ID],
-    )
-}
 
 /// How many objects of a Liqo kind are in `ns` (Identities: of the
 /// control-plane type; Liqo makes one more per ResourceSlice).
@@ -72,84 +45,13 @@ async fn nodes_killed_at_every_peering_step_converge_to_one_peering() {
         say(&format!("SKIP: {reason}"));
         return;
     }
-    let binaries = LiqoBinaries::from_env().unwrap();
-    let options = || ControlPlaneOptions {
-        workloads: true,
-        crd_dirs: vec![fluidos_testenv::crds_dir()],
-    };
-    let (provider, consumer) = tokio::join!(
-        ControlPlane::start(options()),
-        ControlPlane::start(options())
-    );
-    let (provider, consumer) = (provider.unwrap(), consumer.unwrap());
-    let liqo = |id: &str| LiqoOptions {
-        cluster_id: id.to_owned(),
-        ..Default::default()
-    };
-    let (c_liqo, p_liqo) = tokio::join!(
-        Liqo::start_with(&consumer, &binaries, liqo(CONSUMER_ID)),
-        Liqo::start_with(&provider, &binaries, liqo(PROVIDER_ID))
-    );
-    let (mut c_liqo, mut p_liqo) = (c_liqo.unwrap(), p_liqo.unwrap());
-    let (pport, cport) = (free_port(), free_port());
-    prepare(&provider, "provider01", pport).await;
-    prepare(&consumer, "consumer01", cport).await;
-    worker_node(&provider, "worker-1").await;
-    Api::<KnownCluster>::namespaced(consumer.client(), NS)
-        .create(
-            &PostParams::default(),
-            &KnownCluster::new(
-                "knowncluster-provider01",
-                KnownClusterSpec {
-                    address: format!("127.0.0.1:{pport}"),
-                },
-            ),
-        )
-        .await
-        .unwrap();
-    let mut p_node = provider_node(&provider, pport);
-    let mut c_node = consumer_node(&consumer, cport);
-    let flavors: Api<fluidos_api::Flavor> = Api::namespaced(provider.client(), NS);
-    until(
-        "the provider's flavor",
-        &[&p_node, &c_node],
-        &mut [],
-        || async {
-            let n = flavors
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?
-                .items
-                .len();
-            if n == 1 {
-                Ok(())
-            } else {
-                Err("no flavor".into())
-            }
-        },
-    )
-    .await;
-    until(
-        "the consumer's controllers",
-        &[&p_node, &c_node],
-        &mut [],
-        || async {
-            if c_node
-                .log()
-                .contains("consumer controllers' watches established")
-            {
-                Ok(())
-            } else {
-                Err("not yet".to_owned())
-            }
-        },
-    )
-    .await;
+    let (stage, mut c_liqo, mut p_liqo) = TwoClusters::start(1).await;
+    let mut p_node = stage.provider_node();
+    let mut c_node = stage.consumer_node();
+    stage.wait_serving(&p_node, &c_node, 1).await;
 
-    let path = fluidos_testenv::shared_reference_dir()
-        .unwrap()
-        .join("fluidos-samples/solver.yaml");
-    let solver: Solver = serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let solver = TwoClusters::sample_solver();
+    let (provider, consumer) = (&stage.provider, &stage.consumer);
     Api::<Solver>::namespaced(consumer.client(), NS)
         .create(&PostParams::default(), &solver)
         .await
@@ -158,7 +60,7 @@ async fn nodes_killed_at_every_peering_step_converge_to_one_peering() {
         "the consumer's Contract",
         &[&p_node, &c_node],
         &mut [&mut c_liqo, &mut p_liqo],
-        || async { new_contract(&consumer, &[]).await },
+        || async { new_contract(consumer, &[]).await },
     )
     .await;
     let slice = contract.name_any();
@@ -173,7 +75,7 @@ async fn nodes_killed_at_every_peering_step_converge_to_one_peering() {
             &[&p_node, &c_node],
             &mut [&mut c_liqo, &mut p_liqo],
             || async {
-                let (s, m) = allocation_state(&consumer, &slice).await?;
+                let (s, m) = allocation_state(consumer, &slice).await?;
                 if seen.contains(&m) {
                     Err(format!("still {s}: {m}"))
                 } else {
@@ -192,14 +94,14 @@ async fn nodes_killed_at_every_peering_step_converge_to_one_peering() {
         ));
         c_node.kill().await;
         kills += 1;
-        c_node = consumer_node(&consumer, cport);
+        c_node = stage.consumer_node();
     }
     assert!(kills >= 3, "killed at only {kills} steps: {seen:?}");
 
     let c_tenant = format!("liqo-tenant-{PROVIDER_ID}");
     let nodes = [&p_node, &c_node];
     ready_virtual_node(
-        &consumer,
+        consumer,
         &mut c_liqo,
         &mut p_liqo,
         &nodes,
@@ -212,7 +114,7 @@ async fn nodes_killed_at_every_peering_step_converge_to_one_peering() {
         &nodes,
         &mut [&mut c_liqo, &mut p_liqo],
         || async {
-            let (s, m) = allocation_state(&consumer, &slice).await?;
+            let (s, m) = allocation_state(consumer, &slice).await?;
             if s == AllocationState::Active {
                 Ok(())
             } else {
@@ -225,7 +127,7 @@ async fn nodes_killed_at_every_peering_step_converge_to_one_peering() {
     // Then the provider node: killed and restarted, it keeps its side.
     say("kill -9 of the provider node with the peering up");
     p_node.kill().await;
-    p_node = provider_node(&provider, pport);
+    p_node = stage.provider_node();
     let nodes = [&p_node, &c_node];
     let p_tenant = format!("liqo-tenant-{CONSUMER_ID}");
     let replicas = dynamic(
@@ -240,7 +142,7 @@ async fn nodes_killed_at_every_peering_step_converge_to_one_peering() {
         &nodes,
         &mut [&mut c_liqo, &mut p_liqo],
         || async {
-            let (s, m) = allocation_state(&provider, &slice).await?;
+            let (s, m) = allocation_state(provider, &slice).await?;
             if s != AllocationState::Active {
                 return Err(format!("provider Allocation {s}: {m}"));
             }
@@ -282,7 +184,7 @@ async fn nodes_killed_at_every_peering_step_converge_to_one_peering() {
         .await,
         1
     );
-    let (state, _) = allocation_state(&consumer, &slice).await.unwrap();
+    let (state, _) = allocation_state(consumer, &slice).await.unwrap();
     assert_eq!(state, AllocationState::Active);
     say(&format!(
         "converged after {kills} kills of the consumer and one of the provider; steps seen: {seen:?}"

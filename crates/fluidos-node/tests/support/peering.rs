@@ -456,3 +456,137 @@ pub async fn unpeer(
     )
     .await;
 }
+
+/// Two control planes with Liqo on each, a provider with `workers` worker
+/// nodes (one flavor each) and a consumer that knows it: the stage of the
+/// peering tests and benchmark, before any `fluidos-node` runs.
+pub struct TwoClusters {
+    /// The provider's control plane.
+    pub provider: ControlPlane,
+    /// The consumer's control plane.
+    pub consumer: ControlPlane,
+    provider_port: u16,
+    consumer_port: u16,
+}
+
+impl TwoClusters {
+    /// Starts both clusters and Liqo on each (returned: consumer's, then
+    /// provider's), then makes the node identities, the provider's workers
+    /// and the consumer's KnownCluster.
+    pub async fn start(workers: usize) -> (TwoClusters, Liqo, Liqo) {
+        let binaries = fluidos_testenv::LiqoBinaries::from_env().unwrap();
+        let options = || fluidos_testenv::ControlPlaneOptions {
+            workloads: true,
+            crd_dirs: vec![fluidos_testenv::crds_dir()],
+        };
+        let (provider, consumer) = tokio::join!(
+            ControlPlane::start(options()),
+            ControlPlane::start(options())
+        );
+        let (provider, consumer) = (provider.unwrap(), consumer.unwrap());
+        let liqo = |id: &str| fluidos_testenv::LiqoOptions {
+            cluster_id: id.to_owned(),
+            ..Default::default()
+        };
+        let (c_liqo, p_liqo) = tokio::join!(
+            Liqo::start_with(&consumer, &binaries, liqo(CONSUMER_ID)),
+            Liqo::start_with(&provider, &binaries, liqo(PROVIDER_ID))
+        );
+        let (provider_port, consumer_port) = (super::free_port(), super::free_port());
+        super::prepare(&provider, "provider01", provider_port).await;
+        super::prepare(&consumer, "consumer01", consumer_port).await;
+        for i in 1..=workers {
+            worker_node(&provider, &format!("worker-{i}")).await;
+        }
+        Api::<fluidos_api::KnownCluster>::namespaced(consumer.client(), NS)
+            .create(
+                &PostParams::default(),
+                &fluidos_api::KnownCluster::new(
+                    "knowncluster-provider01",
+                    fluidos_api::network::KnownClusterSpec {
+                        address: format!("127.0.0.1:{provider_port}"),
+                    },
+                ),
+            )
+            .await
+            .unwrap();
+        (
+            TwoClusters {
+                provider,
+                consumer,
+                provider_port,
+                consumer_port,
+            },
+            c_liqo.unwrap(),
+            p_liqo.unwrap(),
+        )
+    }
+
+    /// The provider's `fluidos-node` (LRM, REAR gateway, REAR manager).
+    pub fn provider_node(&self) -> NodeProcess {
+        NodeProcess::spawn(
+            &self.provider,
+            self.provider_port,
+            "local-resource-manager,rear-gateway,rear-manager",
+            "0",
+            &["--liqo-cluster-id", PROVIDER_ID],
+        )
+    }
+
+    /// The consumer's `fluidos-node` (REAR manager), with a generous listing
+    /// timeout: Liqo and the virtual kubelet share the cores with the nodes.
+    pub fn consumer_node(&self) -> NodeProcess {
+        NodeProcess::spawn(
+            &self.consumer,
+            self.consumer_port,
+            "rear-manager",
+            "0",
+            &[
+                "--liqo-cluster-id",
+                CONSUMER_ID,
+                "--peer-timeout-ms",
+                "10000",
+            ],
+        )
+    }
+
+    /// Waits for the provider's `flavors` flavors and for the consumer's
+    /// watches (it acts on Solvers once they have listed).
+    pub async fn wait_serving(&self, p_node: &NodeProcess, c_node: &NodeProcess, flavors: usize) {
+        let nodes = [p_node, c_node];
+        let api: Api<fluidos_api::Flavor> = Api::namespaced(self.provider.client(), NS);
+        until("the provider's flavors", &nodes, &mut [], || async {
+            let n = api
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .len();
+            if n == flavors {
+                Ok(())
+            } else {
+                Err(format!("{n} flavors"))
+            }
+        })
+        .await;
+        until("the consumer's controllers", &nodes, &mut [], || async {
+            if c_node
+                .log()
+                .contains("consumer controllers' watches established")
+            {
+                Ok(())
+            } else {
+                Err("not yet".to_owned())
+            }
+        })
+        .await;
+    }
+
+    /// The upstream Solver sample (`establishPeering: true`), unchanged.
+    pub fn sample_solver() -> Solver {
+        let path = fluidos_testenv::shared_reference_dir()
+            .unwrap()
+            .join("fluidos-samples/solver.yaml");
+        serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+}
