@@ -18,13 +18,12 @@ mod support;
 use std::time::{Duration, Instant};
 
 use fluidos_api::Solver;
-use fluidos_api::allocation::AllocationState;
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use support::NS;
 use support::peering::{
-    PROVIDER_ID, TwoClusters, allocation_state, dynamic, new_contract, ready_virtual_node,
-    skip_reason, unpeer, until,
+    PROVIDER_ID, TwoClusters, new_contract, ready_virtual_node, skip_reason, unpeer, until,
+    wait_active, wait_authenticated,
 };
 
 /// The phases of one run, each measured from the end of the previous one.
@@ -58,13 +57,6 @@ async fn bench(runs: usize) {
     let sample = TwoClusters::sample_solver();
     let solvers: Api<Solver> = Api::namespaced(consumer.client(), NS);
     let c_tenant = format!("liqo-tenant-{PROVIDER_ID}");
-    let identities = dynamic(
-        &consumer.client(),
-        "authentication.liqo.io",
-        "Identity",
-        "identities",
-        &c_tenant,
-    );
     let mut known: Vec<String> = Vec::new();
     let mut table: Vec<[Duration; 4]> = Vec::new();
     let mut totals = Vec::new();
@@ -94,23 +86,7 @@ async fn bench(runs: usize) {
         let slice = contract.name_any();
         known.push(slice.clone());
         let t_contract = lap();
-        until(
-            "the control-plane Identity's kubeconfig",
-            &nodes,
-            &mut [&mut c_liqo, &mut p_liqo],
-            || async {
-                let i = identities
-                    .get_opt(&format!("controlplane-{PROVIDER_ID}"))
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .ok_or_else(|| "no Identity yet".to_owned())?;
-                i.data
-                    .pointer("/status/kubeconfigSecretRef/name")
-                    .map(drop)
-                    .ok_or_else(|| "no kubeconfig yet".to_owned())
-            },
-        )
-        .await;
+        wait_authenticated(consumer, &nodes, &mut [&mut c_liqo, &mut p_liqo]).await;
         let t_auth = lap();
         let (_, deployment) = ready_virtual_node(
             consumer,
@@ -122,21 +98,8 @@ async fn bench(runs: usize) {
         )
         .await;
         let t_node = lap();
-        for cp in [&consumer, &provider] {
-            until(
-                "the Allocation Active",
-                &nodes,
-                &mut [&mut c_liqo, &mut p_liqo],
-                || async {
-                    let (s, m) = allocation_state(cp, &slice).await?;
-                    if s == AllocationState::Active {
-                        Ok(())
-                    } else {
-                        Err(format!("{s}: {m}"))
-                    }
-                },
-            )
-            .await;
+        for cp in [consumer, provider] {
+            wait_active(cp, &slice, &nodes, &mut [&mut c_liqo, &mut p_liqo]).await;
         }
         let t_active = lap();
         let total = started.elapsed();

@@ -19,7 +19,7 @@ mod support;
 
 use support::peering::{
     CONSUMER_ID, PROVIDER_ID, Phases, TwoClusters, allocation_state, dynamic, new_contract,
-    ready_virtual_node, say, skip_reason, unpeer, until,
+    ready_virtual_node, say, skip_reason, unpeer, until, wait_active, wait_authenticated,
 };
 use support::{NS, NodeProcess};
 
@@ -252,30 +252,7 @@ async fn solver_with_peering_gets_a_virtual_node_of_the_contracted_size() {
     phases.mark("Solver -> Contract (discovery, reserve, purchase)");
 
     let c_tenant = format!("liqo-tenant-{PROVIDER_ID}");
-    let identities = dynamic(
-        &consumer.client(),
-        "authentication.liqo.io",
-        "Identity",
-        "identities",
-        &c_tenant,
-    );
-    until(
-        "the control-plane Identity's kubeconfig",
-        &nodes,
-        &mut [&mut c_liqo, &mut p_liqo],
-        || async {
-            let i = identities
-                .get_opt(&format!("controlplane-{PROVIDER_ID}"))
-                .await
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| "no Identity yet".to_owned())?;
-            i.data
-                .pointer("/status/kubeconfigSecretRef/name")
-                .map(drop)
-                .ok_or_else(|| "no kubeconfig yet".to_owned())
-        },
-    )
-    .await;
+    wait_authenticated(consumer, &nodes, &mut [&mut c_liqo, &mut p_liqo]).await;
     phases.mark("authenticated (nonce, Tenant signed, Identity kubeconfig)");
 
     let (node, deployment) = ready_virtual_node(
@@ -433,20 +410,7 @@ async fn solver_with_peering_gets_a_virtual_node_of_the_contracted_size() {
         &slice2,
     )
     .await;
-    until(
-        "the second Allocation Active",
-        &nodes,
-        &mut [&mut c_liqo, &mut p_liqo],
-        || async {
-            let (s, m) = allocation_state(consumer, &slice2).await?;
-            if s == AllocationState::Active {
-                Ok(())
-            } else {
-                Err(format!("{s}: {m}"))
-            }
-        },
-    )
-    .await;
+    wait_active(consumer, &slice2, &nodes, &mut [&mut c_liqo, &mut p_liqo]).await;
     assert!(
         node2
             .metadata

@@ -16,7 +16,7 @@ use kube::{Api, ResourceExt};
 use support::NS;
 use support::peering::{
     CONSUMER_ID, PROVIDER_ID, TwoClusters, allocation_state, dynamic, new_contract,
-    ready_virtual_node, say, skip_reason, until,
+    ready_virtual_node, say, skip_reason, until, wait_active,
 };
 
 /// How many objects of a Liqo kind are in `ns` (Identities: of the
@@ -109,20 +109,7 @@ async fn nodes_killed_at_every_peering_step_converge_to_one_peering() {
         &slice,
     )
     .await;
-    until(
-        "the consumer's Allocation Active",
-        &nodes,
-        &mut [&mut c_liqo, &mut p_liqo],
-        || async {
-            let (s, m) = allocation_state(consumer, &slice).await?;
-            if s == AllocationState::Active {
-                Ok(())
-            } else {
-                Err(format!("{s}: {m}"))
-            }
-        },
-    )
-    .await;
+    wait_active(consumer, &slice, &nodes, &mut [&mut c_liqo, &mut p_liqo]).await;
 
     // Then the provider node: killed and restarted, it keeps its side.
     say("kill -9 of the provider node with the peering up");

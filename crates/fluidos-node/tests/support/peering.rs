@@ -590,3 +590,55 @@ impl TwoClusters {
         serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
     }
 }
+
+/// Waits until the consumer's control-plane Identity for the provider has
+/// its kubeconfig (authenticated).
+pub async fn wait_authenticated(
+    consumer: &ControlPlane,
+    nodes: &[&NodeProcess],
+    liqos: &mut [&mut Liqo],
+) {
+    let identities = dynamic(
+        &consumer.client(),
+        "authentication.liqo.io",
+        "Identity",
+        "identities",
+        &format!("liqo-tenant-{PROVIDER_ID}"),
+    );
+    until(
+        "the control-plane Identity's kubeconfig",
+        nodes,
+        liqos,
+        || async {
+            let i = identities
+                .get_opt(&format!("controlplane-{PROVIDER_ID}"))
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "no Identity yet".to_owned())?;
+            i.data
+                .pointer("/status/kubeconfigSecretRef/name")
+                .map(drop)
+                .ok_or_else(|| "no kubeconfig yet".to_owned())
+        },
+    )
+    .await;
+}
+
+/// Waits until the Allocation of Contract `contract` on `cp` is `Active`;
+/// returns its message.
+pub async fn wait_active(
+    cp: &ControlPlane,
+    contract: &str,
+    nodes: &[&NodeProcess],
+    liqos: &mut [&mut Liqo],
+) -> String {
+    until("the Allocation Active", nodes, liqos, || async {
+        let (s, m) = allocation_state(cp, contract).await?;
+        if s == AllocationState::Active {
+            Ok(m)
+        } else {
+            Err(format!("{s}: {m}"))
+        }
+    })
+    .await
+}
