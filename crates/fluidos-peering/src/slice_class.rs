@@ -537,17 +537,38 @@ pub async fn run(
         .touched_objects()
     };
     let ctx = Arc::new(Context {
-        client,
+        client: client.clone(),
         cfg,
         reconciler: reconciler.clone(),
     });
     let policy = reconciler.clone();
+    // A Tenant cordoned, drained or active again changes what a slice of its
+    // namespace may be granted.
+    let tenants = {
+        use kube::runtime::WatchStreamExt;
+        watcher::watcher(
+            Api::<Tenant>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .touched_objects()
+    };
+    let slices_of = cache.clone();
     let stream = Controller::for_stream(stream, cache)
         .watches_stream(contracts, |c: Contract| {
             (!c.spec.buyer_cluster_id.is_empty()).then(|| {
                 ObjectRef::new(&c.name_any())
                     .within(&objects::tenant_namespace(&c.spec.buyer_cluster_id))
             })
+        })
+        .watches_stream(tenants, move |t: Tenant| {
+            let ns = t.namespace();
+            slices_of
+                .state()
+                .iter()
+                .filter(|s| s.namespace() == ns)
+                .map(|s| ObjectRef::from_obj(s.as_ref()))
+                .collect::<Vec<_>>()
         })
         .graceful_shutdown_on(shutdown)
         .run(

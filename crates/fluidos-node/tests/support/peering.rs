@@ -284,6 +284,26 @@ pub async fn unpeer(
         .delete(solver, &kube::api::DeleteParams::background())
         .await
         .unwrap();
+    // Its Allocation goes with it through kube-controller-manager's garbage
+    // collector, which may take long to discover a CRD installed minutes
+    // ago; deleting it too keeps the test about our teardown, not the GC.
+    let allocations = Api::<Allocation>::namespaced(consumer.client(), NS);
+    for a in allocations
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+    {
+        if a.spec.contract.as_ref().and_then(|c| c.name.as_deref()) == Some(slice) {
+            match allocations
+                .delete(&a.name_any(), &kube::api::DeleteParams::background())
+                .await
+            {
+                Ok(_) | Err(kube::Error::Api(_)) => {}
+                Err(e) => panic!("deleting the Allocation: {e}"),
+            }
+        }
+    }
     let slices = dynamic(
         &consumer.client(),
         "authentication.liqo.io",
