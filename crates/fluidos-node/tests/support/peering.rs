@@ -357,28 +357,13 @@ pub async fn unpeer(
         &mut [&mut *c_liqo, &mut *p_liqo],
         || async {
             let mut left = Vec::new();
-            if slices
-                .get_opt(slice)
-                .await
-                .map_err(|e| e.to_string())?
-                .is_some()
-            {
+            if exists(&slices, slice).await? {
                 left.push("ResourceSlice");
             }
-            if replicas
-                .get_opt(slice)
-                .await
-                .map_err(|e| e.to_string())?
-                .is_some()
-            {
+            if exists(&replicas, slice).await? {
                 left.push("replica on the provider");
             }
-            if virtual_nodes
-                .get_opt(slice)
-                .await
-                .map_err(|e| e.to_string())?
-                .is_some()
-            {
+            if exists(&virtual_nodes, slice).await? {
                 left.push("VirtualNode");
             }
             if Api::<Node>::all(consumer.client())
@@ -446,12 +431,7 @@ pub async fn unpeer(
             {
                 left.push("Identity");
             }
-            if tenant
-                .get_opt(CONSUMER_ID)
-                .await
-                .map_err(|e| e.to_string())?
-                .is_some()
-            {
+            if exists(&tenant, CONSUMER_ID).await? {
                 left.push("Tenant on the provider");
             }
             for (client, ns, secret) in [
@@ -609,6 +589,18 @@ impl TwoClusters {
             .join("fluidos-samples/solver.yaml");
         serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
     }
+}
+
+/// Whether `name` exists, or the API error as text (for [`until`]).
+pub async fn exists<K>(api: &Api<K>, name: &str) -> Result<bool, String>
+where
+    K: kube::Resource + Clone + for<'de> k8s_openapi::serde::Deserialize<'de> + std::fmt::Debug,
+{
+    Ok(api
+        .get_opt(name)
+        .await
+        .map_err(|e| e.to_string())?
+        .is_some())
 }
 
 /// Waits until the consumer's control-plane Identity for the provider has
