@@ -155,6 +155,48 @@ pub struct Args {
     /// instead of this node's address (node-port) or the load balancer's.
     #[arg(long, env = "FLUIDOS_SERVICE_EXTERNAL_HOST")]
     pub service_external_host: Option<String>,
+
+    /// LAN discovery by multicast (Go `--enable-local-discovery`). Off, the
+    /// network manager only removes expired KnownClusters and needs no
+    /// multicast address.
+    #[arg(
+        long,
+        env = "FLUIDOS_ENABLE_LOCAL_DISCOVERY",
+        default_value_t = true,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new(),
+    )]
+    pub enable_local_discovery: bool,
+
+    /// Multicast group and port of LAN discovery, `<group>:<port>` (Go's
+    /// environment variable `MULTICAST_ADDRESS`); checked only when LAN
+    /// discovery is on. Default: the Helm chart's `239.11.11.1:4000`.
+    #[arg(long, env = "MULTICAST_ADDRESS")]
+    pub multicast_address: Option<String>,
+
+    /// Interface of LAN discovery, by name (e.g. `eth1`) or IPv4 address (Go
+    /// `--cniInterface`); default: the routing table chooses.
+    #[arg(
+        long = "cni-interface",
+        alias = "cniInterface",
+        env = "FLUIDOS_CNI_INTERFACE"
+    )]
+    pub cni_interface: Option<String>,
+
+    /// Period of this node's multicast advertisement, in milliseconds (Go: 5 s).
+    #[arg(long, env = "FLUIDOS_MULTICAST_INTERVAL_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub multicast_interval_ms: u64,
+
+    /// How long an advertisement keeps its KnownCluster, in milliseconds
+    /// (at least three advertisement intervals; Go: 10 s, refreshed on every
+    /// advertisement).
+    #[arg(long, env = "FLUIDOS_KNOWN_CLUSTER_TTL_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub known_cluster_ttl_ms: u64,
+
+    /// Period of the sweep that deletes expired KnownClusters, in milliseconds (Go: 20 s).
+    #[arg(long, env = "FLUIDOS_KNOWN_CLUSTER_HOUSEKEEPING_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub known_cluster_housekeeping_ms: u64,
 }
 
 fn parse_exposure(s: &str) -> Result<fluidos_service_allocation::exposure::ExposureMode, String> {
@@ -383,6 +425,32 @@ mod tests {
                 .flavor
                 .enable_auto_discovery
         );
+    }
+
+    #[test]
+    fn network_manager_flags_take_go_spellings() {
+        if !in_child() {
+            return run_in_child(
+                "cli::tests::network_manager_flags_take_go_spellings",
+                &[("MULTICAST_ADDRESS", "239.1.2.3:4100")],
+            );
+        }
+        let a = parse(&[]).unwrap();
+        assert!(a.enable_local_discovery);
+        assert_eq!(a.multicast_address.as_deref(), Some("239.1.2.3:4100"));
+        assert_eq!(a.cni_interface, None);
+        assert_eq!(
+            (
+                a.multicast_interval_ms,
+                a.known_cluster_ttl_ms,
+                a.known_cluster_housekeeping_ms
+            ),
+            (5000, 30_000, 5000)
+        );
+        let a = parse(&["--cniInterface", "eth1", "--enable-local-discovery=false"]).unwrap();
+        assert_eq!(a.cni_interface.as_deref(), Some("eth1"));
+        assert!(!a.enable_local_discovery);
+        assert!(parse(&["--known-cluster-ttl-ms", "0"]).is_err());
     }
 
     #[test]

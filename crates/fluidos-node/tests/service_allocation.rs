@@ -4,8 +4,8 @@
 //! so its Deployment really becomes available), and ends with the Secret
 //! `credentials-<contract>` on the consumer holding `endpoints`,
 //! `username`, `password` and `database`, an Active Allocation on both
-//! sides, and the Solver solved through them — with the provider killed
-//! (SIGKILL) and restarted in the middle.
+//! sides, and the Solver solved through them — with the provider, then the
+//! consumer, killed (SIGKILL) and restarted in the middle.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // in tests a panic is the failure report
 
@@ -144,6 +144,28 @@ async fn service_solver_gets_working_credentials_without_liqo() {
         "local-resource-manager,rear-gateway",
         "0",
         &["--liqo-cluster-id", "liqo-provider"],
+    );
+    let logs = [&provider_node, &consumer_node];
+    // And of the consumer, as soon as its Allocation has a status.
+    eventually(
+        "the consumer Allocation started",
+        Duration::from_secs(60),
+        &logs,
+        || async { allocation_state(&consumer).await.map(|_| ()) },
+    )
+    .await;
+    consumer_node.kill().await;
+    let consumer_node = NodeProcess::spawn(
+        &consumer,
+        cport,
+        "rear-manager",
+        "0",
+        &[
+            "--liqo-cluster-id",
+            "liqo-consumer",
+            "--peer-timeout-ms",
+            "1000",
+        ],
     );
     let logs = [&provider_node, &consumer_node];
 

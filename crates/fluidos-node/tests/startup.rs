@@ -109,6 +109,13 @@ impl Node {
             } else {
                 &["--peering=false"][..]
             })
+            // Each node advertises on a group port of its own: nodes of
+            // concurrent tests must not discover each other.
+            .env_remove("MULTICAST_ADDRESS")
+            .args([
+                "--multicast-address",
+                &format!("239.11.11.1:{}", free_port()),
+            ])
             .args(extra_args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

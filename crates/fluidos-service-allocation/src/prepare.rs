@@ -1,6 +1,7 @@
 //! From a Contract and its ServiceBlueprint to the objects to create: every
 //! check is made here, before anything is applied (pure but for randomness).
 
+use fluidos_api::common::HostingPolicy;
 use fluidos_api::configuration::ConfigurationData;
 use fluidos_api::flavor::{FlavorTypeData, ServiceFlavor};
 use fluidos_api::{Contract, ServiceBlueprint};
@@ -84,6 +85,24 @@ pub fn configuration_data(contract: &Contract) -> Result<Value, PrepareError> {
             Err(e) => Err(PrepareError::Configuration(e.to_string())),
         },
     }
+}
+
+/// Where the buyer asked the service to run: the configuration's
+/// `hostingPolicy`, else the blueprint's first policy, else `Provider`
+/// (the Go node's `ForgeHostingPolicyFromContract`).
+pub fn hosting_policy(contract: &Contract, blueprint: Option<&ServiceBlueprint>) -> HostingPolicy {
+    let asked = contract
+        .spec
+        .configuration
+        .as_ref()
+        .and_then(|c| c.parse("spec.configuration").ok())
+        .and_then(|c| match c {
+            ConfigurationData::Service(s) => s.hosting_policy,
+            ConfigurationData::K8Slice(_) | ConfigurationData::Unparsed(_) => None,
+        });
+    asked
+        .or_else(|| blueprint.and_then(|b| b.spec.hosting_policies.first().copied()))
+        .unwrap_or(HostingPolicy::Provider)
 }
 
 /// Checks `data` against the flavor's JSON Schema (every violation named).
@@ -207,6 +226,22 @@ mod tests {
         assert_eq!(i.namespace, "contract-x");
         assert_eq!(i.objects[0].object["stringData"]["password"], "admin");
         assert_eq!(i.credentials_secret["stringData"]["database"], "mydb");
+    }
+
+    #[test]
+    fn hosting_policy_is_the_buyers_else_the_blueprints_first_else_provider() {
+        let mut bp = blueprint(json!([]));
+        bp.spec.hosting_policies = vec![HostingPolicy::Consumer, HostingPolicy::Provider];
+        let plain = contract(Some(good()), true);
+        assert_eq!(hosting_policy(&plain, Some(&bp)), HostingPolicy::Consumer);
+        assert_eq!(hosting_policy(&plain, None), HostingPolicy::Provider);
+        bp.spec.hosting_policies.clear();
+        assert_eq!(hosting_policy(&plain, Some(&bp)), HostingPolicy::Provider);
+        let mut asked = plain.clone();
+        asked.spec.configuration = serde_json::from_value(json!({"type": "Service",
+            "data": {"hostingPolicy": "Shared", "configurationData": good()}}))
+        .unwrap();
+        assert_eq!(hosting_policy(&asked, Some(&bp)), HostingPolicy::Shared);
     }
 
     #[test]

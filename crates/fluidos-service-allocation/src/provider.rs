@@ -7,6 +7,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fluidos_api::common::HostingPolicy;
 use fluidos_api::{Allocation, Contract, Flavor, NodeIdentity, ServiceBlueprint};
 use fluidos_blueprint::{
     CONTRACT_LABEL, ENDPOINT_LABEL, OsRandom, RandomSource, RandomUnavailable,
@@ -273,12 +274,14 @@ async fn reconcile(cached: Arc<Allocation>, ctx: Arc<Ctx>) -> Result<Action, Err
     let replay =
         machine::replayed_random(&observed, &contract_name, &machine::owner_of(&allocation));
     let drawn = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut hosting_policy = HostingPolicy::Provider;
     let prepared = match (&contract, flavor) {
         (Some(c), Some(f)) if machine::needs_instance(&allocation, true, &observed) => {
             Some(match f {
                 Err(e) => Err(e),
                 Ok(f) => {
                     let bp = blueprint(&ctx, c).await?;
+                    hosting_policy = prepare::hosting_policy(c, bp.as_ref());
                     let random = Replay::new(replay, drawn.clone());
                     prepare_bounded(c, f, bp, random).await
                 }
@@ -294,6 +297,7 @@ async fn reconcile(cached: Arc<Allocation>, ctx: Arc<Ctx>) -> Result<Action, Err
             contract_name: &contract_name,
             contract_exists: contract.is_some(),
             prepared: prepared.as_ref(),
+            hosting_policy,
             random_drawn: &random_drawn,
             exposure: &ctx.cfg.exposure,
             node_host: &node_host,

@@ -4,7 +4,8 @@
 //! blueprint for a Contract, the REAR route serves its endpoints and
 //! credentials to the buyer only, the buyer's controller writes them into a
 //! Secret, a forbidden kind ends in Error with nothing created, and deleting
-//! the Allocations leaves nothing behind.
+//! the Allocations leaves nothing behind. The upstream message-queue
+//! blueprint likewise; a configuration failing the schema ends in Error.
 //!
 //! Provider (namespace `fluidos`) and buyer (namespace `buyer`) share one
 //! control plane: each controller only handles contracts where its node is
@@ -34,7 +35,47 @@ fn identity(node: &str, ip: &str) -> NodeIdentity {
     serde_json::from_value(json!({"domain": "fluidos.eu", "nodeID": node, "ip": ip})).unwrap()
 }
 
+/// A database contract (the upstream category's schema and default configuration).
 fn contract(name: &str, ns: &str, blueprint: &str, gateway: &str) -> Contract {
+    contract_for(
+        name,
+        ns,
+        blueprint,
+        gateway,
+        &json!({"name": "db", "description": "d", "category": "database", "tags": ["database", "mysql"],
+            "hostingPolicies": ["Provider", "Consumer"],
+            "configurationTemplate": {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+                "properties": {"username": {"type": "string"}, "password": {"type": "string"}, "database": {"type": "string"}},
+                "required": ["username", "password", "database"]}}),
+        &json!({"username": "admin", "password": "admin", "database": "mydb"}),
+    )
+}
+
+/// A message-queue contract as the upstream Solver buys it (§5.2 of the
+/// reference: schema and the Solver's default configuration).
+fn mq_contract(name: &str, ns: &str, gateway: &str) -> Contract {
+    contract_for(
+        name,
+        ns,
+        "mq-rabbitmq",
+        gateway,
+        &json!({"name": "mq", "description": "d", "category": "message-queue",
+            "tags": ["message-queue", "rabbitmq", "mqtt"], "hostingPolicies": ["Consumer"],
+            "configurationTemplate": {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+                "properties": {"username": {"type": "string"}, "password": {"type": "string"}},
+                "required": ["username", "password"]}}),
+        &json!({"username": "admin", "password": "adminpassword"}),
+    )
+}
+
+fn contract_for(
+    name: &str,
+    ns: &str,
+    blueprint: &str,
+    gateway: &str,
+    type_data: &serde_json::Value,
+    configuration: &serde_json::Value,
+) -> Contract {
     serde_json::from_value(json!({
         "apiVersion": "reservation.fluidos.eu/v1alpha1", "kind": "Contract",
         "metadata": {"name": name, "namespace": ns},
@@ -42,20 +83,14 @@ fn contract(name: &str, ns: &str, blueprint: &str, gateway: &str) -> Contract {
             "flavor": {"metadata": {"name": format!("flavor-{name}"),
                     "labels": {"nodecore.fluidos.eu/service-blueprint": blueprint}},
                 "spec": {
-                "flavorType": {"typeIdentifier": "Service", "typeData": {
-                    "name": "db", "description": "d", "category": "database", "tags": ["database", "mysql"],
-                    "hostingPolicies": ["Provider", "Consumer"],
-                    "configurationTemplate": {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
-                        "properties": {"username": {"type": "string"}, "password": {"type": "string"}, "database": {"type": "string"}},
-                        "required": ["username", "password", "database"]}}},
+                "flavorType": {"typeIdentifier": "Service", "typeData": type_data},
                 "owner": {"domain": "fluidos.eu", "nodeID": "provider-node", "ip": gateway},
                 "providerID": "provider-node",
                 "price": {"amount": "", "currency": "", "period": ""},
                 "availability": true, "networkPropertyType": "networkProperty",
                 "location": {"latitude": "", "longitude": "", "country": "", "city": "", "additionalNotes": ""}}},
             "transactionID": format!("tx-{name}"),
-            "configuration": {"type": "Service", "data": {"configurationData":
-                {"username": "admin", "password": "admin", "database": "mydb"}}},
+            "configuration": {"type": "Service", "data": {"configurationData": configuration}},
             "buyer": {"domain": "fluidos.eu", "nodeID": "buyer-node", "ip": "127.0.0.1:1"},
             "buyerClusterID": "buyer-cluster",
             "seller": {"domain": "fluidos.eu", "nodeID": "provider-node", "ip": gateway},
@@ -116,6 +151,10 @@ async fn database_service_end_to_end_without_liqo() {
         .unwrap();
     let mut blueprint: ServiceBlueprint = serde_yaml::from_str(&text).unwrap();
     blueprint.metadata.namespace = Some(PROVIDER.into());
+    let text = std::fs::read_to_string(reference.join("fluidos-samples/service-blueprint-mq.yaml"))
+        .unwrap();
+    let mut mq_blueprint: ServiceBlueprint = serde_yaml::from_str(&text).unwrap();
+    mq_blueprint.metadata.namespace = Some(PROVIDER.into());
 
     let cp = ControlPlane::start(ControlPlaneOptions {
         workloads: true,
@@ -158,7 +197,7 @@ async fn database_service_end_to_end_without_liqo() {
                 json!({"no-such-label": "x"});
         }
     }
-    for bp in [&bad, &broken, &stuck] {
+    for bp in [&bad, &broken, &stuck, &mq_blueprint] {
         Api::<ServiceBlueprint>::namespaced(client.clone(), PROVIDER)
             .create(&PostParams::default(), bp)
             .await
@@ -365,6 +404,154 @@ async fn database_service_end_to_end_without_liqo() {
         );
     }
 
+    // The upstream message-queue blueprint, bought with the Solver's default
+    // configuration: its hosting policy (Consumer) needs Liqo offloading, so
+    // it runs on the provider and a warning says so; the buyer gets the
+    // category's keys (no `database`), both ports of the endpoint Service.
+    let mq_c = "contract-mq";
+    for ns in [PROVIDER, BUYER] {
+        Api::<Contract>::namespaced(client.clone(), ns)
+            .create(
+                &PostParams::default(),
+                &mq_contract(mq_c, ns, &gateway_addr),
+            )
+            .await
+            .unwrap();
+    }
+    provider_allocs
+        .create(
+            &PostParams::default(),
+            &allocation("alloc-mq", PROVIDER, mq_c, true),
+        )
+        .await
+        .unwrap();
+    buyer_allocs
+        .create(
+            &PostParams::default(),
+            &allocation("alloc-mq", BUYER, mq_c, false),
+        )
+        .await
+        .unwrap();
+    let mq_secret = eventually("buyer MQ Secret", Duration::from_secs(90), || async {
+        secrets
+            .get_opt("credentials-contract-mq")
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "no Secret yet".to_owned())
+    })
+    .await;
+    let mq_data: std::collections::BTreeMap<String, String> = mq_secret
+        .data
+        .unwrap()
+        .into_iter()
+        .map(|(k, v)| (k, String::from_utf8(v.0).unwrap()))
+        .collect();
+    let keys: Vec<&str> = mq_data.keys().map(String::as_str).collect();
+    assert_eq!(keys, ["endpoints", "password", "username"]);
+    assert_eq!(mq_data["username"], "admin");
+    assert_eq!(mq_data["password"], "adminpassword");
+    let mq_svc: k8s_openapi::api::core::v1::Service = Api::namespaced(client.clone(), mq_c)
+        .get("mq-service")
+        .await
+        .unwrap();
+    let node_ports: Vec<String> = mq_svc
+        .spec
+        .unwrap()
+        .ports
+        .unwrap()
+        .iter()
+        .map(|p| format!("127.0.0.1:{}", p.node_port.unwrap()))
+        .collect();
+    assert_eq!(mq_data["endpoints"], node_ports.join(","));
+    for (side, allocs) in [("provider", &provider_allocs), ("buyer", &buyer_allocs)] {
+        eventually(
+            &format!("{side} MQ Allocation Active"),
+            Duration::from_secs(60),
+            || async {
+                match state(allocs, "alloc-mq").await? {
+                    (AllocationState::Active, _) => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await;
+    }
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), PROVIDER);
+    let warned = eventually(
+        "hosting policy warning",
+        Duration::from_secs(30),
+        || async {
+            let list = events
+                .list(&kube::api::ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            list.items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("HostingPolicyNotHonoured")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("alloc-mq")
+                })
+                .ok_or_else(|| "no HostingPolicyNotHonoured event yet".to_owned())
+        },
+    )
+    .await;
+    assert!(
+        warned.note.unwrap_or_default().contains("Consumer"),
+        "the warning names the policy"
+    );
+
+    // A configuration that fails the flavor's schema: Error naming the
+    // missing key, nothing created, the buyer told 410.
+    let invalid_c = "contract-invalid";
+    let mut invalid = contract(invalid_c, PROVIDER, "db-mysql", &gateway_addr);
+    invalid.spec.configuration = serde_json::from_value(json!({"type": "Service",
+        "data": {"configurationData": {"username": "admin", "password": "admin"}}}))
+    .unwrap();
+    Api::<Contract>::namespaced(client.clone(), PROVIDER)
+        .create(&PostParams::default(), &invalid)
+        .await
+        .unwrap();
+    provider_allocs
+        .create(
+            &PostParams::default(),
+            &allocation("alloc-invalid", PROVIDER, invalid_c, true),
+        )
+        .await
+        .unwrap();
+    let message = eventually(
+        "invalid Allocation in Error",
+        Duration::from_secs(30),
+        || async {
+            match state(&provider_allocs, "alloc-invalid").await? {
+                (AllocationState::Error, m) => Ok(m),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(
+        message.contains("configurationTemplate") && message.contains("database"),
+        "{message}"
+    );
+    assert!(
+        Api::<Namespace>::all(client.clone())
+            .get_opt(invalid_c)
+            .await
+            .unwrap()
+            .is_none(),
+        "nothing created for a configuration failing the schema"
+    );
+    let refused = rear
+        .service_access(
+            &gateway_addr,
+            invalid_c,
+            "buyer-node",
+            &format!("tx-{invalid_c}"),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(refused.status(), Some(410), "{refused}");
+
     // A forbidden kind: Error with the reason, nothing created.
     let bad_c = "contract-bad";
     Api::<Contract>::namespaced(client.clone(), PROVIDER)
@@ -493,6 +680,13 @@ async fn database_service_end_to_end_without_liqo() {
         .unwrap();
 
     // Teardown: nothing left on either side.
+    for (allocs, name) in [
+        (&buyer_allocs, "alloc-mq"),
+        (&provider_allocs, "alloc-mq"),
+        (&provider_allocs, "alloc-invalid"),
+    ] {
+        allocs.delete(name, &DeleteParams::default()).await.unwrap();
+    }
     buyer_allocs
         .delete("alloc-db", &DeleteParams::default())
         .await
@@ -532,6 +726,31 @@ async fn database_service_end_to_end_without_liqo() {
         );
         if stuck.0.is_some() || stuck.1.is_some() {
             return Err("the stuck service is not gone yet".into());
+        }
+        let mq = (
+            Api::<Namespace>::all(client.clone())
+                .get_opt(mq_c)
+                .await
+                .map_err(|e| e.to_string())?,
+            secrets
+                .get_opt("credentials-contract-mq")
+                .await
+                .map_err(|e| e.to_string())?,
+            provider_allocs
+                .get_opt("alloc-mq")
+                .await
+                .map_err(|e| e.to_string())?,
+            buyer_allocs
+                .get_opt("alloc-mq")
+                .await
+                .map_err(|e| e.to_string())?,
+            provider_allocs
+                .get_opt("alloc-invalid")
+                .await
+                .map_err(|e| e.to_string())?,
+        );
+        if mq.0.is_some() || mq.1.is_some() || mq.2.is_some() || mq.3.is_some() || mq.4.is_some() {
+            return Err("the message queue or the invalid Allocation is not gone yet".into());
         }
         match (secret, ns, allocs) {
             (None, None, (None, None)) => Ok(()),

@@ -45,20 +45,3 @@ pub async fn run(
         Component::NetworkManager => network_manager::run(ctx, shutdown).await,
     }
 }
-
-/// Stand-in body for a component whose implementation has not landed:
-/// reports ready at once and idles until shutdown.
-async fn placeholder(
-    component: Component,
-    ctx: &Context,
-    shutdown: CancellationToken,
-) -> Result<(), Error> {
-    tracing::info!(
-        component = %component,
-        "component started (placeholder: does nothing yet)"
-    );
-    ctx.readiness.mark_ready(component);
-    shutdown.cancelled().await;
-    tracing::info!(component = %component, "component stopped");
-    Ok(())
-}

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use fluidos_api::Allocation;
 use fluidos_api::allocation::{AllocationState, AllocationStatus};
+use fluidos_api::common::HostingPolicy;
 use fluidos_blueprint::{CONTRACT_LABEL, ServiceInstance};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
@@ -77,6 +78,8 @@ pub struct Input<'a> {
     pub contract_exists: bool,
     /// The prepared instance, when [`needs_instance`] said so.
     pub prepared: Option<&'a Result<ServiceInstance, PrepareError>>,
+    /// Where the buyer asked the service to run (read with `prepared`).
+    pub hosting_policy: HostingPolicy,
     /// The random bytes drawn to render `prepared` (the replayed ones first,
     /// see [`replayed_random`]).
     pub random_drawn: &'a [u8],
@@ -431,6 +434,13 @@ impl Machine<'_> {
                     self.input.exposure,
                 );
                 self.effects.push(Effect::Apply(objects));
+                if self.input.hosting_policy != HostingPolicy::Provider {
+                    self.event(
+                        true,
+                        "HostingPolicyNotHonoured",
+                        hosting_note(self.input.hosting_policy),
+                    );
+                }
                 self.event(
                     false,
                     "ServiceCreated",
@@ -494,6 +504,17 @@ impl Machine<'_> {
             }
         }
     }
+}
+
+/// Why a `Consumer` or `Shared` hosting policy is served from the provider:
+/// running the service's pods on the buyer's cluster needs delivery by Liqo
+/// namespace offloading, which this node does not do yet.
+pub fn hosting_note(policy: HostingPolicy) -> String {
+    format!(
+        "hosting policy {policy:?} asks for the service's pods on the buyer's cluster, which needs \
+         delivery by Liqo namespace offloading (not supported yet); the service runs on the provider \
+         and the buyer reaches it at its endpoints"
+    )
 }
 
 /// Decides what to do with a provider-side Service Allocation (pure).
@@ -652,6 +673,7 @@ mod tests {
         allocation: Allocation,
         contract_exists: bool,
         prepared: Option<Result<ServiceInstance, PrepareError>>,
+        hosting_policy: HostingPolicy,
         deleting_for: Option<i64>,
     }
 
@@ -660,6 +682,7 @@ mod tests {
             allocation,
             contract_exists: true,
             prepared: None,
+            hosting_policy: HostingPolicy::Provider,
             deleting_for: None,
         }
     }
@@ -672,6 +695,7 @@ mod tests {
                 contract_name: C,
                 contract_exists: c.contract_exists,
                 prepared: c.prepared.as_ref(),
+                hosting_policy: c.hosting_policy,
                 random_drawn: DRAWN,
                 exposure: &exposure,
                 node_host: "192.0.2.10",
@@ -781,6 +805,22 @@ mod tests {
             p.status.last_update_time.as_deref(),
             Some("2026-01-01T00:00:00Z")
         );
+        assert!(!has(&p, |e| matches!(
+            e,
+            Effect::Event {
+                reason: "HostingPolicyNotHonoured",
+                ..
+            }
+        )));
+        // A Consumer hosting policy is served from the provider, and says so.
+        c.hosting_policy = HostingPolicy::Consumer;
+        let p = run(&c, &Observed::default());
+        assert!(has(
+            &p,
+            |e| matches!(e, Effect::Event { warning: true, reason: "HostingPolicyNotHonoured", note }
+            if note.contains("Consumer") && note.contains("runs on the provider"))
+        ));
+        assert!(has(&p, |e| matches!(e, Effect::Apply(_))));
         assert_eq!(p.next, Next::Requeue(RECHECK));
     }
 

@@ -1,0 +1,310 @@
+//! KnownCluster writes and the expiry sweep: the API-server edge of the
+//! lifecycle decided in [`crate::lifecycle`].
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use fluidos_api::{KnownCluster, naming};
+use jiff::Timestamp;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::Error;
+use crate::advertisement::Advertisement;
+use crate::config::FIELD_MANAGER;
+use crate::lifecycle::{self, Entry, Observed, Refresh, Verdict};
+use crate::metrics::NetworkMetrics;
+
+/// Prefix of the KnownClusters named after a node ID.
+const NAME_PREFIX: &str = "knowncluster-";
+
+/// What an advertisement did to its KnownCluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// No write: the expiry was far enough away.
+    Unchanged,
+    /// Spec and status written (new peer, or its address moved).
+    Created,
+    /// Only the status (expiry) written.
+    Refreshed,
+}
+
+/// What one sweep did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sweep {
+    /// KnownClusters deleted as expired.
+    pub deleted: usize,
+    /// KnownClusters left in place.
+    pub kept: usize,
+    /// Deletions that failed (retried at the next sweep).
+    pub failed: usize,
+}
+
+/// What this replica last knew of one KnownCluster, and since when.
+#[derive(Clone, Debug)]
+struct Cached {
+    observed: Observed,
+    noted_at: Instant,
+}
+
+/// Creates, refreshes and expires the KnownClusters of one namespace.
+///
+/// It remembers the expiry it last wrote or listed, so that most
+/// advertisements cost no API call at all. Replicas share one field manager
+/// (server-side apply, forced), so their writes merge instead of failing on
+/// resource versions; each sweep's list teaches a replica what the others
+/// wrote, and a delete is conditional on the listed resource version, so a
+/// replica never deletes an object another one has just refreshed.
+#[derive(Debug)]
+pub struct KnownClusters {
+    api: Api<KnownCluster>,
+    ttl: Duration,
+    metrics: NetworkMetrics,
+    cache: HashMap<String, Cached>,
+}
+
+impl KnownClusters {
+    /// Manages KnownClusters in `namespace`, each living `ttl` after an advertisement.
+    pub fn new(
+        client: kube::Client,
+        namespace: &str,
+        ttl: Duration,
+        metrics: NetworkMetrics,
+    ) -> Self {
+        KnownClusters {
+            api: Api::namespaced(client, namespace),
+            ttl,
+            metrics,
+            cache: HashMap::new(),
+        }
+    }
+
+    /// Creates or refreshes the KnownCluster of `ad`'s node when the
+    /// lifecycle says so. On error nothing is remembered, so the next
+    /// advertisement from that node tries again.
+    pub async fn observe(&mut self, ad: &Advertisement) -> Result<Outcome, Error> {
+        let now = Timestamp::now();
+        let current = self.cache.get(&ad.node_id).map(|c| &c.observed);
+        let Refresh::Write { spec } = lifecycle::plan_refresh(current, &ad.ip, now, self.ttl)
+        else {
+            return Ok(Outcome::Unchanged);
+        };
+        let name = naming::known_cluster_name(&ad.node_id);
+        if spec {
+            self.apply_spec(&name, &ad.ip).await?;
+        }
+        let expiry = lifecycle::expiry(now, self.ttl);
+        match self.apply_status(&name, now, expiry).await {
+            // Deleted behind our back (by a user or another replica's
+            // sweep) while we thought it fresh: create it again.
+            Err(Error::ApplyStatus { source, .. }) if !spec && is_status(&source, 404) => {
+                self.apply_spec(&name, &ad.ip).await?;
+                self.apply_status(&name, now, expiry).await?;
+            }
+            other => other?,
+        }
+        self.cache.insert(
+            ad.node_id.clone(),
+            Cached {
+                observed: Observed {
+                    address: ad.ip.clone(),
+                    expiry: Some(expiry),
+                },
+                noted_at: Instant::now(),
+            },
+        );
+        Ok(if spec {
+            Outcome::Created
+        } else {
+            Outcome::Refreshed
+        })
+    }
+
+    /// Lists the namespace's KnownClusters, deletes the expired ones and
+    /// learns the expiry of the others. A failed deletion is counted and
+    /// left for the next sweep; it does not stop this one.
+    pub async fn sweep(&mut self) -> Result<Sweep, Error> {
+        let started = Instant::now();
+        let list = self
+            .api
+            .list(&ListParams::default())
+            .await
+            .map_err(Error::List)?;
+        let now = Timestamp::now();
+        let mut sweep = Sweep::default();
+        let mut seen = HashSet::new();
+        for kc in list {
+            let name = kc.name_any();
+            let verdict = lifecycle::judge(entry_of(&kc), now, self.ttl);
+            if verdict == Verdict::Delete {
+                match self.delete(&kc).await {
+                    Ok(()) => {
+                        sweep.deleted += 1;
+                        tracing::info!(knowncluster = %name, address = %kc.spec.address, "peer expired");
+                    }
+                    Err(e) => {
+                        sweep.failed += 1;
+                        self.metrics.failed(e.step());
+                        tracing::warn!(error = %e, "deleting an expired KnownCluster failed; will retry");
+                    }
+                }
+                continue;
+            }
+            sweep.kept += 1;
+            let Some(node_id) = name.strip_prefix(NAME_PREFIX) else {
+                continue;
+            };
+            seen.insert(node_id.to_owned());
+            let written_since = self
+                .cache
+                .get(node_id)
+                .is_some_and(|c| c.noted_at > started);
+            if !written_since {
+                self.cache.insert(
+                    node_id.to_owned(),
+                    Cached {
+                        observed: Observed {
+                            address: kc.spec.address.clone(),
+                            expiry: kc
+                                .status
+                                .as_ref()
+                                .and_then(|s| lifecycle::parse_time(&s.expiration_time)),
+                        },
+                        noted_at: started,
+                    },
+                );
+            }
+        }
+        // Forget objects gone from the API (deleted here, by hand, or by
+        // another replica), unless written after the list began.
+        self.cache
+            .retain(|id, c| seen.contains(id) || c.noted_at > started);
+        Ok(sweep)
+    }
+
+    async fn apply_spec(&self, name: &str, address: &str) -> Result<(), Error> {
+        let patch = json!({
+            "apiVersion": KnownCluster::api_version(&()),
+            "kind": KnownCluster::kind(&()),
+            "metadata": {"name": name},
+            "spec": {"address": address},
+        });
+        self.api
+            .patch(name, &apply_params(), &Patch::Apply(patch))
+            .await
+            .map_err(|source| Error::ApplySpec {
+                name: name.to_owned(),
+                source,
+            })?;
+        self.metrics.wrote("spec");
+        Ok(())
+    }
+
+    async fn apply_status(
+        &self,
+        name: &str,
+        now: Timestamp,
+        expiry: Timestamp,
+    ) -> Result<(), Error> {
+        let patch = json!({
+            "apiVersion": KnownCluster::api_version(&()),
+            "kind": KnownCluster::kind(&()),
+            "metadata": {"name": name},
+            "status": {
+                "expirationTime": lifecycle::format_time(expiry),
+                "lastUpdateTime": lifecycle::format_time(now),
+            },
+        });
+        self.api
+            .patch_status(name, &apply_params(), &Patch::Apply(patch))
+            .await
+            .map_err(|source| Error::ApplyStatus {
+                name: name.to_owned(),
+                source,
+            })?;
+        self.metrics.wrote("status");
+        Ok(())
+    }
+
+    async fn delete(&self, kc: &KnownCluster) -> Result<(), Error> {
+        let name = kc.name_any();
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: kc.resource_version(),
+                uid: kc.uid(),
+            }),
+            ..DeleteParams::default()
+        };
+        match self.api.delete(&name, &params).await {
+            Ok(_) => {
+                self.metrics.wrote("delete");
+                Ok(())
+            }
+            // Already gone, or refreshed since the list: nothing to do.
+            Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(()),
+            Err(source) => Err(Error::Delete { name, source }),
+        }
+    }
+}
+
+/// Feeds advertisements from `advertisements` into `known` and sweeps
+/// every `housekeeping_interval` (first at once), until `shutdown` or the
+/// channel closes. A failed API call is logged and counted; the next
+/// advertisement or sweep retries it.
+pub async fn maintain(
+    mut known: KnownClusters,
+    mut advertisements: mpsc::Receiver<Advertisement>,
+    housekeeping_interval: Duration,
+    shutdown: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(housekeeping_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {
+                if let Err(e) = known.sweep().await {
+                    known.metrics.failed(e.step());
+                    tracing::warn!(error = %e, "KnownCluster housekeeping failed; will retry");
+                }
+            }
+            ad = advertisements.recv() => {
+                let Some(ad) = ad else { return };
+                match known.observe(&ad).await {
+                    Ok(Outcome::Created) => {
+                        tracing::info!(node_id = %ad.node_id, address = %ad.ip, "peer discovered");
+                    }
+                    Ok(Outcome::Refreshed | Outcome::Unchanged) => {}
+                    Err(e) => {
+                        known.metrics.failed(e.step());
+                        tracing::warn!(error = %e, node_id = %ad.node_id, "recording an advertisement failed; the next one retries");
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn apply_params() -> PatchParams {
+    PatchParams::apply(FIELD_MANAGER).force()
+}
+
+fn entry_of(kc: &KnownCluster) -> Entry<'_> {
+    Entry {
+        expiration_time: kc.status.as_ref().map(|s| s.expiration_time.as_str()),
+        created: kc.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        ours: kc
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .any(|m| m.manager.as_deref() == Some(FIELD_MANAGER)),
+    }
+}
+
+fn is_status(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == code)
+}

@@ -1,0 +1,234 @@
+//! KnownCluster lifecycle decisions, free of I/O: when an advertisement
+//! costs an API write, what expiry it writes, and when an entry is removed.
+
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+
+/// What this node last saw of a KnownCluster (from the API or its own write).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observed {
+    /// `spec.address`.
+    pub address: String,
+    /// `status.expirationTime`, when present and parseable.
+    pub expiry: Option<Timestamp>,
+}
+
+/// What an advertisement requires of its KnownCluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refresh {
+    /// Nothing: the object exists with this address and its expiry is far
+    /// enough away.
+    Skip,
+    /// Write the status (new expiry); `spec` too when the object is missing
+    /// or its address changed.
+    Write {
+        /// Whether `spec.address` must be written first.
+        spec: bool,
+    },
+}
+
+/// Decides whether an advertisement of `address` costs an API write.
+///
+/// A refresh is written only once less than half the TTL remains, so a peer
+/// that advertises every interval costs one status write per TTL/2 instead
+/// of one per advertisement (Go), and the object never gets closer than
+/// TTL/2 to expiring while its node keeps advertising.
+pub fn plan_refresh(
+    current: Option<&Observed>,
+    address: &str,
+    now: Timestamp,
+    ttl: Duration,
+) -> Refresh {
+    let Some(current) = current else {
+        return Refresh::Write { spec: true };
+    };
+    if current.address != address {
+        return Refresh::Write { spec: true };
+    }
+    let Some(expiry) = current.expiry else {
+        return Refresh::Write { spec: false };
+    };
+    let remaining = expiry.duration_since(now);
+    if remaining < half(ttl) {
+        Refresh::Write { spec: false }
+    } else {
+        Refresh::Skip
+    }
+}
+
+/// The expiry written now: `now + ttl`, rounded up to the whole second the
+/// RFC 3339 form keeps (so the entry never lives shorter than `ttl`).
+pub fn expiry(now: Timestamp, ttl: Duration) -> Timestamp {
+    let exact = now.saturating_add(signed(ttl)).unwrap_or(Timestamp::MAX);
+    let whole = exact.as_second();
+    let up = if exact.subsec_nanosecond() > 0 {
+        whole.saturating_add(1)
+    } else {
+        whole
+    };
+    Timestamp::from_second(up).unwrap_or(exact)
+}
+
+/// RFC 3339 with second precision in UTC, as Go writes it:
+/// `2024-01-01T09:00:10Z`.
+pub fn format_time(t: Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// Parses an RFC 3339 time; `None` when empty or malformed.
+pub fn parse_time(s: &str) -> Option<Timestamp> {
+    s.parse().ok()
+}
+
+/// What housekeeping does with one KnownCluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Still fresh, or not ours to judge.
+    Keep,
+    /// Expired: delete it.
+    Delete,
+}
+
+/// Facts housekeeping judges a KnownCluster by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry<'a> {
+    /// `status.expirationTime` as stored ("" when there is no status).
+    pub expiration_time: Option<&'a str>,
+    /// `metadata.creationTimestamp`.
+    pub created: Option<Timestamp>,
+    /// Whether this network manager's field manager wrote the object.
+    pub ours: bool,
+}
+
+/// Decides whether housekeeping deletes `entry` at `now`.
+///
+/// As in Go, an expiry in the past deletes, and an unparseable one from
+/// someone else (a hand-made KnownCluster) keeps it. Unlike Go, an object
+/// this manager created but whose status write never landed is not kept
+/// forever: it is deleted once it is older than the TTL.
+pub fn judge(entry: Entry<'_>, now: Timestamp, ttl: Duration) -> Verdict {
+    match entry.expiration_time.and_then(parse_time) {
+        Some(expiry) if expiry <= now => Verdict::Delete,
+        Some(_) => Verdict::Keep,
+        None => match entry.created {
+            Some(created) if entry.ours && created.duration_until(now) > signed(ttl) => {
+                Verdict::Delete
+            }
+            _ => Verdict::Keep,
+        },
+    }
+}
+
+fn half(ttl: Duration) -> SignedDuration {
+    signed(ttl / 2)
+}
+
+fn signed(d: Duration) -> SignedDuration {
+    SignedDuration::try_from(d).unwrap_or(SignedDuration::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    const TTL: Duration = Duration::from_secs(30);
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn observed(address: &str, expiry: Option<&str>) -> Observed {
+        Observed {
+            address: address.into(),
+            expiry: expiry.map(at),
+        }
+    }
+
+    #[test]
+    fn a_new_peer_writes_spec_and_status() {
+        let now = at("2026-01-01T00:00:00Z");
+        assert_eq!(
+            plan_refresh(None, "10.0.0.1:1", now, TTL),
+            Refresh::Write { spec: true }
+        );
+    }
+
+    #[test]
+    fn a_refresh_writes_only_when_less_than_half_the_ttl_remains() {
+        let cur = observed("a:1", Some("2026-01-01T00:00:30Z"));
+        for (now, want) in [
+            ("2026-01-01T00:00:00Z", Refresh::Skip),
+            ("2026-01-01T00:00:15Z", Refresh::Skip),
+            ("2026-01-01T00:00:15.5Z", Refresh::Write { spec: false }),
+            ("2026-01-01T00:00:29Z", Refresh::Write { spec: false }),
+            ("2026-01-01T00:01:00Z", Refresh::Write { spec: false }),
+        ] {
+            assert_eq!(plan_refresh(Some(&cur), "a:1", at(now), TTL), want, "{now}");
+        }
+    }
+
+    #[test]
+    fn a_missing_expiry_or_moved_address_is_written() {
+        let now = at("2026-01-01T00:00:00Z");
+        assert_eq!(
+            plan_refresh(Some(&observed("a:1", None)), "a:1", now, TTL),
+            Refresh::Write { spec: false }
+        );
+        let fresh = observed("a:1", Some("2026-01-01T00:00:30Z"));
+        assert_eq!(
+            plan_refresh(Some(&fresh), "b:2", now, TTL),
+            Refresh::Write { spec: true }
+        );
+    }
+
+    #[test]
+    fn expiry_is_now_plus_ttl_rounded_up_to_the_second() {
+        assert_eq!(
+            format_time(expiry(at("2026-01-01T00:00:00Z"), TTL)),
+            "2026-01-01T00:00:30Z"
+        );
+        assert_eq!(
+            format_time(expiry(at("2026-01-01T00:00:00.2Z"), TTL)),
+            "2026-01-01T00:00:31Z"
+        );
+    }
+
+    #[test]
+    fn go_timestamps_parse_and_garbage_does_not() {
+        assert_eq!(
+            parse_time("2024-01-01T09:00:10Z"),
+            Some(at("2024-01-01T09:00:10Z"))
+        );
+        assert!(parse_time("2024-01-01T10:00:10+01:00").is_some());
+        assert_eq!(parse_time(""), None);
+        assert_eq!(parse_time("tomorrow"), None);
+    }
+
+    #[test]
+    fn housekeeping_deletes_expired_and_orphaned_entries_only() {
+        let now = at("2026-01-01T00:01:00Z");
+        let old = Some(at("2026-01-01T00:00:00Z"));
+        let young = Some(at("2026-01-01T00:00:50Z"));
+        let e = |exp, created, ours| Entry {
+            expiration_time: exp,
+            created,
+            ours,
+        };
+        let cases = [
+            (e(Some("2026-01-01T00:00:59Z"), old, false), Verdict::Delete),
+            (e(Some("2026-01-01T00:01:00Z"), old, true), Verdict::Delete),
+            (e(Some("2026-01-01T00:01:01Z"), old, true), Verdict::Keep),
+            // Hand-made without status: kept, as in Go.
+            (e(None, old, false), Verdict::Keep),
+            (e(Some("garbage"), old, false), Verdict::Keep),
+            // Ours without status: deleted once older than the TTL.
+            (e(None, old, true), Verdict::Delete),
+            (e(Some(""), young, true), Verdict::Keep),
+        ];
+        for (entry, want) in cases {
+            assert_eq!(judge(entry, now, TTL), want, "{entry:?}");
+        }
+    }
+}

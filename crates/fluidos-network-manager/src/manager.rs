@@ -1,0 +1,89 @@
+//! The network manager as a whole: sockets opened up front (so readiness
+//! means "listening"), then the send, receive and KnownCluster loops.
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::Error;
+use crate::advertisement::Advertisement;
+use crate::config::Settings;
+use crate::known_clusters::{KnownClusters, maintain};
+use crate::metrics::NetworkMetrics;
+use crate::multicast::MulticastSockets;
+
+/// Advertisements buffered between the socket and the API writer; beyond
+/// this they are dropped and counted (`backlog`), as every peer repeats.
+const BACKLOG: usize = 1024;
+
+/// A network manager whose sockets are open.
+#[derive(Debug)]
+pub struct NetworkManager {
+    settings: Settings,
+    identity: fluidos_api::NodeIdentity,
+    sockets: Option<MulticastSockets>,
+    metrics: NetworkMetrics,
+}
+
+impl NetworkManager {
+    /// Checks `settings` and, with LAN discovery on, resolves the interface,
+    /// binds and joins the group. Must run inside a Tokio runtime.
+    pub fn bind(
+        settings: Settings,
+        identity: fluidos_api::NodeIdentity,
+        metrics: NetworkMetrics,
+    ) -> Result<Self, Error> {
+        settings.validate()?;
+        let sockets = match &settings.multicast {
+            Some(m) => Some(MulticastSockets::open(m)?),
+            None => None,
+        };
+        Ok(NetworkManager {
+            settings,
+            identity,
+            sockets,
+            metrics,
+        })
+    }
+
+    /// The open sockets, `None` with LAN discovery off.
+    pub fn sockets(&self) -> Option<&MulticastSockets> {
+        self.sockets.as_ref()
+    }
+
+    /// Advertises, listens and maintains KnownClusters until `shutdown`.
+    /// With LAN discovery off only expired KnownClusters are removed (as Go
+    /// does for broker-learned ones).
+    pub async fn run(self, client: kube::Client, shutdown: CancellationToken) {
+        let known = KnownClusters::new(
+            client,
+            &self.settings.namespace,
+            self.settings.ttl,
+            self.metrics.clone(),
+        );
+        // `tx` lives until this function returns, so with discovery off the
+        // channel stays open and `maintain` keeps sweeping.
+        let (tx, rx) = mpsc::channel::<Advertisement>(BACKLOG);
+        let housekeeping = maintain(
+            known,
+            rx,
+            self.settings.housekeeping_interval,
+            shutdown.clone(),
+        );
+        let (Some(sockets), Some(multicast)) = (self.sockets, &self.settings.multicast) else {
+            housekeeping.await;
+            return;
+        };
+        tracing::info!(
+            group = %sockets.group(),
+            interface = %sockets.interface(),
+            "LAN discovery started"
+        );
+        let (receiver, sender) = sockets.split();
+        let own = Advertisement::of(&self.identity);
+        tokio::join!(
+            housekeeping,
+            receiver.listen(&self.identity, &tx, &self.metrics, &shutdown),
+            sender.advertise(&own, multicast.interval, &self.metrics, &shutdown),
+        );
+    }
+}

@@ -1,0 +1,179 @@
+//! End to end without `--peers` or a hand-made KnownCluster: two real
+//! control planes and two `fluidos-node` processes whose network managers
+//! find each other by multicast on loopback (interface 127.0.0.1); the
+//! consumer's Solver then buys from the provider it discovered, and the
+//! provider's KnownCluster goes once it stops advertising.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // in tests a panic is the failure report
+
+use std::net::UdpSocket;
+use std::time::{Duration, Instant};
+
+use fluidos_api::solver::{Selector, SolverSpec};
+use fluidos_api::{Contract, KnownCluster, Phase, Solver};
+use fluidos_testenv::{ControlPlane, fixtures};
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+use serde_json::json;
+
+mod support;
+
+use support::{NS, NodeProcess, cluster, eventually, free_port, prepare};
+
+/// TTL 3 s: the KnownCluster test below waits for an expiry.
+fn discovery_flags(group: &str) -> Vec<String> {
+    [
+        "--cni-interface",
+        "127.0.0.1",
+        "--multicast-address",
+        group,
+        "--multicast-interval-ms",
+        "300",
+        "--known-cluster-ttl-ms",
+        "3000",
+        "--known-cluster-housekeeping-ms",
+        "200",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+#[tokio::test]
+async fn a_consumer_finds_a_provider_by_multicast_and_buys() {
+    let (provider, consumer) = tokio::join!(cluster(), cluster());
+    let (pport, cport) = (free_port(), free_port());
+    prepare(&provider, "provider01", pport).await;
+    prepare(&consumer, "consumer01", cport).await;
+    fixtures::worker_node(&provider, "worker-1", "8", "16Gi")
+        .await
+        .unwrap();
+    // A group port no other test uses.
+    let port = UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let group = format!("239.11.11.1:{port}");
+    let flags = discovery_flags(&group);
+    let mut provider_args: Vec<&str> = vec!["--liqo-cluster-id", "liqo-provider"];
+    provider_args.extend(flags.iter().map(String::as_str));
+    let mut consumer_args: Vec<&str> = vec![
+        "--liqo-cluster-id",
+        "liqo-consumer",
+        "--peer-timeout-ms",
+        "1000",
+    ];
+    consumer_args.extend(flags.iter().map(String::as_str));
+    let provider_node = NodeProcess::spawn(
+        &provider,
+        pport,
+        "local-resource-manager,rear-gateway,network-manager",
+        "0",
+        &provider_args,
+    );
+    let consumer_node = NodeProcess::spawn(
+        &consumer,
+        cport,
+        "rear-manager,network-manager",
+        "0",
+        &consumer_args,
+    );
+    let logs = [&provider_node, &consumer_node];
+
+    // Each finds the other; nobody typed a peer in.
+    let known: Api<KnownCluster> = Api::namespaced(consumer.client(), NS);
+    let found = eventually(
+        "knowncluster-provider01 on the consumer",
+        Duration::from_secs(60),
+        &logs,
+        || async { known.get_opt("knowncluster-provider01").await.unwrap() },
+    )
+    .await;
+    assert_eq!(found.spec.address, format!("127.0.0.1:{pport}"));
+    assert!(found.status.is_some_and(|s| !s.expiration_time.is_empty()));
+    let provider_known: Api<KnownCluster> = Api::namespaced(provider.client(), NS);
+    eventually(
+        "knowncluster-consumer01 on the provider",
+        Duration::from_secs(30),
+        &logs,
+        || async {
+            provider_known
+                .get_opt("knowncluster-consumer01")
+                .await
+                .unwrap()
+        },
+    )
+    .await;
+
+    // A Solver buys from the discovered provider.
+    let phase = buy_a_k8slice(&consumer, &logs).await;
+    assert_eq!(phase, Phase::Solved, "{}", consumer_node.log());
+    let contracts = Api::<Contract>::namespaced(consumer.client(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert_eq!(contracts.items.len(), 1, "{}", consumer_node.log());
+
+    // The provider stops advertising: its KnownCluster goes within the TTL
+    // (3 s, plus a second of rounding and a sweep).
+    provider_node.kill().await;
+    let stopped = Instant::now();
+    eventually(
+        "knowncluster-provider01 to expire",
+        Duration::from_secs(8),
+        &[&consumer_node],
+        || async {
+            known
+                .get_opt("knowncluster-provider01")
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(
+        stopped.elapsed() >= Duration::from_millis(1000),
+        "removed after {:?}: before its expiry",
+        stopped.elapsed()
+    );
+    consumer_node.kill().await;
+    provider.stop().await;
+    consumer.stop().await;
+}
+
+/// Creates a buying K8Slice Solver on `consumer` and returns its final phase.
+async fn buy_a_k8slice(consumer: &ControlPlane, logs: &[&NodeProcess]) -> Phase {
+    let solvers: Api<Solver> = Api::namespaced(consumer.client(), NS);
+    let mut s = Solver::new(
+        "solver-lan",
+        SolverSpec {
+            selector: Some(Selector {
+                flavor_type: "K8Slice".into(),
+                filters: Some(json!({"cpuFilter": {"name": "Range", "data": {"min": "1000m"}}})),
+            }),
+            intent_id: "intent-lan".into(),
+            find_candidate: Some(true),
+            reserve_and_buy: Some(true),
+            establish_peering: Some(false),
+        },
+    );
+    s.metadata.namespace = Some(NS.into());
+    solvers.create(&PostParams::default(), &s).await.unwrap();
+    eventually(
+        "Solver solver-lan to finish",
+        Duration::from_secs(60),
+        logs,
+        || async {
+            let p = solvers
+                .get("solver-lan")
+                .await
+                .unwrap()
+                .status
+                .and_then(|s| s.solver_phase)
+                .unwrap_or_default();
+            matches!(p.phase, Phase::Solved | Phase::Failed | Phase::TimedOut).then_some(p.phase)
+        },
+    )
+    .await
+}
