@@ -381,6 +381,13 @@ impl Default for Metrics {
 impl Metrics {
     /// A fresh set of metrics, all registered.
     pub fn new() -> Self {
+        Self::with_extra(|_| {})
+    }
+
+    /// A fresh set of metrics plus those `extra` registers: metrics of a
+    /// crate this one does not know (the network manager's) served on the
+    /// same `/metrics`.
+    pub fn with_extra(extra: impl FnOnce(&mut Registry)) -> Self {
         let controllers = ControllerMetrics::new();
         let rear = RearMetrics::new();
         let ledger = LedgerMetrics::default();
@@ -394,6 +401,7 @@ impl Metrics {
         market.register(&mut registry);
         discovery.register(&mut registry);
         components.register(&mut registry);
+        extra(&mut registry);
         // Both states exist from the start, so a dashboard sees 0, not "no data".
         for state in ["active", "expired"] {
             market.set_contracts(state, 0);

@@ -21,6 +21,8 @@ pub struct Context {
     pub readiness: Readiness,
     /// The node's one metrics registry, served on `/metrics`; each component records into it.
     pub metrics: Metrics,
+    /// The network manager's counters (registered in `metrics`).
+    pub network_metrics: fluidos_network_manager::NetworkMetrics,
 }
 
 impl Context {

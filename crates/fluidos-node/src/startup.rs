@@ -90,13 +90,16 @@ pub async fn start_with_client(client: Client, args: Args) -> Result<Started, St
     };
 
     let readiness = Readiness::new(args.selected_components());
+    let network_metrics = fluidos_network_manager::NetworkMetrics::default();
+    let registry = Metrics::with_extra(|r| network_metrics.register(r));
     Ok(Started {
         context: Context {
             client,
             identity,
             args,
             readiness,
-            metrics: Metrics::new(),
+            metrics: registry,
+            network_metrics,
         },
         probes,
         metrics,

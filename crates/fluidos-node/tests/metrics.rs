@@ -1,4 +1,4 @@
-//! `/metrics` of a running provider node during a sale: one real control
+//! `/metrics` of a running provider node (with its network manager) during a sale: one real control
 //! plane, one `fluidos-node` process (local resource manager + REAR gateway),
 //! a RESERVE and a PURCHASE over loopback REAR, and the exposition read the
 //! way Prometheus reads it: over HTTP, through a real OpenMetrics parser.
@@ -136,12 +136,23 @@ async fn metrics_move_during_a_sale() {
         .await
         .unwrap();
     let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    // With the network manager advertising on a group port of its own.
+    let group = format!("239.11.11.1:{}", free_port());
     let node = NodeProcess::spawn(
         &cp,
         rear_port,
-        "local-resource-manager,rear-gateway",
+        "local-resource-manager,rear-gateway,network-manager",
         &metrics.to_string(),
-        &["--liqo-cluster-id", "liqo-provider"],
+        &[
+            "--liqo-cluster-id",
+            "liqo-provider",
+            "--cni-interface",
+            "127.0.0.1",
+            "--multicast-address",
+            &group,
+            "--multicast-interval-ms",
+            "200",
+        ],
     );
     let rear_address = format!("127.0.0.1:{rear_port}");
     let http = reqwest::Client::builder()
@@ -198,6 +209,10 @@ async fn metrics_move_during_a_sale() {
     assert_histogram_observed(&after, "fluidos_rear_request_duration_seconds", |l| {
         l("route").as_deref() == Some(PURCHASE_ROUTE)
     });
+
+    // The network manager's counters are on the same /metrics.
+    let sent = counter_sum(&after, "fluidos_multicast_advertisements_sent", |_| true);
+    assert!(sent > 0.0, "multicast advertisements sent: {sent}");
 
     // The local resource manager's controllers reconciled the worker node.
     let reconciles = counter_sum(&after, "fluidos_controller_reconciles", |l| {

@@ -21,9 +21,7 @@ use crate::context::Context;
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), Error> {
     let settings = settings(&ctx.args).map_err(|e| Error::Setup(e.to_string()))?;
     let discovery = settings.multicast.clone();
-    // Not yet in the node's /metrics registry (fluidos-controller builds it
-    // closed); the counters are logged at shutdown meanwhile.
-    let metrics = NetworkMetrics::default();
+    let metrics = ctx.network_metrics.clone();
     let manager = NetworkManager::bind(settings, ctx.identity.clone(), metrics.clone())
         .map_err(|e| Error::Setup(format!("network manager: {e}")))?;
     ctx.readiness.mark_ready(Component::NetworkManager);
