@@ -6,9 +6,11 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
-use clap::{Parser, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 
 use crate::flavor_config::FlavorConfig;
+use crate::go_flags::{GoFlags, component_for_program};
 
 /// One of the controllers/servers this binary can run.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -105,6 +107,10 @@ pub struct Args {
     /// Local resource manager settings.
     #[command(flatten)]
     pub flavor: FlavorConfig,
+
+    /// The Go binaries' flags without a setting of their own here.
+    #[command(flatten)]
+    pub go: GoFlags,
 
     /// This cluster's Liqo cluster ID; read from `liqo/liqo-clusterid-configmap`
     /// (`CLUSTER_ID`) when not given, waiting for it (REAR answers 503 and
@@ -204,6 +210,34 @@ fn parse_exposure(s: &str) -> Result<fluidos_service_allocation::exposure::Expos
 }
 
 impl Args {
+    /// Parses `argv` as the binary does: invoked under a Go binary's name
+    /// (`/usr/bin/rear-controller`, as the Go chart's `command` says), the
+    /// component defaults to that one instead of all four.
+    pub fn parse_invocation<I, T>(argv: I) -> Result<Args, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let argv: Vec<std::ffi::OsString> = argv.into_iter().map(Into::into).collect();
+        let matches = Args::command().try_get_matches_from(argv.clone())?;
+        let mut args = Args::from_arg_matches(&matches)?;
+        let program = argv
+            .first()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if matches.value_source("components") == Some(ValueSource::DefaultValue)
+            && let Some(component) = component_for_program(&program)
+        {
+            args.components = vec![component];
+        }
+        if matches.value_source("log_format") == Some(ValueSource::DefaultValue)
+            && let Some(format) = args.go.log_format()
+        {
+            args.log_format = format;
+        }
+        Ok(args)
+    }
+
     /// The selected components, each once, in start order.
     pub fn selected_components(&self) -> Vec<Component> {
         Component::ALL
@@ -424,6 +458,126 @@ mod tests {
                 .unwrap()
                 .flavor
                 .enable_auto_discovery
+        );
+    }
+
+    /// Each Go binary's arguments as the Go Helm chart renders them with its
+    /// default values (`deployments/node/templates/*`), plus the flags
+    /// controller-runtime adds, under the binary's own name.
+    #[test]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the four Go argument lists are data, read best in one place"
+    )]
+    fn the_go_charts_arguments_run_the_matching_component() {
+        if !in_child() {
+            return run_in_child(
+                "cli::tests::the_go_charts_arguments_run_the_matching_component",
+                &[("MULTICAST_ADDRESS", "239.11.11.1:4000")],
+            );
+        }
+        let common = [
+            "--leader-elect",
+            "--health-probe-bind-address=:8081",
+            "--metrics-bind-address=:8080",
+            "--zap-devel",
+            "--zap-log-level=info",
+            "--zap-stacktrace-level=error",
+            "--zap-time-encoding=iso8601",
+            "--kubeconfig=/etc/kube/config",
+        ];
+        let go_binaries: [(&str, &[&str], Component); 4] = [
+            (
+                "/usr/bin/local-resource-manager",
+                &[
+                    "--node-resource-label=node-role.fluidos.eu/resources",
+                    "--resources-types=k8s-fluidos",
+                    "--cpu-min=0",
+                    "--memory-min=0",
+                    "--cpu-step=1000m",
+                    "--memory-step=100Mi",
+                    "--enable-webhooks=true",
+                    "--enable-auto-discovery=true",
+                    "--min-count=0",
+                    "--max-count=0",
+                    "--amount=",
+                    "--currency=",
+                    "--period=",
+                ],
+                Component::LocalResourceManager,
+            ),
+            (
+                "/usr/bin/rear-controller",
+                &[
+                    "--grpc-port=2710",
+                    "--http-port=3004",
+                    "--enable-webhooks=true",
+                ],
+                Component::RearGateway,
+            ),
+            (
+                "/usr/bin/rear-manager",
+                &["--enable-webhooks=true"],
+                Component::RearManager,
+            ),
+            (
+                "/usr/bin/network-manager",
+                &["--enable-local-discovery=true", "--cniInterface=eth0"],
+                Component::NetworkManager,
+            ),
+        ];
+        for (program, own, component) in go_binaries {
+            let argv: Vec<&str> = std::iter::once(program)
+                .chain(own.iter().copied())
+                .chain(common)
+                .collect();
+            let a =
+                Args::parse_invocation(&argv).unwrap_or_else(|e| panic!("{program} refused: {e}"));
+            assert_eq!(a.selected_components(), vec![component], "{program}");
+            assert_eq!(
+                a.go.kubeconfig.as_deref(),
+                Some(std::path::Path::new("/etc/kube/config"))
+            );
+            assert_eq!(a.go.zap_log_level.as_deref(), Some("info"));
+            let ignored: Vec<&str> = a.go.ignored().into_iter().map(|(f, _)| f).collect();
+            assert!(ignored.contains(&"--leader-elect"), "{ignored:?}");
+            assert_eq!(a.health_probe_bind_address, "0.0.0.0:8081".parse().unwrap());
+        }
+        let lrm = Args::parse_invocation(
+            std::iter::once("/usr/bin/local-resource-manager")
+                .chain(go_binaries[0].1.iter().copied()),
+        )
+        .unwrap();
+        assert_eq!(lrm.flavor.cpu_step, Quantity("1000m".into()));
+        assert_eq!(lrm.flavor.memory_step, Quantity("100Mi".into()));
+        let nm = Args::parse_invocation(["network-manager", "--cniInterface=eth0"]).unwrap();
+        assert_eq!(nm.cni_interface.as_deref(), Some("eth0"));
+        assert_eq!(nm.multicast_address.as_deref(), Some("239.11.11.1:4000"));
+        // Our own name, or an explicit --components, keeps the components asked for.
+        assert_eq!(
+            Args::parse_invocation(["fluidos-node"])
+                .unwrap()
+                .selected_components(),
+            Component::ALL.to_vec()
+        );
+        assert_eq!(
+            Args::parse_invocation(["rear-manager", "--components", "rear-gateway"])
+                .unwrap()
+                .selected_components(),
+            vec![Component::RearGateway]
+        );
+        // --zap-encoder=json means JSON lines unless --log-format says otherwise.
+        assert_eq!(
+            Args::parse_invocation(["fluidos-node", "--zap-encoder=json"])
+                .unwrap()
+                .log_format,
+            LogFormat::Json
+        );
+        assert_eq!(
+            Args::parse_invocation(["fluidos-node", "--zap-encoder=json", "--log-format=text"])
+                .unwrap()
+                .log_format,
+            LogFormat::Text
         );
     }
 

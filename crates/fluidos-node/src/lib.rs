@@ -11,6 +11,7 @@ pub mod cli;
 pub mod components;
 pub mod context;
 pub mod flavor_config;
+pub mod go_flags;
 pub mod health;
 pub mod identity;
 pub mod preflight;

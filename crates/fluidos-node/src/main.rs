@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use clap::Parser;
 use fluidos_node::cli::{Args, Component, LogFormat};
 use fluidos_node::context::Context;
 use fluidos_node::{components, health, identity, startup};
@@ -27,8 +26,14 @@ const EXIT_RUNTIME: u8 = 1;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = Args::parse();
-    init_tracing(args.log_format);
+    let args = match Args::parse_invocation(std::env::args_os()) {
+        Ok(args) => args,
+        Err(e) => e.exit(),
+    };
+    init_tracing(args.log_format, args.go.zap_log_level.as_deref());
+    for (flag, why) in args.go.ignored() {
+        tracing::warn!(flag, "Go node flag accepted and ignored: {why}");
+    }
 
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
@@ -50,8 +55,10 @@ async fn main() -> ExitCode {
     }
 }
 
-fn init_tracing(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+/// RUST_LOG wins; else the Go chart's `--zap-log-level`; else `info`.
+fn init_tracing(format: LogFormat, zap_level: Option<&str>) {
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(zap_level.unwrap_or("info")));
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     match format {
         LogFormat::Json => builder.json().init(),

@@ -24,6 +24,15 @@ pub enum StartupError {
          (or provide ~/.kube/config), or run the node in a Pod with a service account"
     )]
     Client(#[source] kube::Error),
+    /// The kubeconfig named by `--kubeconfig` is unusable.
+    #[error("cannot use the kubeconfig {} (--kubeconfig): {source}", path.display())]
+    Kubeconfig {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
     /// The FLUIDOS CRDs are not usable.
     #[error(transparent)]
     Preflight(#[from] PreflightError),
@@ -58,8 +67,28 @@ pub struct Started {
 
 /// Connects, checks CRDs, loads the identity and binds the probe sockets.
 pub async fn start(args: Args) -> Result<Started, StartupError> {
-    let client = Client::try_default().await.map_err(StartupError::Client)?;
+    let client = match &args.go.kubeconfig {
+        None => Client::try_default().await.map_err(StartupError::Client)?,
+        Some(path) => client_from(path).await?,
+    };
     start_with_client(client, args).await
+}
+
+/// A client for the cluster of the kubeconfig file at `path` (its current context).
+async fn client_from(path: &std::path::Path) -> Result<Client, StartupError> {
+    let kubeconfig_error = |source| StartupError::Kubeconfig {
+        path: path.to_owned(),
+        source,
+    };
+    let kubeconfig = kube::config::Kubeconfig::read_from(path)
+        .map_err(|e| kubeconfig_error(kube::Error::InferKubeconfig(e)))?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .map_err(|e| kubeconfig_error(kube::Error::InferKubeconfig(e)))?;
+    Client::try_from(config).map_err(kubeconfig_error)
 }
 
 /// [`start`] with a ready-made client, for tests.

@@ -86,20 +86,34 @@ impl Node {
     /// Without Liqo unless `extra_args` speak of it: these tests are about
     /// starting up, and a peering node waits for Liqo's cluster ID.
     fn spawn(cp: &ControlPlane, extra_args: &[&str]) -> Node {
+        Node::spawn_as(
+            cp,
+            std::path::Path::new(env!("CARGO_BIN_EXE_fluidos-node")),
+            extra_args,
+        )
+    }
+
+    /// [`Node::spawn`] of `program` (e.g. a link to the binary under a Go
+    /// binary's name); with `--kubeconfig` among `extra_args`, KUBECONFIG is
+    /// not set.
+    fn spawn_as(cp: &ControlPlane, program: &std::path::Path, extra_args: &[&str]) -> Node {
         let probes: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let rear: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let liqo_said = extra_args
             .iter()
             .any(|a| a.starts_with("--peering") || a.starts_with("--liqo-cluster-id"));
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fluidos-node"));
+        let mut cmd = Command::new(program);
         for (key, _) in std::env::vars() {
-            if key.starts_with("FLUIDOS_") || key.starts_with("KUBERNETES_") {
+            if key.starts_with("FLUIDOS_") || key.starts_with("KUBERNETES_") || key == "KUBECONFIG"
+            {
                 cmd.env_remove(key);
             }
         }
-        cmd.env("KUBECONFIG", cp.kubeconfig_path())
-            .env("RUST_LOG", "info")
+        if !extra_args.iter().any(|a| a.starts_with("--kubeconfig")) {
+            cmd.env("KUBECONFIG", cp.kubeconfig_path());
+        }
+        cmd.env("RUST_LOG", "info")
             .args(["--namespace", NAMESPACE])
             .args(["--health-probe-bind-address", &probes.to_string()])
             .args(["--metrics-bind-address", &metrics.to_string()])
@@ -366,6 +380,62 @@ async fn components_flag_starts_only_the_selected_one() {
     );
     assert!(stdout.contains("ip=192.0.2.8:30001"), "{}", node.output());
 
+    node.sigterm();
+    let status = node.wait(Duration::from_secs(5)).await;
+    assert_eq!(status.code(), Some(0), "{}", node.output());
+    cp.stop().await;
+}
+
+/// The Go chart's rear-controller container, image changed only: the
+/// binary invoked as `/usr/bin/rear-controller` with the chart's and
+/// controller-runtime's flags runs the REAR gateway alone, from the cluster
+/// of `--kubeconfig`, and says which Go flags it ignores.
+#[tokio::test]
+async fn invoked_as_the_go_rear_controller_it_runs_the_gateway() {
+    let cp = control_plane(true).await;
+    create_namespace(&cp).await;
+    create_identity(
+        &cp,
+        &[
+            ("domain", "fluidos.eu"),
+            ("nodeID", "abcdefghij"),
+            ("ip", "192.0.2.8"),
+            ("port", "30001"),
+        ],
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let program = dir.path().join("rear-controller");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_fluidos-node"), &program).unwrap();
+    let kubeconfig = format!("--kubeconfig={}", cp.kubeconfig_path().display());
+    let mut node = Node::spawn_as(
+        &cp,
+        &program,
+        &[
+            "--grpc-port=2710",
+            "--enable-webhooks=true",
+            "--leader-elect",
+            "--zap-log-level=info",
+            &kubeconfig,
+        ],
+    );
+    node.until_ok(node.probes, "/readyz", READY_WITHIN).await;
+    let stdout = node.stdout();
+    assert_eq!(
+        started_components(&stdout),
+        ["rear-gateway"],
+        "{}",
+        node.output()
+    );
+    for flag in ["--grpc-port", "--enable-webhooks", "--leader-elect"] {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.contains("Go node flag accepted and ignored") && l.contains(flag)),
+            "{flag} not reported\n{}",
+            node.output()
+        );
+    }
     node.sigterm();
     let status = node.wait(Duration::from_secs(5)).await;
     assert_eq!(status.code(), Some(0), "{}", node.output());

@@ -5,9 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fluidos_network_manager::{
-    MulticastSettings, NetworkManager, NetworkMetrics, Settings, SettingsError, config,
-};
+use fluidos_network_manager::{MulticastSettings, NetworkManager, Settings, SettingsError, config};
 use tokio_util::sync::CancellationToken;
 
 use super::Error;
