@@ -26,11 +26,19 @@ const NAME_PREFIX: &str = "knowncluster-";
 pub enum Outcome {
     /// No write: the expiry was far enough away.
     Unchanged,
-    /// Spec and status written (new peer, or its address moved).
+    /// Spec and status written (new peer, or an expired one taken over).
     Created,
     /// Only the status (expiry) written.
     Refreshed,
+    /// Not recorded, and counted as dropped for this reason: another live
+    /// address holds the node ID (`address_conflict`), or there are
+    /// [`MAX_PEERS`] entries already (`capacity`).
+    Ignored(&'static str),
 }
+
+/// Most KnownClusters this manager keeps (hand-made ones count): beyond
+/// it, advertisements of new node IDs are dropped until entries expire.
+pub const MAX_PEERS: usize = 1000;
 
 /// What one sweep did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -64,6 +72,7 @@ pub struct KnownClusters {
     ttl: Duration,
     metrics: NetworkMetrics,
     cache: HashMap<String, Cached>,
+    max_peers: usize,
 }
 
 impl KnownClusters {
@@ -79,6 +88,7 @@ impl KnownClusters {
             ttl,
             metrics,
             cache: HashMap::new(),
+            max_peers: MAX_PEERS,
         }
     }
 
@@ -88,9 +98,12 @@ impl KnownClusters {
     pub async fn observe(&mut self, ad: &Advertisement) -> Result<Outcome, Error> {
         let now = Timestamp::now();
         let current = self.cache.get(&ad.node_id).map(|c| &c.observed);
-        let Refresh::Write { spec } = lifecycle::plan_refresh(current, &ad.ip, now, self.ttl)
-        else {
-            return Ok(Outcome::Unchanged);
+        let room = self.cache.len() < self.max_peers;
+        let spec = match lifecycle::plan_refresh(current, &ad.ip, now, self.ttl, room) {
+            Refresh::Skip => return Ok(Outcome::Unchanged),
+            Refresh::Conflict => return Ok(self.ignored("address_conflict")),
+            Refresh::Full => return Ok(self.ignored("capacity")),
+            Refresh::Write { spec } => spec,
         };
         let name = naming::known_cluster_name(&ad.node_id);
         if spec {
@@ -121,6 +134,18 @@ impl KnownClusters {
         } else {
             Outcome::Refreshed
         })
+    }
+
+    fn ignored(&self, reason: &'static str) -> Outcome {
+        self.metrics.dropped(reason);
+        Outcome::Ignored(reason)
+    }
+
+    /// Caps the entries kept (default [`MAX_PEERS`]).
+    #[must_use]
+    pub fn with_max_peers(mut self, max_peers: usize) -> Self {
+        self.max_peers = max_peers;
+        self
     }
 
     /// Lists the namespace's KnownClusters, deletes the expired ones and
@@ -278,6 +303,10 @@ pub async fn maintain(
                         tracing::info!(node_id = %ad.node_id, address = %ad.ip, "peer discovered");
                     }
                     Ok(Outcome::Refreshed | Outcome::Unchanged) => {}
+                    // Counted; at debug level, as a flood of them must not flood the log.
+                    Ok(Outcome::Ignored(reason)) => {
+                        tracing::debug!(node_id = %ad.node_id, address = %ad.ip, reason, "advertisement ignored");
+                    }
                     Err(e) => {
                         known.metrics.failed(e.step());
                         tracing::warn!(error = %e, node_id = %ad.node_id, "recording an advertisement failed; the next one retries");

@@ -37,7 +37,10 @@ pub enum Error {
     #[error("interface {0:?} does not exist or has no IPv4 address")]
     NoSuchInterface(String),
     /// The receiving socket could not bind or join the group.
-    #[error("joining multicast group {group} on {interface}: {source}")]
+    #[error(
+        "joining multicast group {group} on {interface}: {source} (name the LAN interface with \
+         --cni-interface, or switch LAN discovery off with --enable-local-discovery=false)"
+    )]
     OpenReceiver {
         /// Group and port.
         group: SocketAddrV4,

@@ -21,11 +21,18 @@ pub enum Refresh {
     /// enough away.
     Skip,
     /// Write the status (new expiry); `spec` too when the object is missing
-    /// or its address changed.
+    /// or its expired address is taken over.
     Write {
         /// Whether `spec.address` must be written first.
         spec: bool,
     },
+    /// Nothing: a live entry of this node ID holds another address. The
+    /// first stays until it expires (Go never moves a live one), so a
+    /// datagram claiming a known node's ID cannot repoint its peers, nor
+    /// make writes by alternating addresses.
+    Conflict,
+    /// Nothing: a new peer, and no room for another entry.
+    Full,
 }
 
 /// Decides whether an advertisement of `address` costs an API write.
@@ -34,17 +41,30 @@ pub enum Refresh {
 /// that advertises every interval costs one status write per TTL/2 instead
 /// of one per advertisement (Go), and the object never gets closer than
 /// TTL/2 to expiring while its node keeps advertising.
+///
+/// A new peer is refused when there is no `room` (entries are capped, so a
+/// flood of invented node IDs cannot grow the API server's objects and the
+/// consumer's discovery fan-out without bound). An entry without a known
+/// expiry (hand-made) keeps its address.
 pub fn plan_refresh(
     current: Option<&Observed>,
     address: &str,
     now: Timestamp,
     ttl: Duration,
+    room: bool,
 ) -> Refresh {
     let Some(current) = current else {
-        return Refresh::Write { spec: true };
+        return if room {
+            Refresh::Write { spec: true }
+        } else {
+            Refresh::Full
+        };
     };
     if current.address != address {
-        return Refresh::Write { spec: true };
+        return match current.expiry {
+            Some(expiry) if expiry <= now => Refresh::Write { spec: true },
+            _ => Refresh::Conflict,
+        };
     }
     let Some(expiry) = current.expiry else {
         return Refresh::Write { spec: false };
@@ -150,8 +170,12 @@ mod tests {
     fn a_new_peer_writes_spec_and_status() {
         let now = at("2026-01-01T00:00:00Z");
         assert_eq!(
-            plan_refresh(None, "10.0.0.1:1", now, TTL),
+            plan_refresh(None, "10.0.0.1:1", now, TTL, true),
             Refresh::Write { spec: true }
+        );
+        assert_eq!(
+            plan_refresh(None, "10.0.0.1:1", now, TTL, false),
+            Refresh::Full
         );
     }
 
@@ -165,20 +189,34 @@ mod tests {
             ("2026-01-01T00:00:29Z", Refresh::Write { spec: false }),
             ("2026-01-01T00:01:00Z", Refresh::Write { spec: false }),
         ] {
-            assert_eq!(plan_refresh(Some(&cur), "a:1", at(now), TTL), want, "{now}");
+            assert_eq!(
+                plan_refresh(Some(&cur), "a:1", at(now), TTL, false),
+                want,
+                "{now}"
+            );
         }
     }
 
     #[test]
-    fn a_missing_expiry_or_moved_address_is_written() {
+    fn a_live_entry_keeps_its_address_an_expired_one_is_taken_over() {
         let now = at("2026-01-01T00:00:00Z");
         assert_eq!(
-            plan_refresh(Some(&observed("a:1", None)), "a:1", now, TTL),
+            plan_refresh(Some(&observed("a:1", None)), "a:1", now, TTL, true),
             Refresh::Write { spec: false }
         );
         let fresh = observed("a:1", Some("2026-01-01T00:00:30Z"));
         assert_eq!(
-            plan_refresh(Some(&fresh), "b:2", now, TTL),
+            plan_refresh(Some(&fresh), "b:2", now, TTL, true),
+            Refresh::Conflict
+        );
+        assert_eq!(
+            plan_refresh(Some(&observed("a:1", None)), "b:2", now, TTL, true),
+            Refresh::Conflict,
+            "a hand-made entry keeps its address"
+        );
+        let expired = observed("a:1", Some("2025-12-31T23:59:59Z"));
+        assert_eq!(
+            plan_refresh(Some(&expired), "b:2", now, TTL, false),
             Refresh::Write { spec: true }
         );
     }

@@ -298,3 +298,64 @@ async fn discovery_off_needs_no_socket_and_unknown_interfaces_are_refused() {
         "{err}"
     );
 }
+
+/// A datagram claiming a live peer's node ID with another address does not
+/// repoint it (nor cost a write), and new node IDs beyond the cap are
+/// dropped and counted instead of growing the objects without bound.
+#[tokio::test]
+async fn a_live_peer_cannot_be_repointed_and_new_peers_are_capped() {
+    let cp = control_plane(&["fluidos"]).await;
+    let metrics = NetworkMetrics::default();
+    let mut known = fluidos_network_manager::KnownClusters::new(
+        cp.client(),
+        "fluidos",
+        Duration::from_secs(30),
+        metrics.clone(),
+    )
+    .with_max_peers(2);
+    let ad = |node: &str, ip: &str| Advertisement {
+        domain: "fluidos.eu".into(),
+        node_id: node.into(),
+        ip: ip.into(),
+        fingerprint: None,
+    };
+    use fluidos_network_manager::known_clusters::Outcome;
+    assert_eq!(
+        known
+            .observe(&ad("provider01", "127.0.0.1:30001"))
+            .await
+            .unwrap(),
+        Outcome::Created
+    );
+    let writes = metrics.total_writes();
+    assert_eq!(
+        known
+            .observe(&ad("provider01", "10.9.9.9:3004"))
+            .await
+            .unwrap(),
+        Outcome::Ignored("address_conflict")
+    );
+    assert_eq!(metrics.total_writes(), writes, "a conflict costs no write");
+    let kc = get(&cp, "fluidos", "knowncluster-provider01")
+        .await
+        .unwrap();
+    assert_eq!(kc.spec.address, "127.0.0.1:30001");
+    assert_eq!(
+        known
+            .observe(&ad("provider02", "127.0.0.1:30002"))
+            .await
+            .unwrap(),
+        Outcome::Created
+    );
+    assert_eq!(
+        known
+            .observe(&ad("spoofed", "127.0.0.1:30003"))
+            .await
+            .unwrap(),
+        Outcome::Ignored("capacity")
+    );
+    assert!(get(&cp, "fluidos", "knowncluster-spoofed").await.is_none());
+    assert_eq!(metrics.dropped_count("address_conflict"), 1);
+    assert_eq!(metrics.dropped_count("capacity"), 1);
+    cp.stop().await;
+}

@@ -123,12 +123,15 @@ impl Node {
             } else {
                 &["--peering=false"][..]
             })
-            // Each node advertises on a group port of its own: nodes of
-            // concurrent tests must not discover each other.
+            // Each node advertises on loopback, on a group port of its own:
+            // nodes of concurrent tests must not discover each other, and
+            // nothing goes out on the host's LAN.
             .env_remove("MULTICAST_ADDRESS")
             .args([
                 "--multicast-address",
                 &format!("239.11.11.1:{}", free_port()),
+                "--cni-interface",
+                "127.0.0.1",
             ])
             .args(extra_args)
             .stdin(Stdio::null())
