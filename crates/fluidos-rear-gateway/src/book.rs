@@ -97,6 +97,24 @@ impl Book {
         }
     }
 
+    /// Every flavor the watch cache knows, each in its newest local copy
+    /// (the cache's, or our last write when that is newer).
+    pub(crate) fn newest_all(&self) -> Vec<Arc<Flavor>> {
+        let cached = self.catalog.all();
+        let Ok(ours) = self.latest.lock() else {
+            return cached;
+        };
+        cached
+            .into_iter()
+            .map(
+                |c| match ours.get(c.metadata.name.as_deref().unwrap_or_default()) {
+                    Some(o) if revision(o) > revision(&c) => o.clone(),
+                    _ => c,
+                },
+            )
+            .collect()
+    }
+
     /// The flavor from the API server (fresh), 404 when absent.
     pub(crate) async fn fetch(&self, name: &str) -> Result<Flavor, ApiError> {
         match self.api.get(name).await {

@@ -4,6 +4,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use fluidos_controller::api_error::ApiErrorKind;
+
 use crate::credentials::CredentialsError;
 
 /// Why the gateway could not start or stopped.
@@ -33,6 +35,19 @@ pub struct ErrorBody {
     pub field: Option<String>,
 }
 
+/// Longest `error` message sent, in bytes: a message that quotes what a
+/// client sent (or what a dependency answered) must not grow the answer
+/// without bound. Longer ones are cut at a character boundary and end in `…`.
+pub const MAX_ERROR_MESSAGE: usize = 1024;
+
+/// Longest `field` sent, in bytes (a JSON path a client chose).
+pub const MAX_ERROR_FIELD: usize = 256;
+
+/// Seconds a client is asked to wait before retrying a 503 caused by the
+/// API server (conflict, throttling, outage): the consumer retries purchases
+/// every second, so one second keeps sales fast once the API server is back.
+pub const KUBE_RETRY_AFTER_SECS: u64 = 1;
+
 /// An HTTP error answer with a JSON [`ErrorBody`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
@@ -40,6 +55,23 @@ pub struct ApiError {
     pub status: StatusCode,
     /// Body.
     pub body: ErrorBody,
+    /// Seconds for the `Retry-After` header (429 and 503 answers).
+    pub retry_after: Option<u64>,
+}
+
+/// `s` cut to at most `max` bytes at a character boundary, marked with `…` (pure).
+pub(crate) fn truncate_message(mut s: String, max: usize) -> String {
+    const MARK: &str = "…";
+    if s.len() <= max {
+        return s;
+    }
+    let mut cut = max.saturating_sub(MARK.len());
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    s.truncate(cut);
+    s.push_str(MARK);
+    s
 }
 
 impl ApiError {
@@ -48,17 +80,29 @@ impl ApiError {
         ApiError {
             status,
             body: ErrorBody {
-                error: message.into(),
+                error: truncate_message(message.into(), MAX_ERROR_MESSAGE),
                 field: None,
             },
+            retry_after: None,
         }
     }
 
     /// Names the field at fault.
     pub fn field(mut self, field: impl Into<String>) -> Self {
-        let f = field.into();
+        let f = truncate_message(field.into(), MAX_ERROR_FIELD);
         self.body.field = (!f.is_empty()).then_some(f);
         self
+    }
+
+    /// Sets the `Retry-After` header, in seconds.
+    pub fn retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
+    }
+
+    /// 429: this peer sent too many requests; retry after `seconds`.
+    pub fn too_many_requests(message: impl Into<String>, seconds: u64) -> Self {
+        Self::new(StatusCode::TOO_MANY_REQUESTS, message).retry_after(seconds)
     }
 
     /// 400 Bad Request.
@@ -81,19 +125,40 @@ impl ApiError {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, message)
     }
 
-    /// 503: transient; the client may retry.
+    /// 503: transient; the client may retry (after a second, says `Retry-After`).
     pub fn unavailable(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::SERVICE_UNAVAILABLE, message)
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, message).retry_after(KUBE_RETRY_AFTER_SECS)
     }
 
-    /// A failed Kubernetes call, logged with its context.
+    /// A failed Kubernetes call, logged with its context and full error.
+    ///
+    /// The answer never carries the API server's text (it names objects,
+    /// namespaces and service accounts of this cluster): only the step and
+    /// the kind of failure. What may pass by itself (409 Conflict, 429, 5xx,
+    /// no answer at all) is a 503 with `Retry-After`, so buyers retry (a
+    /// purchase is idempotent); anything else is a 500.
     pub fn kube(context: &str, e: &kube::Error) -> Self {
-        tracing::warn!(
-            api_error = %fluidos_controller::api_error::classify(e),
-            error = %e,
-            "{context}"
-        );
-        Self::internal(format!("{context}: {e}"))
+        let kind = fluidos_controller::api_error::classify(e);
+        tracing::warn!(api_error = %kind, error = %e, "{context}");
+        Self::from_kube_kind(context, kind)
+    }
+
+    /// The answer to a Kubernetes failure of `kind` during `context` (pure).
+    pub(crate) fn from_kube_kind(context: &str, kind: ApiErrorKind) -> Self {
+        match kind {
+            ApiErrorKind::Conflict | ApiErrorKind::AlreadyExists => Self::unavailable(format!(
+                "{context}: a concurrent change got there first; retry"
+            )),
+            ApiErrorKind::Throttled => Self::unavailable(format!(
+                "{context}: the provider's Kubernetes API server is throttling requests; retry"
+            )),
+            ApiErrorKind::Unavailable => Self::unavailable(format!(
+                "{context}: the provider's Kubernetes API server is unavailable; retry"
+            )),
+            other => Self::internal(format!(
+                "{context}: the provider's Kubernetes API server refused the request ({other})"
+            )),
+        }
     }
 }
 
@@ -109,7 +174,14 @@ impl From<CredentialsError> for ApiError {
             return ApiError::conflict(e.to_string());
         }
         tracing::warn!(error = %e, "peering credentials");
-        ApiError::internal(format!("cannot issue peering credentials: {e}"))
+        match &e {
+            // The API server's text stays in the log (see `ApiError::kube`).
+            CredentialsError::Kube { step, source } => Self::from_kube_kind(
+                &format!("cannot issue peering credentials ({step})"),
+                fluidos_controller::api_error::classify(source),
+            ),
+            _ => ApiError::internal(format!("cannot issue peering credentials: {e}")),
+        }
     }
 }
 
@@ -117,6 +189,12 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status;
         let mut response = (status, axum::Json(self.body)).into_response();
+        if let Some(secs) = self.retry_after {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(secs),
+            );
+        }
         if status == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
             // The rest of the body was never read, so the connection cannot
             // carry another request; saying so keeps clients from reusing it
@@ -127,5 +205,78 @@ impl IntoResponse for ApiError {
             );
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn long_messages_are_cut_at_a_char_boundary() {
+        let e = ApiError::bad_request("é".repeat(5000)).field("x".repeat(1000));
+        assert!(
+            e.body.error.len() <= MAX_ERROR_MESSAGE,
+            "{}",
+            e.body.error.len()
+        );
+        assert!(e.body.error.ends_with('…'));
+        assert!(e.body.field.as_ref().unwrap().len() <= MAX_ERROR_FIELD);
+        assert_eq!(ApiError::bad_request("short").body.error, "short");
+        assert_eq!(truncate_message("abcdef".into(), 6), "abcdef");
+    }
+
+    #[test]
+    fn retryable_api_server_failures_are_503_with_retry_after() {
+        for kind in [
+            ApiErrorKind::Conflict,
+            ApiErrorKind::AlreadyExists,
+            ApiErrorKind::Throttled,
+            ApiErrorKind::Unavailable,
+        ] {
+            let e = ApiError::from_kube_kind("creating the Contract", kind);
+            assert_eq!(e.status, StatusCode::SERVICE_UNAVAILABLE, "{kind}");
+            assert_eq!(e.retry_after, Some(KUBE_RETRY_AFTER_SECS));
+            assert!(e.body.error.starts_with("creating the Contract"), "{e:?}");
+        }
+        for kind in [
+            ApiErrorKind::Invalid,
+            ApiErrorKind::Forbidden,
+            ApiErrorKind::Other,
+        ] {
+            let e = ApiError::from_kube_kind("creating the Contract", kind);
+            assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR, "{kind}");
+            assert_eq!(e.retry_after, None);
+        }
+    }
+
+    /// The API server's own words (object names, RBAC subjects) never reach the client.
+    #[test]
+    fn kube_errors_do_not_leak_the_api_server_text() {
+        for code in [409, 429, 500, 503, 403, 422] {
+            let e = kube::Error::Api(
+                kube::core::Status::failure(
+                    "secrets \"peer-token\" is forbidden: User system:serviceaccount:fluidos:x",
+                    "Forbidden",
+                )
+                .with_code(code)
+                .boxed(),
+            );
+            let answer = ApiError::kube("creating the Contract", &e);
+            assert!(
+                !answer.body.error.contains("peer-token"),
+                "{code}: {answer:?}"
+            );
+            let response = answer.clone().into_response();
+            assert_eq!(
+                response
+                    .headers()
+                    .contains_key(axum::http::header::RETRY_AFTER),
+                matches!(code, 409 | 429 | 500 | 503),
+                "{code}"
+            );
+        }
     }
 }

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, MatchedPath, Path, RawQuery, Request, State as AxState};
+use axum::extract::{
+    ConnectInfo, DefaultBodyLimit, MatchedPath, Path, RawQuery, Request, State as AxState,
+};
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -58,7 +60,8 @@ fn body_or_error(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError>
     responses(
         (status = 200, description = "Flavors for sale (K8Slice amounts are what remains)", body = [FlavorDoc]),
         (status = 204, description = "No flavor is for sale (as upstream)"),
-        (status = 503, description = "Watch cache not synced yet", body = ErrorBody),
+        (status = 429, description = "Over the per-peer request rate", body = ErrorBody, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+        (status = 503, description = "Watch cache not synced yet", body = ErrorBody, headers(("Retry-After" = u64, description = "Seconds to wait"))),
     ))]
 #[tracing::instrument(skip_all)]
 async fn list_flavors(AxState(st): AxState<Arc<State>>) -> Response {
@@ -86,6 +89,8 @@ fn list_typed(st: &State, raw: Option<String>, t: FlavorTypeIdentifier) -> Respo
     responses(
         (status = 200, description = "Matching flavors, maybe []", body = [FlavorDoc]),
         (status = 400, description = "Bad filter key or value", body = ErrorBody),
+        (status = 429, description = "Over the per-peer request rate", body = ErrorBody, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+        (status = 503, description = "Starting, or the provider's Kubernetes API server is busy or unavailable (conflict, throttling, 5xx, timeout); retry", body = ErrorBody, headers(("Retry-After" = u64, description = "Seconds to wait"))),
     ))]
 #[tracing::instrument(skip_all, fields(query = q.as_deref().unwrap_or_default()))]
 async fn list_k8slice(AxState(st): AxState<Arc<State>>, RawQuery(q): RawQuery) -> Response {
@@ -98,6 +103,8 @@ async fn list_k8slice(AxState(st): AxState<Arc<State>>, RawQuery(q): RawQuery) -
     responses(
         (status = 200, description = "Matching flavors, maybe []", body = [FlavorDoc]),
         (status = 400, description = "Bad filter key", body = ErrorBody),
+        (status = 429, description = "Over the per-peer request rate", body = ErrorBody, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+        (status = 503, description = "Starting, or the provider's Kubernetes API server is busy or unavailable (conflict, throttling, 5xx, timeout); retry", body = ErrorBody, headers(("Retry-After" = u64, description = "Seconds to wait"))),
     ))]
 #[tracing::instrument(skip_all, fields(query = q.as_deref().unwrap_or_default()))]
 async fn list_service(AxState(st): AxState<Arc<State>>, RawQuery(q): RawQuery) -> Response {
@@ -109,10 +116,13 @@ async fn list_service(AxState(st): AxState<Arc<State>>, RawQuery(q): RawQuery) -
     request_body = ReserveRequestDoc,
     responses(
         (status = 200, description = "The transaction (the same one for a repeated request of the buyer)", body = TransactionDoc),
-        (status = 400, description = "Malformed body, bad configuration, unsupported type, missing liqoID", body = ErrorBody),
+        (status = 400, description = "Malformed body, bad configuration, unsupported type, missing liqoID, a field over its size or format (named in `field`), a flavorID that is not a Kubernetes name, a zero-size partition", body = ErrorBody),
         (status = 404, description = "Unknown flavor", body = ErrorBody),
-        (status = 409, description = "Not available, or not enough left", body = ErrorBody),
+        (status = 408, description = "The body did not arrive in time", body = ErrorBody),
+        (status = 409, description = "Not available, or not enough left, or the buyer already has its maximum of live holds (field buyerID.ID)", body = ErrorBody),
         (status = 413, description = "Body over the limit", body = ErrorBody),
+        (status = 429, description = "Over the per-peer request rate", body = ErrorBody, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+        (status = 503, description = "Starting, or the provider's Kubernetes API server is busy or unavailable (conflict, throttling, 5xx, timeout); retry", body = ErrorBody, headers(("Retry-After" = u64, description = "Seconds to wait"))),
     ))]
 // The ids are recorded by `State::reserve` once the body is decoded.
 #[tracing::instrument(skip_all, fields(flavor_id = tracing::field::Empty, transaction_id = tracing::field::Empty))]
@@ -132,10 +142,12 @@ async fn reserve(
     request_body = PurchaseRequestDoc,
     responses(
         (status = 200, description = "The contract (the same one when bought again)", body = ContractDoc),
-        (status = 400, description = "Malformed body; Service without liqoCredentials", body = ErrorBody),
+        (status = 400, description = "Malformed body; Service without liqoCredentials; a field over its size or format (named in `field`)", body = ErrorBody),
         (status = 404, description = "Unknown transaction", body = ErrorBody),
-        (status = 408, description = "The transaction expired (upstream's code)", body = ErrorBody),
+        (status = 408, description = "The transaction expired (upstream's code), or the body did not arrive in time", body = ErrorBody),
         (status = 413, description = "Body over the limit", body = ErrorBody),
+        (status = 429, description = "Over the per-peer request rate", body = ErrorBody, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+        (status = 503, description = "Starting, or the provider's Kubernetes API server is busy or unavailable (conflict, throttling, 5xx, timeout); retry", body = ErrorBody, headers(("Retry-After" = u64, description = "Seconds to wait"))),
     ))]
 #[tracing::instrument(skip_all, fields(transaction_id = %tx_id))]
 async fn purchase(
@@ -176,6 +188,8 @@ struct BuyerQuery {
         (status = 404, description = "Unknown contract, not bought by buyerID, or wrong or missing X-Fluidos-Transaction-Id (one answer for all)", body = ErrorBody),
         (status = 409, description = "Not ready yet (being created, waiting for its workloads or its external address, degraded); ask again", body = ErrorBody),
         (status = 410, description = "The service failed to be created, or was removed; it will not come", body = ErrorBody),
+        (status = 429, description = "Over the per-peer request rate", body = ErrorBody, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+        (status = 503, description = "Starting, or the provider's Kubernetes API server is busy or unavailable (conflict, throttling, 5xx, timeout); retry", body = ErrorBody, headers(("Retry-After" = u64, description = "Seconds to wait"))),
     ))]
 #[tracing::instrument(skip_all, fields(contract = %id, buyer = %q.buyer_id))]
 async fn service_access(
@@ -230,6 +244,84 @@ async fn readiness_gate(
     } else {
         ApiError::unavailable("the REAR gateway is starting (flavor cache not synced)")
             .into_response()
+    }
+}
+
+/// 429 for a peer over its request rate. Requests without a peer address
+/// (the router called in-process) are not limited.
+async fn limit_rate(AxState(st): AxState<Arc<State>>, req: Request<Body>, next: Next) -> Response {
+    if let (Some(limiter), Some(ConnectInfo(peer))) = (
+        &st.limiter,
+        req.extensions().get::<ConnectInfo<std::net::SocketAddr>>(),
+    ) && let Err(e) = limiter.check(peer.ip())
+    {
+        return e.into_response();
+    }
+    next.run(req).await
+}
+
+/// 503 with `Retry-After` for a request still unanswered after
+/// `request_timeout` (a slow API server): the buyer retries, and every step
+/// of a sale is idempotent, so the abandoned one does no harm.
+async fn deadline(AxState(st): AxState<Arc<State>>, req: Request<Body>, next: Next) -> Response {
+    let limit = st.cfg.request_timeout;
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::unavailable(format!(
+            "the request was not answered within {} s; retry",
+            limit.as_secs_f64()
+        ))
+        .into_response(),
+    }
+}
+
+/// Whether reading a body failed on the size limit (413) rather than the connection.
+fn is_length_limit(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = err.source();
+    }
+    false
+}
+
+/// Reads the whole body before routing, within `body_read_timeout` and
+/// `body_limit`: a client dripping its body slowly gets 408 and loses the
+/// connection; one over the limit gets 413.
+async fn read_body(AxState(st): AxState<Arc<State>>, req: Request<Body>, next: Next) -> Response {
+    let (parts, body) = req.into_parts();
+    let limit = st.cfg.body_read_timeout;
+    match tokio::time::timeout(limit, axum::body::to_bytes(body, st.cfg.body_limit)).await {
+        Ok(Ok(bytes)) => {
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+        Ok(Err(e)) if is_length_limit(&e) => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the request body is over {} bytes", st.cfg.body_limit),
+        )
+        .into_response(),
+        Ok(Err(e)) => {
+            ApiError::bad_request(format!("reading the request body: {e}")).into_response()
+        }
+        Err(_) => {
+            let mut response = ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within {} s",
+                    limit.as_secs_f64()
+                ),
+            )
+            .into_response();
+            // The rest of the body is still coming: the connection cannot carry another request.
+            response.headers_mut().insert(
+                header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+            response
+        }
     }
 }
 
@@ -296,6 +388,10 @@ pub(crate) fn router(state: Arc<State>) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
+        .layer(middleware::from_fn_with_state(state.clone(), read_body))
+        .layer(middleware::from_fn_with_state(state.clone(), deadline))
+        // Outside the deadline and the body: a limited peer costs no read.
+        .layer(middleware::from_fn_with_state(state.clone(), limit_rate))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             record_request,
@@ -322,6 +418,25 @@ mod tests {
 
     fn keys(v: &serde_json::Value) -> BTreeSet<String> {
         v.as_object().unwrap().keys().cloned().collect()
+    }
+
+    /// Every REAR route documents the limit answers: 429 and 503, both with `Retry-After`.
+    #[test]
+    fn every_route_documents_429_and_503_with_retry_after() {
+        let doc = serde_json::to_value(ApiDoc::openapi()).unwrap();
+        let paths = doc["paths"].as_object().unwrap();
+        assert!(paths.len() >= 6);
+        for (path, item) in paths {
+            for (method, op) in item.as_object().unwrap() {
+                for status in ["429", "503"] {
+                    let r = &op["responses"][status];
+                    assert!(
+                        r["headers"]["Retry-After"].is_object(),
+                        "{method} {path}: {status} without Retry-After: {r}"
+                    );
+                }
+            }
+        }
     }
 
     /// The OpenAPI mirrors carry exactly the keys the real wire types write.

@@ -10,6 +10,11 @@
 //! - `GET /api/v2/contracts/{contractID}/service?buyerID=` gives the buyer of
 //!   a Service contract its endpoints and credentials once the service is up.
 //!
+//! Every stored field is bounded (`limits`), each buyer's live holds are
+//! capped in number and age, each peer's request rate is limited, and
+//! connections are bounded in number, head, body and handling time (see
+//! `GatewayConfig` and `docs/rear-quirks.md`, "Limits").
+//!
 //! The JSON is the Go node's, key for key (see `docs/rear-quirks.md`).
 
 mod book;
@@ -19,11 +24,14 @@ pub mod credentials;
 pub mod decode;
 mod error;
 mod http;
+pub mod limits;
 mod openapi;
 mod purchase;
 pub mod query;
+mod rate_limit;
 mod recent;
 mod reserve;
+mod server;
 mod service_access;
 mod sweeper;
 mod time;
@@ -44,6 +52,7 @@ use tokio::task::JoinHandle;
 pub use error::{ApiError, Error, ErrorBody};
 pub use http::ApiDoc;
 pub use purchase::{allocation_name, contract_name};
+pub use rate_limit::RateLimit;
 
 use crate::book::Book;
 use crate::catalog::Catalog;
@@ -91,6 +100,20 @@ pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
 const REPORTER: &str = "fluidos-rear-gateway";
 /// Default interval of the expiry sweeper.
 pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(5);
+/// Default cap on one buyer's live holds, over all flavors.
+pub const DEFAULT_MAX_HOLDS_PER_BUYER: usize = 32;
+/// Default longest life of a hold, however often it is renewed (2 h: two
+/// upstream transaction lifetimes).
+pub const DEFAULT_MAX_HOLD_AGE: Duration = Duration::from_secs(2 * 3600);
+/// Default time a client has to send a whole request head; also how long a
+/// keep-alive connection may sit idle.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default time a client has to send a whole request body.
+pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default time a request may take once read (API-server calls included).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default cap on connections served at once.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 
 /// Everything the gateway needs to know besides a Kubernetes client.
 #[derive(Clone, Debug)]
@@ -127,10 +150,33 @@ pub struct GatewayConfig {
     /// Where REAR requests, ledger conflicts and market gauges are recorded
     /// (the node's one registry).
     pub metrics: Metrics,
+    /// Most live holds one buyer may have over all flavors; one more
+    /// RESERVE of a new flavor is a 409 naming `buyerID.ID` (a capacity hog
+    /// cannot hold every flavor). Counted on this replica's view of the
+    /// ledgers, so replicas racing may let a buyer exceed it briefly.
+    pub max_holds_per_buyer: usize,
+    /// Longest life of a hold: a repeated RESERVE extends it by
+    /// `transaction_ttl`, but never past this age (from the Transaction's
+    /// creation); then it expires and the capacity is contested again.
+    pub max_hold_age: Duration,
+    /// Per-peer (per remote IP) request rate; `None` for no limit. Over it,
+    /// 429 with `Retry-After`.
+    pub rate_limit: Option<RateLimit>,
+    /// Time a client has to send a request head (the connection is closed
+    /// after it); also the longest a keep-alive connection may sit idle.
+    pub header_read_timeout: Duration,
+    /// Time a client has to send a whole body (408, connection closed).
+    pub body_read_timeout: Duration,
+    /// Time a request may take once read (503 with `Retry-After` after it;
+    /// every sale step is idempotent, so the buyer retries).
+    pub request_timeout: Duration,
+    /// Connections served at once; more wait for one to close.
+    pub max_connections: usize,
 }
 
 impl GatewayConfig {
-    /// A configuration with upstream's defaults (port 3004, 1 h, 365 d, 1 MiB).
+    /// A configuration with upstream's defaults (port 3004, 1 h, 365 d, 1 MiB)
+    /// and this gateway's limits (`DEFAULT_*`).
     pub fn new(
         namespace: impl Into<String>,
         identity: NodeIdentity,
@@ -150,6 +196,13 @@ impl GatewayConfig {
             sweep_interval: DEFAULT_SWEEP_INTERVAL,
             revoke_grace: DEFAULT_REVOKE_GRACE,
             metrics: Metrics::default(),
+            max_holds_per_buyer: DEFAULT_MAX_HOLDS_PER_BUYER,
+            max_hold_age: DEFAULT_MAX_HOLD_AGE,
+            rate_limit: Some(RateLimit::DEFAULT),
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 
@@ -200,6 +253,10 @@ pub(crate) struct State {
     ready: watch::Receiver<bool>,
     /// Flavor types published so far (their gauge drops to 0, not away).
     published_types: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// Per-peer request rate limit, if configured.
+    limiter: Option<rate_limit::PeerLimiter>,
+    /// New holds being taken right now, per buyer (for the per-buyer cap).
+    reserving: reserve::InFlight,
 }
 
 /// A started gateway: watch cache and sweeper running, routes ready to serve.
@@ -246,6 +303,8 @@ impl Gateway {
             recent: recent::Recent::default(),
             published_types: Default::default(),
             ready,
+            limiter: cfg.rate_limit.map(rate_limit::PeerLimiter::new),
+            reserving: reserve::InFlight::default(),
             cfg,
         });
         let sweep = tokio::spawn(sweeper::run(state.clone(), state.cfg.sweep_interval));
@@ -289,25 +348,17 @@ impl Gateway {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), Error> {
-        use axum::serve::ListenerExt;
-        let addr = listener
-            .local_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_default();
+        let addr = listener.local_addr().map_err(|source| Error::Io {
+            context: "reading the listener's address".into(),
+            source,
+        })?;
         tracing::info!(%addr, namespace = %self.state.cfg.namespace, "REAR gateway serving");
-        // Small request/response pairs: Nagle's delay would dominate latency.
-        let listener = listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::trace!(error = %e, "TCP_NODELAY");
-            }
-        });
-        axum::serve(listener, self.router())
-            .with_graceful_shutdown(shutdown)
-            .await
-            .map_err(|source| Error::Io {
-                context: format!("serving on {addr}"),
-                source,
-            })
+        let limits = server::ConnectionLimits {
+            header_read_timeout: self.state.cfg.header_read_timeout,
+            max_connections: self.state.cfg.max_connections,
+        };
+        server::serve(listener, self.router(), limits, shutdown).await;
+        Ok(())
     }
 }
 

@@ -156,6 +156,7 @@ impl State {
         if !plausible_tx_id(tx_id) {
             return Err(tx_not_found(tx_id));
         }
+        crate::limits::check_purchase(&req)?;
         let remembered = self.recent.get(tx_id);
         let from_memory = remembered.is_some();
         let fetched = match remembered {

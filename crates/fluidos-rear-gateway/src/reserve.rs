@@ -9,7 +9,9 @@
 //! failed), the hold is released, or else expires. A repeated RESERVE that
 //! finds a hold without Transaction waits briefly, then drops it as orphan.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::Duration;
 
 use fluidos_api::configuration::{ConfigurationData, K8SliceConfiguration, ServiceConfiguration};
 use fluidos_api::flavor::{FlavorTypeData, K8Slice, ServiceFlavor};
@@ -172,6 +174,7 @@ pub(crate) fn k8slice_take(
         Some(c) => {
             let requested = Resources::of_configuration(c)
                 .map_err(|e| ApiError::bad_request(e.to_string()).field("configuration.data"))?;
+            refuse_zero_size(&requested)?;
             ledger::check_partition(requested, left, &k.policies.partitionability)
                 .map_err(partition_error)?;
             Ok(LedgerResources::from(c))
@@ -192,6 +195,108 @@ pub(crate) fn k8slice_take(
                 gpu: c.gpu.as_ref().map(|g| g.cores.0.clone()),
                 storage: c.storage.as_ref().map(|s| s.0.clone()),
             })
+        }
+    }
+}
+
+/// A partition with no CPU, memory or pods runs nothing and would let a
+/// buyer take holds for free: 400 naming the resource (pure).
+fn refuse_zero_size(r: &Resources) -> Result<(), ApiError> {
+    for (name, amount) in [("cpu", &r.cpu), ("memory", &r.memory), ("pods", &r.pods)] {
+        if amount.nanos == 0 {
+            return Err(ApiError::bad_request(format!(
+                "a partition needs some {name}; 0 was asked"
+            ))
+            .field(format!("configuration.data.{name}")));
+        }
+    }
+    Ok(())
+}
+
+/// Live holds of `buyer` over `flavors` at `now` (pure).
+pub(crate) fn live_holds_of<'a>(
+    flavors: impl IntoIterator<Item = &'a Flavor>,
+    buyer: &str,
+    now: &str,
+) -> usize {
+    flavors
+        .into_iter()
+        .map(|f| {
+            ledger_of(f)
+                .iter()
+                .filter(|e| {
+                    e.state == LedgerState::Held && e.buyer_id == buyer && ledger::is_live(e, now)
+                })
+                .count()
+        })
+        .sum()
+}
+
+/// The expiry a renewed hold gets at `now`: `ttl` later, but never more
+/// than `max_age` after the hold was created (pure; the strings compare
+/// as times).
+pub(crate) fn renewed_expiry(
+    now: jiff::Timestamp,
+    created: Option<jiff::Timestamp>,
+    ttl: Duration,
+    max_age: Duration,
+) -> String {
+    let renewed = time::expiry_at(now, ttl);
+    match created {
+        Some(c) => renewed.min(time::expiry_at(c, max_age)),
+        None => renewed,
+    }
+}
+
+/// New holds being taken right now, per buyer: with the holds already on
+/// the ledgers, what the per-buyer cap counts.
+#[derive(Default)]
+pub(crate) struct InFlight(Mutex<HashMap<String, usize>>);
+
+/// One new hold of a buyer in progress; dropping it ends it.
+pub(crate) struct Slot<'a> {
+    owner: &'a InFlight,
+    buyer: String,
+}
+
+impl InFlight {
+    /// A slot for a new hold of `buyer`, unless its `live` holds plus those
+    /// in progress reach `cap`; then how many it has.
+    fn take(
+        &self,
+        buyer: &str,
+        live: impl FnOnce() -> usize,
+        cap: usize,
+    ) -> Result<Slot<'_>, usize> {
+        let mut map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let pending = map.get(buyer).copied().unwrap_or(0);
+        let held = live() + pending;
+        if held >= cap {
+            return Err(held);
+        }
+        *map.entry(buyer.to_owned()).or_default() += 1;
+        Ok(Slot {
+            owner: self,
+            buyer: buyer.to_owned(),
+        })
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        let mut map = self
+            .owner
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = map.get_mut(&self.buyer) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.buyer);
+            }
         }
     }
 }
@@ -259,14 +364,10 @@ impl State {
     /// Handles a RESERVE body.
     pub(crate) async fn reserve(&self, body: &[u8]) -> Result<WireTransaction, ApiError> {
         let req: ReserveRequest = decode::json(body)?;
+        // Sizes and formats first: nothing unchecked is logged, stored or looked up.
+        crate::limits::check_reserve(&req)?;
         // The REAR handler's span declares the field; a sale's log lines carry it.
         tracing::Span::current().record("flavor_id", req.flavor_id.as_str());
-        if req.flavor_id.is_empty() {
-            return Err(ApiError::bad_request("flavorID is required").field("flavorID"));
-        }
-        if req.buyer.id.is_empty() {
-            return Err(ApiError::bad_request("the buyer's ID is required").field("buyerID.ID"));
-        }
         let Some(liqo_id) = req.buyer.liqo_id().map(str::to_owned) else {
             return Err(ApiError::bad_request("Error: LiqoID not provided")
                 .field("buyerID.additionalInformation.liqoID"));
@@ -274,6 +375,7 @@ impl State {
         let mut flavor = self.book.cached_or_fetch(&req.flavor_id).await?;
         let (crd_config, want) = validate(&flavor, &req)?;
 
+        let mut slot = None;
         for round in 0..4 {
             if round > 0 {
                 flavor = self.book.fetch(&req.flavor_id).await?;
@@ -289,6 +391,9 @@ impl State {
                     }
                 }
             }
+            if slot.is_none() {
+                slot = Some(self.hold_slot(&req.buyer.id)?);
+            }
             // Cheap early answer from the cache; confirmed fresh before a 409.
             if let Err(e) = take(&flavor, &want, ledger_of(&flavor), &now) {
                 if round == 0 && e.status == axum::http::StatusCode::CONFLICT {
@@ -297,7 +402,8 @@ impl State {
                 return Err(e);
             }
             let tx_id = new_transaction_id()?;
-            let expiration = time::expiry_after(self.cfg.transaction_ttl);
+            let expiration =
+                time::expiry_after(self.cfg.transaction_ttl.min(self.cfg.max_hold_age));
             let tx = self.transaction_object(
                 &flavor,
                 &req,
@@ -364,6 +470,27 @@ impl State {
         Err(ApiError::unavailable(
             "the reservation kept racing with other changes to the flavor; retry",
         ))
+    }
+
+    /// A slot for one more hold of `buyer`, or 409 when it already has
+    /// `max_holds_per_buyer` live or in progress.
+    fn hold_slot(&self, buyer: &str) -> Result<Slot<'_>, ApiError> {
+        let cap = self.cfg.max_holds_per_buyer;
+        self.reserving
+            .take(
+                buyer,
+                || {
+                    let flavors = self.book.newest_all();
+                    live_holds_of(flavors.iter().map(AsRef::as_ref), buyer, &time::now_string())
+                },
+                cap,
+            )
+            .map_err(|held| {
+                ApiError::conflict(format!(
+                    "buyer {buyer} already holds {held} reservations, the most this provider allows ({cap}); buy or let some expire first"
+                ))
+                .field("buyerID.ID")
+            })
     }
 
     fn transaction_object(
@@ -469,14 +596,26 @@ impl State {
                 Err(e) => return Err(ApiError::kube("reading the Transaction", &e)),
             }
         };
-        let expiration = time::expiry_after(self.cfg.transaction_ttl);
+        // Renewal extends the hold, up to its maximum age only.
+        let expiration = renewed_expiry(
+            jiff::Timestamp::now(),
+            tx.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            self.cfg.transaction_ttl,
+            self.cfg.max_hold_age,
+        );
         // The Transaction first: the sweeper must never see it expire before its hold.
         let patch = serde_json::json!({"spec": {"expirationTime": expiration}});
-        self.transactions
+        match self
+            .transactions
             .patch(tx_id, &PatchParams::default(), &Patch::Merge(&patch))
             .await
-            .map(|t| self.recent.remember(t))
-            .map_err(|e| ApiError::kube("extending the Transaction", &e))?;
+        {
+            Ok(t) => self.recent.remember(t),
+            // Deleted since it was read (it expired and the sweeper took
+            // it, or a purchase consumed it): the hold is gone too, or soon.
+            Err(e) if is_not_found(&e) => return Ok(Refresh::Gone),
+            Err(e) => return Err(ApiError::kube("extending the Transaction", &e)),
+        }
         let id = tx_id.to_owned();
         let exp = expiration.clone();
         let still_held = self
@@ -516,5 +655,138 @@ impl State {
             cluster_id: tx.spec.cluster_id.clone(),
             expiration_time: expiration,
         })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use fluidos_api::flavor::FlavorStatus;
+    use fluidos_api::ledger::LedgerResources;
+
+    use super::*;
+
+    fn ts(s: &str) -> jiff::Timestamp {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn renewal_never_passes_the_maximum_hold_age() {
+        let hour = Duration::from_secs(3600);
+        let created = Some(ts("2026-01-01T00:00:00Z"));
+        assert_eq!(
+            renewed_expiry(ts("2026-01-01T00:10:00Z"), created, hour, 2 * hour),
+            "2026-01-01T01:10:00Z",
+            "young: a full ttl"
+        );
+        assert_eq!(
+            renewed_expiry(ts("2026-01-01T01:30:00Z"), created, hour, 2 * hour),
+            "2026-01-01T02:00:00Z",
+            "old: capped at creation + max age"
+        );
+        assert_eq!(
+            renewed_expiry(ts("2026-01-01T05:00:00Z"), created, hour, 2 * hour),
+            "2026-01-01T02:00:00Z",
+            "renewing again and again does not move it"
+        );
+        assert_eq!(
+            renewed_expiry(ts("2026-01-01T05:00:00Z"), None, hour, 2 * hour),
+            "2026-01-01T06:00:00Z"
+        );
+    }
+
+    fn flavor_with(entries: Vec<(&str, LedgerState, &str)>) -> Flavor {
+        let mut f: Flavor = serde_json::from_value(serde_json::json!({
+            "apiVersion": "nodecore.fluidos.eu/v1alpha1", "kind": "Flavor",
+            "metadata": {"name": "f"},
+            "spec": {"providerID": "p", "owner": {"domain": "d", "nodeID": "n", "ip": "i"},
+                "price": {"amount": "", "currency": "", "period": ""},
+                "flavorType": {"typeIdentifier": "K8Slice", "typeData": {}},
+                "availability": true},
+        }))
+        .unwrap();
+        f.status = Some(FlavorStatus {
+            ledger: Some(
+                entries
+                    .into_iter()
+                    .map(|(buyer, state, exp)| LedgerEntry {
+                        transaction_id: format!("t-{buyer}"),
+                        buyer_id: buyer.into(),
+                        state,
+                        resources: None,
+                        expiration_time: (!exp.is_empty()).then(|| exp.to_owned()),
+                        contract: None,
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        });
+        f
+    }
+
+    #[test]
+    fn only_live_holds_of_the_buyer_count() {
+        let now = "2026-01-01T00:00:00Z";
+        let live = "2026-01-01T01:00:00Z";
+        let dead = "2025-12-31T23:00:00Z";
+        let flavors = [
+            flavor_with(vec![
+                ("a", LedgerState::Held, live),
+                ("b", LedgerState::Held, live),
+            ]),
+            flavor_with(vec![
+                ("a", LedgerState::Held, live),
+                ("a", LedgerState::Held, dead),
+                ("a", LedgerState::Sold, ""),
+            ]),
+        ];
+        assert_eq!(live_holds_of(&flavors, "a", now), 2);
+        assert_eq!(live_holds_of(&flavors, "b", now), 1);
+        assert_eq!(live_holds_of(&flavors, "c", now), 0);
+    }
+
+    #[test]
+    fn holds_in_progress_count_against_the_cap() {
+        let inflight = InFlight::default();
+        let first = inflight.take("a", || 1, 3).ok().unwrap();
+        let second = inflight.take("a", || 1, 3).ok().unwrap();
+        assert_eq!(inflight.take("a", || 1, 3).err(), Some(3));
+        assert!(
+            inflight.take("b", || 0, 3).is_ok(),
+            "other buyers are not affected"
+        );
+        drop((first, second));
+        assert!(inflight.take("a", || 1, 3).is_ok());
+        assert!(
+            inflight.0.lock().unwrap().is_empty(),
+            "ended slots leave nothing behind"
+        );
+    }
+
+    #[test]
+    fn zero_size_partitions_are_refused() {
+        let res = |cpu: &str, memory: &str, pods: &str| {
+            Resources::of_entry(&LedgerResources {
+                cpu: cpu.into(),
+                memory: memory.into(),
+                pods: pods.into(),
+                gpu: None,
+                storage: None,
+            })
+            .unwrap()
+        };
+        assert!(refuse_zero_size(&res("1", "1Gi", "1")).is_ok());
+        for (r, field) in [
+            (res("0", "1Gi", "1"), "configuration.data.cpu"),
+            (res("1", "0", "1"), "configuration.data.memory"),
+            (res("1", "1Gi", "0m"), "configuration.data.pods"),
+        ] {
+            let e = refuse_zero_size(&r).unwrap_err();
+            assert_eq!(
+                (e.status.as_u16(), e.body.field.as_deref()),
+                (400, Some(field))
+            );
+        }
     }
 }

@@ -131,6 +131,11 @@ impl State {
         buyer_id: &str,
         transaction_id: &str,
     ) -> Result<ServiceAccess, ApiError> {
+        // A name the API server could not hold never reaches its URL; the
+        // answer is the one for an unknown contract.
+        if !crate::limits::is_object_name(id) {
+            return Err(ApiError::not_found(format!("Contract {id} not found")));
+        }
         let contract = self
             .contracts
             .get_opt(id)

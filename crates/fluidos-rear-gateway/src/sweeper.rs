@@ -60,6 +60,9 @@ pub(crate) fn market_counts<'a>(
 impl State {
     /// One sweep; errors are logged, and false returned so the next one waits longer.
     pub(crate) async fn sweep(&self) -> bool {
+        if let Some(limiter) = &self.limiter {
+            limiter.forget_quiet_peers();
+        }
         self.release_expired_holds().await;
         self.update_market_gauges();
         // Noted before the Transactions are listed (see `contract_end`).
