@@ -67,28 +67,33 @@ pub struct Started {
 
 /// Connects, checks CRDs, loads the identity and binds the probe sockets.
 pub async fn start(args: Args) -> Result<Started, StartupError> {
-    let client = match &args.go.kubeconfig {
-        None => Client::try_default().await.map_err(StartupError::Client)?,
-        Some(path) => client_from(path).await?,
+    let mut config = match &args.go.kubeconfig {
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| StartupError::Client(kube::Error::InferConfig(e)))?,
+        Some(path) => config_from(path).await?,
     };
+    // kube's default is no read timeout: a request the API server never
+    // answers would hold its reconcile (and so its object) forever. Longer
+    // than the server's own 290 s watch timeout, so quiet watches are not cut.
+    config.read_timeout = Some(API_READ_TIMEOUT);
+    let client = Client::try_from(config).map_err(StartupError::Client)?;
     start_with_client(client, args).await
 }
 
-/// A client for the cluster of the kubeconfig file at `path` (its current context).
-async fn client_from(path: &std::path::Path) -> Result<Client, StartupError> {
-    let kubeconfig_error = |source| StartupError::Kubeconfig {
+/// Longest wait for any API-server response.
+pub const API_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(295);
+
+/// The client configuration of the kubeconfig file at `path` (its current context).
+async fn config_from(path: &std::path::Path) -> Result<kube::Config, StartupError> {
+    let kubeconfig_error = |e| StartupError::Kubeconfig {
         path: path.to_owned(),
-        source,
+        source: kube::Error::InferKubeconfig(e),
     };
-    let kubeconfig = kube::config::Kubeconfig::read_from(path)
-        .map_err(|e| kubeconfig_error(kube::Error::InferKubeconfig(e)))?;
-    let config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .map_err(|e| kubeconfig_error(kube::Error::InferKubeconfig(e)))?;
-    Client::try_from(config).map_err(kubeconfig_error)
+    let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(kubeconfig_error)?;
+    kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+        .await
+        .map_err(kubeconfig_error)
 }
 
 /// [`start`] with a ready-made client, for tests.

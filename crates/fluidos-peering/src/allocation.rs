@@ -177,7 +177,14 @@ pub async fn run(
         remotes: Mutex::default(),
     });
     let policy = reconciler.clone();
-    let (a1, a2, a3, a4, a5) = (all.clone(), all.clone(), all.clone(), all.clone(), all);
+    let (a1, a2, a3, a4, a5, a6) = (
+        all.clone(),
+        all.clone(),
+        all.clone(),
+        all.clone(),
+        all.clone(),
+        all,
+    );
     // Liqo's watches back off (a cluster without Liqo yet answers 404).
     let stream = Controller::for_stream(allocations, cache)
         .watches_stream(
@@ -214,6 +221,16 @@ pub async fn run(
                 watcher::Config::default(),
             )),
             move |_| a5(),
+        )
+        // The gateway creates a sale's Contract and Allocation concurrently:
+        // an Allocation first seen without its Contract is looked at again
+        // when the Contract appears (or ends).
+        .watches_stream(
+            watcher_stream(watcher::watcher(
+                Api::<Contract>::all(client.clone()),
+                watcher::Config::default(),
+            )),
+            move |_| a6(),
         )
         .graceful_shutdown_on(shutdown)
         .run(

@@ -92,7 +92,7 @@ pub async fn run(
     let allocations: Api<Allocation> = Api::namespaced(client.clone(), &cfg.namespace);
     let (store, objects) = crate::watched(allocations, ready);
     let labelled = watcher::Config::default().labels(CONTRACT_LABEL);
-    let (s1, s2, s3) = (store.clone(), store.clone(), store.clone());
+    let (s1, s2, s3, s4) = (store.clone(), store.clone(), store.clone(), store.clone());
     let reconciler = Reconciler::new(CONTROLLER, metrics);
     let ctx = Arc::new(Ctx {
         recorder: fluidos_controller::events::recorder(client.clone(), MANAGER),
@@ -111,9 +111,17 @@ pub async fn run(
             labelled.clone(),
             move |s| allocations_of(&s2, s.labels().get(CONTRACT_LABEL)),
         )
-        .watches(Api::<Namespace>::all(client), labelled, move |n| {
+        .watches(Api::<Namespace>::all(client.clone()), labelled, move |n| {
             allocations_of(&s3, n.labels().get(CONTRACT_LABEL))
         })
+        // The gateway creates a sale's Contract and Allocation concurrently:
+        // an Allocation first seen without its Contract is looked at again
+        // when the Contract appears.
+        .watches(
+            Api::<Contract>::namespaced(client, &ctx.cfg.namespace),
+            watcher::Config::default(),
+            move |c| allocations_of(&s4, Some(&c.name_any())),
+        )
         .graceful_shutdown_on(shutdown);
     let policy = reconciler.clone();
     let stream = controller.run(

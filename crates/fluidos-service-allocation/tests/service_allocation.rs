@@ -408,7 +408,18 @@ async fn database_service_end_to_end_without_liqo() {
     // configuration: its hosting policy (Consumer) needs Liqo offloading, so
     // it runs on the provider and a warning says so; the buyer gets the
     // category's keys (no `database`), both ports of the endpoint Service.
+    // The provider's Allocation is created before its Contract (the gateway
+    // creates both at once, so either may come first): it is taken up when
+    // the Contract appears.
     let mq_c = "contract-mq";
+    provider_allocs
+        .create(
+            &PostParams::default(),
+            &allocation("alloc-mq", PROVIDER, mq_c, true),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
     for ns in [PROVIDER, BUYER] {
         Api::<Contract>::namespaced(client.clone(), ns)
             .create(
@@ -418,13 +429,6 @@ async fn database_service_end_to_end_without_liqo() {
             .await
             .unwrap();
     }
-    provider_allocs
-        .create(
-            &PostParams::default(),
-            &allocation("alloc-mq", PROVIDER, mq_c, true),
-        )
-        .await
-        .unwrap();
     buyer_allocs
         .create(
             &PostParams::default(),

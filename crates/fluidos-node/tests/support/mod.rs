@@ -63,7 +63,11 @@ impl NodeProcess {
             }
         }
         cmd.env("KUBECONFIG", cp.kubeconfig_path())
-            .env("RUST_LOG", "info,kube=warn")
+            // FLUIDOS_TEST_NODE_LOG, to debug a failing test or bench.
+            .env(
+                "RUST_LOG",
+                std::env::var("FLUIDOS_TEST_NODE_LOG").unwrap_or_else(|_| "info,kube=warn".into()),
+            )
             .args(["--namespace", NS, "--components", components])
             .args([
                 "--health-probe-bind-address",

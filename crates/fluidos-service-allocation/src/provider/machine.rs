@@ -511,7 +511,7 @@ impl Machine<'_> {
 /// namespace offloading, which this node does not do yet.
 pub fn hosting_note(policy: HostingPolicy) -> String {
     format!(
-        "hosting policy {policy:?} asks for the service's pods on the buyer's cluster, which needs \
+        "hosting policy {policy:?} asks for service pods on the buyer's cluster, which needs \
          delivery by Liqo namespace offloading (not supported yet); the service runs on the provider \
          and the buyer reaches it at its endpoints"
     )
