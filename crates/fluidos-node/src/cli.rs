@@ -151,6 +151,23 @@ pub struct Args {
     #[arg(long, env = "FLUIDOS_TRANSACTION_TTL_SECONDS", default_value_t = 3600)]
     pub transaction_ttl_seconds: u64,
 
+    /// REAR requests per second one peer address may sustain; `0` turns the
+    /// limit off. Over it: 429 with `Retry-After`.
+    #[arg(long, env = "FLUIDOS_REAR_RATE_LIMIT", default_value_t = 50)]
+    pub rear_rate_limit: u32,
+
+    /// REAR requests one peer address may send at once after being quiet.
+    #[arg(long, env = "FLUIDOS_REAR_RATE_BURST", default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rear_rate_burst: u32,
+
+    /// Most live reservations (holds) one buyer may have over all flavors.
+    #[arg(long, env = "FLUIDOS_REAR_MAX_HOLDS_PER_BUYER", default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..))]
+    pub rear_max_holds_per_buyer: u64,
+
+    /// Longest life of a hold in seconds, however often it is renewed.
+    #[arg(long, env = "FLUIDOS_REAR_MAX_HOLD_AGE_SECONDS", default_value_t = 7200, value_parser = clap::value_parser!(u64).range(1..))]
+    pub rear_max_hold_age_seconds: u64,
+
     /// How a sold service's endpoint Service is exposed to its buyer
     /// (delivery without Liqo): `node-port` (addresses `<node>:<nodePort>`)
     /// or `load-balancer` (the load balancer's address).
@@ -352,6 +369,16 @@ mod tests {
             Some("0.0.0.0:8080".parse().unwrap())
         );
         assert_eq!(a.log_format, LogFormat::Text);
+        // The gateway's limits (beyond Go, which has none).
+        assert_eq!(
+            (
+                a.rear_rate_limit,
+                a.rear_rate_burst,
+                a.rear_max_holds_per_buyer,
+                a.rear_max_hold_age_seconds
+            ),
+            (50, 200, 32, 7200)
+        );
         let f = &a.flavor;
         assert!(f.enable_auto_discovery);
         assert_eq!(f.node_resource_label, "node-role.fluidos.eu/resources");

@@ -67,18 +67,24 @@ pub struct Started {
 
 /// Connects, checks CRDs, loads the identity and binds the probe sockets.
 pub async fn start(args: Args) -> Result<Started, StartupError> {
-    let mut config = match &args.go.kubeconfig {
-        None => kube::Config::infer()
-            .await
-            .map_err(|e| StartupError::Client(kube::Error::InferConfig(e)))?,
-        Some(path) => config_from(path).await?,
-    };
+    let mut config = client_config(&args).await?;
     // kube's default is no read timeout: a request the API server never
     // answers would hold its reconcile (and so its object) forever. Longer
     // than the server's own 290 s watch timeout, so quiet watches are not cut.
     config.read_timeout = Some(API_READ_TIMEOUT);
     let client = Client::try_from(config).map_err(StartupError::Client)?;
     start_with_client(client, args).await
+}
+
+/// The API-server client configuration: `--kubeconfig`, else KUBECONFIG,
+/// `~/.kube/config` or the Pod's service account.
+pub async fn client_config(args: &Args) -> Result<kube::Config, StartupError> {
+    match &args.go.kubeconfig {
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| StartupError::Client(kube::Error::InferConfig(e))),
+        Some(path) => config_from(path).await,
+    }
 }
 
 /// Longest wait for any API-server response.

@@ -18,9 +18,16 @@ use crate::context::Context;
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), Error> {
     let mut cfg = GatewayConfig::new(ctx.namespace(), ctx.identity.clone(), "");
     // The peering kubeconfig points at the API server this node uses, unless told otherwise.
-    if let Ok(kube_cfg) = kube::Config::infer().await {
+    if let Ok(kube_cfg) = crate::startup::client_config(&ctx.args).await {
         cfg = cfg.with_kube_config(&kube_cfg);
     }
+    cfg.rate_limit = (ctx.args.rear_rate_limit > 0).then_some(fluidos_rear_gateway::RateLimit {
+        per_second: ctx.args.rear_rate_limit,
+        burst: ctx.args.rear_rate_burst,
+    });
+    cfg.max_holds_per_buyer =
+        usize::try_from(ctx.args.rear_max_holds_per_buyer).unwrap_or(usize::MAX);
+    cfg.max_hold_age = Duration::from_secs(ctx.args.rear_max_hold_age_seconds);
     if let Some(url) = &ctx.args.api_server_url {
         cfg.api_server_url = url.clone();
     }
