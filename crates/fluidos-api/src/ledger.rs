@@ -222,18 +222,6 @@ pub enum PartitionError {
         /// Flavor minimum.
         min: String,
     },
-    /// Not a multiple of the flavor's step above the minimum.
-    #[error("{resource} {requested} is not the minimum {min} plus a multiple of the step {step}")]
-    OffStep {
-        /// Resource name.
-        resource: &'static str,
-        /// Requested amount.
-        requested: String,
-        /// Flavor minimum.
-        min: String,
-        /// Flavor step.
-        step: String,
-    },
     /// More than what remains.
     #[error("not enough {resources:?} left: requested {requested}, remaining {remaining}")]
     Insufficient {
@@ -280,35 +268,31 @@ pub fn is_live(e: &LedgerEntry, now_rfc3339: &str) -> bool {
     }
 }
 
-/// Checks a requested partition against partitionability and what remains.
+/// Checks a requested partition against the flavor's minimums and what
+/// remains.
+///
+/// Steps are advertised, not enforced, as by the Go node: the Go chart's
+/// default memory step (100Mi) would otherwise refuse the upstream samples'
+/// `1Gi`, which is no multiple of it.
 pub fn check_partition(
     requested: Resources,
     remaining: Resources,
     p: &Partitionability,
 ) -> Result<(), PartitionError> {
     let rules = [
-        ("cpu", requested.cpu, &p.cpu_min, &p.cpu_step),
-        ("memory", requested.memory, &p.memory_min, &p.memory_step),
-        ("pods", requested.pods, &p.pods_min, &p.pods_step),
+        ("cpu", requested.cpu, &p.cpu_min),
+        ("memory", requested.memory, &p.memory_min),
+        ("pods", requested.pods, &p.pods_min),
     ];
-    for (resource, want, min, step) in rules {
+    for (resource, want, min) in rules {
         if want.nanos < 0 {
             return Err(PartitionError::Negative(resource));
         }
-        let (min_a, step_a) = (Amount::of(min)?, Amount::of(step)?);
-        if want < min_a {
+        if want < Amount::of(min)? {
             return Err(PartitionError::BelowMinimum {
                 resource,
                 requested: want.to_string(),
                 min: min.0.clone(),
-            });
-        }
-        if step_a.nanos > 0 && (want.nanos - min_a.nanos) % step_a.nanos != 0 {
-            return Err(PartitionError::OffStep {
-                resource,
-                requested: want.to_string(),
-                min: min.0.clone(),
-                step: step.0.clone(),
             });
         }
     }
@@ -398,13 +382,22 @@ mod tests {
                 ..
             })
         ));
-        assert!(matches!(
-            check_partition(res("1200m", "2Gi", "10"), remaining, &p),
-            Err(PartitionError::OffStep {
-                resource: "cpu",
-                ..
-            })
-        ));
+        // Off the step grid: accepted, as by the Go node.
+        assert!(check_partition(res("1200m", "2Gi", "10"), remaining, &p).is_ok());
+        // The upstream sample's 1Gi under the Go chart's 100Mi memory step.
+        let go_chart = Partitionability {
+            cpu_step: q("1000m"),
+            memory_step: q("100Mi"),
+            ..Default::default()
+        };
+        assert!(
+            check_partition(
+                res("1000m", "1Gi", "110"),
+                res("4", "8Gi", "110"),
+                &go_chart
+            )
+            .is_ok()
+        );
         let err = check_partition(res("4", "9Gi", "10"), remaining, &p).unwrap_err();
         assert!(
             matches!(&err, PartitionError::Insufficient { resources, .. } if resources == &vec!["memory"])

@@ -155,8 +155,7 @@ fn partition_error(e: PartitionError) -> ApiError {
             "configuration.data.{}",
             r.split('/').next().unwrap_or(r)
         )),
-        PartitionError::BelowMinimum { resource, .. }
-        | PartitionError::OffStep { resource, .. } => {
+        PartitionError::BelowMinimum { resource, .. } => {
             ApiError::bad_request(e.to_string()).field(format!("configuration.data.{resource}"))
         }
     }
