@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use fluidos_api::common::HostingPolicy;
 use fluidos_api::configuration::{ConfigurationData, K8SliceConfiguration, ServiceConfiguration};
 use fluidos_api::flavor::{FlavorTypeData, K8Slice, ServiceFlavor};
 use fluidos_api::ledger::{
@@ -65,6 +66,18 @@ fn check_service(s: &ServiceFlavor, c: &ServiceConfiguration) -> Result<(), ApiE
         return Err(ApiError::bad_request(format!(
             "hosting policy {p:?} is not offered (offered: {:?})",
             s.hosting_policies
+        ))
+        .field("configuration.data.hostingPolicy"));
+    }
+    // Asked for explicitly, a policy this provider cannot honour is refused
+    // now rather than silently served from the provider after the sale (the
+    // blueprint's default, when nothing is asked, is served from here with a
+    // warning event).
+    if let Some(p @ (HostingPolicy::Consumer | HostingPolicy::Shared)) = c.hosting_policy {
+        return Err(ApiError::bad_request(format!(
+            "hosting policy {p:?} puts service pods on the buyer's cluster, which needs Liqo \
+             namespace offloading; this provider runs services on its own cluster only: ask for \
+             Provider or leave hostingPolicy out"
         ))
         .field("configuration.data.hostingPolicy"));
     }
@@ -668,6 +681,30 @@ mod tests {
 
     fn ts(s: &str) -> jiff::Timestamp {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn an_explicit_hosting_policy_off_the_provider_is_refused() {
+        let flavor: ServiceFlavor = serde_json::from_value(serde_json::json!({
+            "name": "mq", "description": "d", "category": "message-queue", "tags": [],
+            "hostingPolicies": ["Consumer", "Provider", "Shared"],
+            "configurationTemplate": {"type": "object"}}))
+        .unwrap();
+        let asking = |p: Option<HostingPolicy>| ServiceConfiguration {
+            hosting_policy: p,
+            configuration_data: serde_json::json!({}),
+        };
+        assert!(check_service(&flavor, &asking(None)).is_ok());
+        assert!(check_service(&flavor, &asking(Some(HostingPolicy::Provider))).is_ok());
+        for p in [HostingPolicy::Consumer, HostingPolicy::Shared] {
+            let e = check_service(&flavor, &asking(Some(p))).unwrap_err();
+            assert_eq!(e.status, 400);
+            assert_eq!(
+                e.body.field.as_deref(),
+                Some("configuration.data.hostingPolicy")
+            );
+            assert!(e.body.error.contains("Liqo"), "{}", e.body.error);
+        }
     }
 
     #[test]

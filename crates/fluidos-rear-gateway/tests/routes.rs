@@ -522,16 +522,23 @@ async fn rear_routes_on_a_real_api_server() {
     let whole = serde_json::json!({"flavorID": "fluidos.eu-k8slice-aaaa", "buyerID": buyer("b9")});
     assert_eq!(post(&c, &reserve, &whole).await.0, 409);
 
-    // Service reservations (upstream bug 4 fixed: no configuration / hostingPolicy work).
+    // Service reservations (upstream bug 4 fixed: no configuration / a hostingPolicy work).
     let svc_plain =
         serde_json::json!({"flavorID": "fluidos.eu-service-db01", "buyerID": buyer("s1")});
     let (s, body) = post(&c, &reserve, &svc_plain).await;
     assert_eq!(s, 200, "{body}");
     let svc_tx = json(&body)["transactionID"].as_str().unwrap().to_owned();
     let svc_hosting = serde_json::json!({"flavorID": "fluidos.eu-service-db01", "buyerID": buyer("s2"),
-        "configuration": {"type": "service", "data": {"hostingPolicy": "Consumer", "configurationData": {"database": "orders", "replicas": 2}}}});
+        "configuration": {"type": "service", "data": {"hostingPolicy": "Provider", "configurationData": {"database": "orders", "replicas": 2}}}});
     let (s, body) = post(&c, &reserve, &svc_hosting).await;
     assert_eq!(s, 200, "{body}");
+    // Offered, but needing Liqo offloading this provider does not do: a
+    // clear 400 up front, not a service silently run elsewhere.
+    let svc_consumer = serde_json::json!({"flavorID": "fluidos.eu-service-db01", "buyerID": buyer("s3"),
+        "configuration": {"type": "service", "data": {"hostingPolicy": "Consumer", "configurationData": {"database": "orders", "replicas": 2}}}});
+    let (s, body) = post(&c, &reserve, &svc_consumer).await;
+    assert_eq!(s, 400, "{body}");
+    assert_eq!(json(&body)["field"], "configuration.data.hostingPolicy");
 
     // ---- PURCHASE.
     let purchase = |id: &str| gw.url(&format!("/api/v2/transactions/{id}/purchase"));
