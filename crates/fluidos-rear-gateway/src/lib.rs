@@ -106,8 +106,11 @@ pub const DEFAULT_MAX_HOLDS_PER_BUYER: usize = 32;
 /// upstream transaction lifetimes).
 pub const DEFAULT_MAX_HOLD_AGE: Duration = Duration::from_secs(2 * 3600);
 /// Default time a client has to send a whole request head; also how long a
-/// keep-alive connection may sit idle.
-pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// keep-alive connection may sit idle. Longer than the 90 s for which
+/// reqwest and Go's net/http keep idle connections: a server closing one
+/// first races with the client reusing it (a request lost on a closed
+/// connection, which a Go client does not replay for a POST).
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(100);
 /// Default time a client has to send a whole request body.
 pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default time a request may take once read (API-server calls included).

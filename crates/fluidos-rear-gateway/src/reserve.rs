@@ -58,6 +58,9 @@ pub(crate) fn flavor_data(f: &Flavor) -> Result<FlavorTypeData, ApiError> {
     }
 }
 
+/// `Retry-After` of a RESERVE refused for the buyer's hold cap.
+const HOLD_CAP_RETRY_AFTER_SECS: u64 = 30;
+
 /// Checks a service configuration: hosting policy offered, data valid for the template.
 fn check_service(s: &ServiceFlavor, c: &ServiceConfiguration) -> Result<(), ApiError> {
     if let Some(p) = c.hosting_policy
@@ -212,7 +215,8 @@ pub(crate) fn k8slice_take(
 }
 
 /// A partition with no CPU, memory or pods runs nothing and would let a
-/// buyer take holds for free: 400 naming the resource (pure).
+/// buyer take holds for free, and a fraction of a pod is no pod: 400
+/// naming the resource (pure).
 fn refuse_zero_size(r: &Resources) -> Result<(), ApiError> {
     for (name, amount) in [("cpu", &r.cpu), ("memory", &r.memory), ("pods", &r.pods)] {
         if amount.nanos == 0 {
@@ -221,6 +225,36 @@ fn refuse_zero_size(r: &Resources) -> Result<(), ApiError> {
             ))
             .field(format!("configuration.data.{name}")));
         }
+    }
+    if r.pods.nanos % 1_000_000_000 != 0 {
+        return Err(
+            ApiError::bad_request(format!("pods must be a whole number, not {}", r.pods))
+                .field("configuration.data.pods"),
+        );
+    }
+    Ok(())
+}
+
+/// Most live entries (holds and sales) one Flavor's ledger may carry: the
+/// ledger lives in the Flavor object, which etcd bounds (~1.5 MiB), and
+/// buyer IDs are only what clients claim, so many tiny holds under invented
+/// IDs must not grow it until no sale of the flavor can be written.
+pub const MAX_LEDGER_ENTRIES: usize = 256;
+
+/// Drops dead holds (we are writing the ledger anyway), then refuses a new
+/// entry when the live ones fill it (pure).
+fn drop_dead_within_cap(entries: &mut Vec<LedgerEntry>, now: &str) -> Result<(), ApiError> {
+    entries.retain(|e| ledger::is_live(e, now));
+    refuse_full_ledger(entries.len())
+}
+
+/// 409 when the ledger, without its dead holds, is full (pure).
+fn refuse_full_ledger(live_entries: usize) -> Result<(), ApiError> {
+    if live_entries >= MAX_LEDGER_ENTRIES {
+        return Err(ApiError::conflict(format!(
+            "the flavor has {live_entries} open reservations and sales, the most one flavor \
+             carries ({MAX_LEDGER_ENTRIES}); try again once some expire"
+        )));
     }
     Ok(())
 }
@@ -432,8 +466,7 @@ impl State {
                     return Ok(Decision::Keep(Outcome::Existing));
                 }
                 let resources = take(f, &want, entries, now)?;
-                // Dead holds are dropped while we are writing anyway.
-                entries.retain(|e| ledger::is_live(e, now));
+                drop_dead_within_cap(entries, now)?;
                 entries.push(LedgerEntry {
                     transaction_id: entry_tx.clone(),
                     buyer_id: buyer.clone(),
@@ -484,7 +517,7 @@ impl State {
         ))
     }
 
-    /// A slot for one more hold of `buyer`, or 409 when it already has
+    /// A slot for one more hold of `buyer`, or 429 when it already has
     /// `max_holds_per_buyer` live or in progress.
     fn hold_slot(&self, buyer: &str) -> Result<Slot<'_>, ApiError> {
         let cap = self.cfg.max_holds_per_buyer;
@@ -497,10 +530,15 @@ impl State {
                 },
                 cap,
             )
+            // 429, not 409: the flavor is not sold out, this buyer is over
+            // its quota (a 409 would make a consumer drop a good candidate).
             .map_err(|held| {
-                ApiError::conflict(format!(
-                    "buyer {buyer} already holds {held} reservations, the most this provider allows ({cap}); buy or let some expire first"
-                ))
+                ApiError::too_many_requests(
+                    format!(
+                        "buyer {buyer} already holds {held} reservations, the most this provider allows ({cap}); buy or let some expire first"
+                    ),
+                    HOLD_CAP_RETRY_AFTER_SECS,
+                )
                 .field("buyerID.ID")
             })
     }
@@ -681,6 +719,25 @@ mod tests {
 
     fn ts(s: &str) -> jiff::Timestamp {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn fractional_pods_and_a_full_ledger_are_refused() {
+        let r = |pods: &str| Resources {
+            cpu: fluidos_api::quantity::Amount::parse("1").unwrap(),
+            memory: fluidos_api::quantity::Amount::parse("1Gi").unwrap(),
+            pods: fluidos_api::quantity::Amount::parse(pods).unwrap(),
+            ..Resources::zero()
+        };
+        assert!(refuse_zero_size(&r("2")).is_ok());
+        let e = refuse_zero_size(&r("1m")).unwrap_err();
+        assert_eq!(e.body.field.as_deref(), Some("configuration.data.pods"));
+        assert!(refuse_zero_size(&r("1500m")).is_err());
+        assert!(refuse_full_ledger(MAX_LEDGER_ENTRIES - 1).is_ok());
+        assert_eq!(
+            refuse_full_ledger(MAX_LEDGER_ENTRIES).unwrap_err().status,
+            409
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Issue 11's limits as attacks that must fail, against a real API server
 //! over loopback HTTP: oversized fields, names that would bend the
-//! API-server URL, zero-size partitions, a buyer hogging capacity, a hold
+//! API-server URL, zero-size and fractional-pod partitions, a buyer hogging capacity, a hold
 //! renewed forever, a peer flooding requests, slow-drip and idle
 //! connections, more connections than allowed, and an API server failing
 //! in the middle of a sale.
@@ -234,8 +234,10 @@ async fn a_buyer_cannot_hog_capacity_or_renew_a_hold_forever() {
         assert_eq!(s, 200, "{body}");
         txs.push(json(&body)["transactionID"].as_str().unwrap().to_owned());
     }
+    // 429, not 409: the flavor is not sold out (a 409 would make a consumer
+    // drop the candidate).
     let (s, body) = post(&c, &reserve, &k8s_reserve("f-3", "hog", "1", "1Gi", "1")).await;
-    assert_eq!(s, 409, "{body}");
+    assert_eq!(s, 429, "{body}");
     let v = json(&body);
     assert_eq!(v["field"], "buyerID.ID");
     assert!(
@@ -278,7 +280,7 @@ async fn a_buyer_cannot_hog_capacity_or_renew_a_hold_forever() {
         let (s, body) = t.await.unwrap();
         match s {
             200 => held += 1,
-            409 => assert_eq!(json(&body)["field"], "buyerID.ID", "{body}"),
+            429 => assert_eq!(json(&body)["field"], "buyerID.ID", "{body}"),
             other => panic!("{other}: {body}"),
         }
     }
