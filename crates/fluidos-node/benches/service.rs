@@ -20,13 +20,13 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use fluidos_api::allocation::AllocationState;
-use fluidos_api::network::KnownClusterSpec;
-use fluidos_api::{Allocation, Flavor, KnownCluster, ServiceBlueprint, Solver};
-use fluidos_testenv::{ControlPlane, ControlPlaneOptions, fixtures};
+use fluidos_api::{Allocation, Solver};
+use fluidos_testenv::ControlPlane;
 use k8s_openapi::api::core::v1::{Secret, Service};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
-use support::{NS, NodeProcess, cluster, free_port, prepare};
+use support::service::ServiceStage;
+use support::{NS, NodeProcess};
 
 const LIMIT: Duration = Duration::from_secs(120);
 const CREDENTIALS_LABEL: &str = "nodecore.fluidos.eu/flavor-service-credentials=true";
@@ -136,75 +136,16 @@ async fn provider_endpoints(provider: &ControlPlane, contract: &str) -> Option<S
     Some(endpoints?.join(","))
 }
 
-#[expect(clippy::too_many_lines, reason = "setup, then the runs, in order")]
 async fn bench(runs: usize) {
-    let reference = fluidos_testenv::shared_reference_dir().unwrap();
-    let samples = reference.join("fluidos-samples");
-    let blueprint: ServiceBlueprint = serde_yaml::from_str(
-        &std::fs::read_to_string(samples.join("service-blueprint-db.yaml")).unwrap(),
-    )
-    .unwrap();
-    let sample: Solver = serde_yaml::from_str(
-        &std::fs::read_to_string(samples.join("solver-service.yaml")).unwrap(),
-    )
-    .unwrap();
-
     let setup = Instant::now();
-    let provider_cp = async {
-        ControlPlane::start(ControlPlaneOptions {
-            workloads: true,
-            crd_dirs: vec![fluidos_testenv::crds_dir()],
-        })
+    let stage = ServiceStage::start("64", "256Gi")
         .await
-        .unwrap()
-    };
-    let (provider, consumer) = tokio::join!(provider_cp, cluster());
-    let (pport, cport) = (free_port(), free_port());
-    prepare(&provider, "provider01", pport).await;
-    prepare(&consumer, "consumer01", cport).await;
-    fixtures::worker_node(&provider, "worker-1", "64", "256Gi")
-        .await
-        .unwrap();
-    Api::<ServiceBlueprint>::namespaced(provider.client(), NS)
-        .create(&PostParams::default(), &blueprint)
-        .await
-        .unwrap();
-    Api::<KnownCluster>::namespaced(consumer.client(), NS)
-        .create(
-            &PostParams::default(),
-            &KnownCluster::new(
-                "knowncluster-provider01",
-                KnownClusterSpec {
-                    address: format!("127.0.0.1:{pport}"),
-                },
-            ),
-        )
-        .await
-        .unwrap();
-    let provider_node = NodeProcess::spawn(
-        &provider,
-        pport,
-        "local-resource-manager,rear-gateway",
-        "0",
-        &["--liqo-cluster-id", "liqo-provider"],
-    );
-    let consumer_node = NodeProcess::spawn(
-        &consumer,
-        cport,
-        "rear-manager",
-        "0",
-        &["--liqo-cluster-id", "liqo-consumer"],
-    );
+        .expect("../shared/reference was checked by skip_reason");
+    let (provider, consumer, sample) = (&stage.provider, &stage.consumer, &stage.solver);
+    let provider_node = stage.provider_node();
+    let consumer_node = stage.consumer_node();
     let nodes = [&provider_node, &consumer_node];
-    let flavors: Api<Flavor> = Api::namespaced(provider.client(), NS);
-    poll("the Service flavor", &nodes, || async {
-        let list = flavors.list(&ListParams::default()).await.ok()?;
-        list.items
-            .iter()
-            .any(|f| f.spec.flavor_type.type_identifier == "Service")
-            .then_some(())
-    })
-    .await;
+    stage.wait_service_flavor(&nodes).await;
     println!(
         "service bench: {runs} runs, delivery without Liqo, upstream database blueprint, \
          setup {:.1?}",
@@ -239,7 +180,7 @@ async fn bench(runs: usize) {
             let logs: Vec<String> = nodes.iter().map(|n| n.log()).collect();
             panic!(
                 "run {run}: no new credentials Secret within {LIMIT:?}\n{}--- logs\n{}",
-                states(&provider, &consumer).await,
+                states(provider, consumer).await,
                 logs.join("\n---\n")
             );
         };
@@ -256,7 +197,7 @@ async fn bench(runs: usize) {
             .map(|v| String::from_utf8_lossy(&v.0).into_owned())
             .unwrap_or_default();
         let expected = poll("the provider's endpoint Service", &nodes, || {
-            provider_endpoints(&provider, &contract)
+            provider_endpoints(provider, &contract)
         })
         .await;
         assert_eq!(endpoints, expected, "run {run}: endpoints of {contract}");

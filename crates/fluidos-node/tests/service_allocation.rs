@@ -12,16 +12,16 @@
 use std::time::{Duration, Instant};
 
 use fluidos_api::allocation::AllocationState;
-use fluidos_api::network::KnownClusterSpec;
-use fluidos_api::{Allocation, KnownCluster, ServiceBlueprint, Solver};
-use fluidos_testenv::{ControlPlane, ControlPlaneOptions, fixtures};
+use fluidos_api::{Allocation, Solver};
+use fluidos_testenv::ControlPlane;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 
 mod support;
 
-use support::{NS, NodeProcess, cluster, eventually, free_port, prepare};
+use support::service::ServiceStage;
+use support::{NS, eventually};
 
 async fn allocation_state(cp: &ControlPlane) -> Option<(AllocationState, Allocation)> {
     let list = Api::<Allocation>::namespaced(cp.client(), NS)
@@ -38,93 +38,22 @@ async fn allocation_state(cp: &ControlPlane) -> Option<(AllocationState, Allocat
     reason = "two clusters, two nodes, one purchase: the scenario reads top to bottom"
 )]
 async fn service_solver_gets_working_credentials_without_liqo() {
-    let Some(reference) = fluidos_testenv::shared_reference_dir() else {
+    let Some(stage) = ServiceStage::start("8", "16Gi").await else {
         eprintln!(
             "SKIP: ../shared/reference is absent (blueprint and Solver samples come from there)"
         );
         return;
     };
-    let samples = reference.join("fluidos-samples");
-    let blueprint: ServiceBlueprint = serde_yaml::from_str(
-        &std::fs::read_to_string(samples.join("service-blueprint-db.yaml")).unwrap(),
-    )
-    .unwrap();
-    let solver: Solver = serde_yaml::from_str(
-        &std::fs::read_to_string(samples.join("solver-service.yaml")).unwrap(),
-    )
-    .unwrap();
-
-    let provider_cp = async {
-        ControlPlane::start(ControlPlaneOptions {
-            workloads: true,
-            crd_dirs: vec![fluidos_testenv::crds_dir()],
-        })
-        .await
-        .unwrap()
-    };
-    let (provider, consumer) = tokio::join!(provider_cp, cluster());
-    let (pport, cport) = (free_port(), free_port());
-    prepare(&provider, "provider01", pport).await;
-    prepare(&consumer, "consumer01", cport).await;
-    fixtures::worker_node(&provider, "worker-1", "8", "16Gi")
-        .await
-        .unwrap();
-    Api::<ServiceBlueprint>::namespaced(provider.client(), NS)
-        .create(&PostParams::default(), &blueprint)
-        .await
-        .unwrap();
-    let known = KnownCluster::new(
-        "knowncluster-provider01",
-        KnownClusterSpec {
-            address: format!("127.0.0.1:{pport}"),
-        },
-    );
-    Api::<KnownCluster>::namespaced(consumer.client(), NS)
-        .create(&PostParams::default(), &known)
-        .await
-        .unwrap();
-    let provider_node = NodeProcess::spawn(
-        &provider,
-        pport,
-        "local-resource-manager,rear-gateway",
-        "0",
-        &["--liqo-cluster-id", "liqo-provider"],
-    );
-    let consumer_node = NodeProcess::spawn(
-        &consumer,
-        cport,
-        "rear-manager",
-        "0",
-        &[
-            "--liqo-cluster-id",
-            "liqo-consumer",
-            "--peer-timeout-ms",
-            "1000",
-        ],
-    );
+    let (provider, consumer, solver) = (&stage.provider, &stage.consumer, &stage.solver);
+    let provider_node = stage.provider_node();
+    let consumer_node = stage.consumer_node();
     let logs = [&provider_node, &consumer_node];
     // The provider publishes its Service flavor before the Solver asks.
-    eventually(
-        "the Service flavor",
-        Duration::from_secs(60),
-        &logs,
-        || async {
-            let flavors = Api::<fluidos_api::Flavor>::namespaced(provider.client(), NS)
-                .list(&ListParams::default())
-                .await
-                .ok()?;
-            flavors
-                .items
-                .iter()
-                .any(|f| f.spec.flavor_type.type_identifier == "Service")
-                .then_some(())
-        },
-    )
-    .await;
+    stage.wait_service_flavor(&logs).await;
 
     let started = Instant::now();
     Api::<Solver>::namespaced(consumer.client(), NS)
-        .create(&PostParams::default(), &solver)
+        .create(&PostParams::default(), solver)
         .await
         .unwrap();
 
@@ -134,39 +63,22 @@ async fn service_solver_gets_working_credentials_without_liqo() {
         "the provider Allocation started",
         Duration::from_secs(60),
         &logs,
-        || async { allocation_state(&provider).await.map(|_| ()) },
+        || async { allocation_state(provider).await.map(|_| ()) },
     )
     .await;
     provider_node.kill().await;
-    let provider_node = NodeProcess::spawn(
-        &provider,
-        pport,
-        "local-resource-manager,rear-gateway",
-        "0",
-        &["--liqo-cluster-id", "liqo-provider"],
-    );
+    let provider_node = stage.provider_node();
     let logs = [&provider_node, &consumer_node];
     // And of the consumer, as soon as its Allocation has a status.
     eventually(
         "the consumer Allocation started",
         Duration::from_secs(60),
         &logs,
-        || async { allocation_state(&consumer).await.map(|_| ()) },
+        || async { allocation_state(consumer).await.map(|_| ()) },
     )
     .await;
     consumer_node.kill().await;
-    let consumer_node = NodeProcess::spawn(
-        &consumer,
-        cport,
-        "rear-manager",
-        "0",
-        &[
-            "--liqo-cluster-id",
-            "liqo-consumer",
-            "--peer-timeout-ms",
-            "1000",
-        ],
-    );
+    let consumer_node = stage.consumer_node();
     let logs = [&provider_node, &consumer_node];
 
     let secret = eventually(

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod peering;
+pub mod service;
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
