@@ -75,9 +75,12 @@ async fn provider(
         .unwrap();
     let mut cfg = GatewayConfig::new(&ns, id, "").with_kube_config(kube_cfg);
     cfg.liqo_cluster_id = Some(format!("liqo-prov{i:02}"));
-    let client = cp.client();
+    // Started and ready before the consumer is: an operator waits for both
+    // nodes' /readyz before the first Solver.
+    let gateway = fluidos_rear_gateway::Gateway::start(cp.client(), cfg);
+    gateway.wait_ready(Duration::from_secs(30)).await.unwrap();
     let task = tokio::spawn(async move {
-        let _ = fluidos_rear_gateway::serve(listener, client, cfg, std::future::pending()).await;
+        let _ = gateway.serve(listener, std::future::pending()).await;
     });
     (addr, task)
 }

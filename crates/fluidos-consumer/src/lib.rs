@@ -284,6 +284,7 @@ pub async fn run_with_readiness(
                 gate.wait().await;
             }
             first_lists(&client, &ns).await;
+            first_writes(&client, &ns).await;
             tracing::info!("consumer controllers' watches established");
             ready.set_ready();
             futures::future::pending::<()>().await;
@@ -354,6 +355,24 @@ async fn first_lists(client: &kube::Client, ns: &str) {
             tracing::debug!(kind, error = %e, "first list failed");
         }
     }
+}
+
+/// Creates with `dryRun=All` one object of each kind the consumer writes,
+/// and a Solver (the user's first write), before the consumer says it is
+/// ready: a fresh API server readies a kind's write path on its first write,
+/// which cost the first Solver of a fresh node about 300 ms.
+async fn first_writes(client: &kube::Client, ns: &str) {
+    use fluidos_api::probe;
+    use fluidos_controller::warm_up::dry_run_create;
+    tokio::join!(
+        dry_run_create(client, probe::solver(ns)),
+        dry_run_create(client, probe::discovery(ns)),
+        dry_run_create(client, probe::peering_candidate(ns)),
+        dry_run_create(client, probe::reservation(ns)),
+        dry_run_create(client, probe::transaction(ns)),
+        dry_run_create(client, probe::contract(ns)),
+        dry_run_create(client, probe::allocation(ns)),
+    );
 }
 
 /// How the consumer's watches start: with a streaming list (the initial

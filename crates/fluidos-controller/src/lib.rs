@@ -9,6 +9,7 @@ pub mod metrics;
 pub mod readiness;
 pub mod reconcile;
 pub mod time;
+pub mod warm_up;
 
 pub use metrics::Metrics;
 pub use readiness::ReadinessGate;

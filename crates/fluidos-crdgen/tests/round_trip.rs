@@ -699,3 +699,53 @@ async fn admission_refuses_unimplemented_types_and_reservations_without_candidat
     );
     cp.stop().await;
 }
+
+/// The objects a node dry-run creates at start (`fluidos_api::probe`) are
+/// admitted: a probe the API server refused would warm nothing, and its
+/// error is only logged at debug level.
+#[tokio::test]
+async fn the_startup_probe_objects_are_admitted() {
+    use fluidos_api::probe;
+    let cp = ControlPlane::start(ControlPlaneOptions {
+        workloads: false,
+        crd_dirs: vec![fluidos_testenv::crds_dir()],
+    })
+    .await
+    .unwrap();
+    let client = cp.client();
+    ensure_namespace(&client, NS).await;
+    async fn admitted<K>(client: &kube::Client, obj: K)
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + Serialize
+            + DeserializeOwned,
+    {
+        let dry = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        Api::<K>::namespaced(client.clone(), NS)
+            .create(&dry, &obj)
+            .await
+            .unwrap_or_else(|e| panic!("probe {} refused: {e}", K::kind(&())));
+        // Dry run: nothing stored.
+        assert!(
+            Api::<K>::namespaced(client.clone(), NS)
+                .get_opt(probe::PROBE_NAME)
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+    admitted(&client, probe::flavor(NS)).await;
+    admitted(&client, probe::solver(NS)).await;
+    admitted(&client, probe::discovery(NS)).await;
+    admitted(&client, probe::peering_candidate(NS)).await;
+    admitted(&client, probe::reservation(NS)).await;
+    admitted(&client, probe::transaction(NS)).await;
+    admitted(&client, probe::contract(NS)).await;
+    admitted(&client, probe::allocation(NS)).await;
+    cp.stop().await;
+}

@@ -262,6 +262,35 @@ pub(crate) struct State {
     reserving: reserve::InFlight,
 }
 
+/// Forwards the catalog's readiness to `ready`, the first time only after a
+/// dry-run create of each kind a sale writes (Flavor, Transaction, Contract,
+/// Allocation): a fresh API server readies a kind's write path on its first
+/// write, which the first sale of a fresh provider paid for.
+async fn ready_after_first_writes(
+    client: kube::Client,
+    ns: String,
+    mut catalog_ready: watch::Receiver<bool>,
+    ready: watch::Sender<bool>,
+) {
+    use fluidos_api::probe;
+    use fluidos_controller::warm_up::dry_run_create;
+    if catalog_ready.wait_for(|r| *r).await.is_err() {
+        return;
+    }
+    tokio::join!(
+        dry_run_create(&client, probe::flavor(&ns)),
+        dry_run_create(&client, probe::transaction(&ns)),
+        dry_run_create(&client, probe::contract(&ns)),
+        dry_run_create(&client, probe::allocation(&ns)),
+    );
+    loop {
+        ready.send_replace(*catalog_ready.borrow_and_update());
+        if catalog_ready.changed().await.is_err() {
+            break;
+        }
+    }
+}
+
 /// A started gateway: watch cache and sweeper running, routes ready to serve.
 ///
 /// Dropping it stops its background tasks.
@@ -273,8 +302,15 @@ pub struct Gateway {
 impl Gateway {
     /// Starts the Flavor watch and the expiry sweeper (needs a Tokio runtime).
     pub fn start(client: kube::Client, cfg: GatewayConfig) -> Gateway {
+        let (catalog_ready_tx, catalog_ready) = watch::channel(false);
         let (ready_tx, ready) = watch::channel(false);
-        let (catalog, driver) = Catalog::start(client.clone(), &cfg.namespace, ready_tx);
+        let (catalog, driver) = Catalog::start(client.clone(), &cfg.namespace, catalog_ready_tx);
+        let warm_up = tokio::spawn(ready_after_first_writes(
+            client.clone(),
+            cfg.namespace.clone(),
+            catalog_ready,
+            ready_tx,
+        ));
         let ns = cfg.namespace.as_str();
         let client_for_events = client.clone();
         let (credentials, accounts_driver) = Credentials::new(
@@ -312,7 +348,12 @@ impl Gateway {
         });
         let sweep = tokio::spawn(sweeper::run(state.clone(), state.cfg.sweep_interval));
         Gateway {
-            tasks: vec![tokio::spawn(driver), tokio::spawn(accounts_driver), sweep],
+            tasks: vec![
+                tokio::spawn(driver),
+                tokio::spawn(accounts_driver),
+                sweep,
+                warm_up,
+            ],
             state,
         }
     }
