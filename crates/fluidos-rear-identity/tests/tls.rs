@@ -1,0 +1,182 @@
+//! Real TLS on loopback between a server and a reqwest client built from
+//! this crate's configurations, and the identity Secret on a real API server.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fluidos_rear_identity::secret::{self, SecretError};
+use fluidos_rear_identity::{NodeKey, tls};
+use fluidos_testenv::{ControlPlane, ControlPlaneOptions, fixtures};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+/// A one-route HTTPS server that answers with the client's fingerprint
+/// ("anonymous" without a certificate). Returns its base URL.
+async fn whoami_server(key: &NodeKey, mandatory: bool) -> String {
+    let acceptor = TlsAcceptor::from(Arc::new(tls::server_config(key, mandatory).unwrap()));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("https://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut stream) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let who = tls::peer_fingerprint(stream.get_ref().1)
+                    .map_or_else(|| "anonymous".to_owned(), |f| f.to_string());
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if stream.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{who}",
+                    who.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    base
+}
+
+fn client(config: rustls::ClientConfig) -> reqwest::Client {
+    reqwest::Client::builder()
+        .use_preconfigured_tls(config)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+#[tokio::test]
+async fn peers_are_known_by_their_key_over_real_tls() {
+    let provider = NodeKey::generate("provider").unwrap();
+    let consumer = NodeKey::generate("consumer").unwrap();
+    let base = whoami_server(&provider, false).await;
+
+    // The provider sees the consumer's fingerprint.
+    let c = client(tls::client_config(&consumer, provider.fingerprint()).unwrap());
+    let who = c.get(&base).send().await.unwrap().text().await.unwrap();
+    assert_eq!(who, consumer.fingerprint().to_string());
+
+    // A consumer expecting another key refuses this provider, and says why.
+    let someone_else = NodeKey::generate("provider").unwrap();
+    let c = client(tls::client_config(&consumer, someone_else.fingerprint()).unwrap());
+    let e = c.get(&base).send().await.unwrap_err();
+    let msg = chain(&e);
+    assert!(
+        msg.contains(&format!(
+            "the peer presented key {}, not the expected {}",
+            provider.fingerprint(),
+            someone_else.fingerprint()
+        )),
+        "{msg}"
+    );
+
+    // Without a certificate: anonymous where allowed, refused where not.
+    let anon = client(tls::anonymous_client_config(provider.fingerprint()).unwrap());
+    let who = anon.get(&base).send().await.unwrap().text().await.unwrap();
+    assert_eq!(who, "anonymous");
+    let strict = whoami_server(&provider, true).await;
+    assert!(anon.get(&strict).send().await.is_err());
+    let c = client(tls::client_config(&consumer, provider.fingerprint()).unwrap());
+    let who = c.get(&strict).send().await.unwrap().text().await.unwrap();
+    assert_eq!(who, consumer.fingerprint().to_string());
+
+    // A plain-HTTP client gets no answer from the TLS port. (reqwest built
+    // without a default crypto provider needs one even for http://.)
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let plain = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    assert!(
+        plain
+            .get(base.replace("https://", "http://"))
+            .send()
+            .await
+            .is_err()
+    );
+}
+
+#[tokio::test]
+async fn the_key_is_created_once_and_kept_in_a_secret() {
+    let cp = ControlPlane::start(ControlPlaneOptions {
+        workloads: false,
+        crd_dirs: vec![],
+    })
+    .await
+    .unwrap();
+    let client = cp.client();
+    fixtures::namespace(&cp, "fluidos").await.unwrap();
+    let name = secret::DEFAULT_SECRET_NAME;
+
+    // Two replicas starting at once agree on one key.
+    let (a, b) = tokio::join!(
+        secret::load_or_create(&client, "fluidos", name, "node-1"),
+        secret::load_or_create(&client, "fluidos", name, "node-1"),
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a.fingerprint(), b.fingerprint());
+    // A restart reads the same key.
+    let again = secret::load_or_create(&client, "fluidos", name, "node-1")
+        .await
+        .unwrap();
+    assert_eq!(again.fingerprint(), a.fingerprint());
+    let stored = Api::<Secret>::namespaced(client.clone(), "fluidos")
+        .get(name)
+        .await
+        .unwrap();
+    assert_eq!(
+        stored.metadata.annotations.unwrap()["fluidos.eu/key-fingerprint"],
+        a.fingerprint().to_string()
+    );
+
+    // A damaged Secret is reported, never overwritten (a new key would
+    // change the identity every peer knows).
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "fluidos");
+    let damaged = serde_json::json!({"data": {secret::KEY_FIELD: ByteString(b"garbage".to_vec())}});
+    secrets
+        .patch(name, &PatchParams::default(), &Patch::Merge(&damaged))
+        .await
+        .unwrap();
+    let e = secret::load_or_create(&client, "fluidos", name, "node-1")
+        .await
+        .unwrap_err();
+    assert!(matches!(e, SecretError::Unusable { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("fluidos/fluidos-node-identity") && msg.contains("delete it"),
+        "{msg}"
+    );
+    assert!(!msg.contains("garbage"), "{msg}");
+    let still = secrets.get(name).await.unwrap();
+    assert_eq!(still.data.unwrap()[secret::KEY_FIELD].0, b"garbage");
+    cp.stop().await;
+}
