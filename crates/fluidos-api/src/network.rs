@@ -1,5 +1,6 @@
 //! `KnownCluster` and `Broker` (network.fluidos.eu/v1alpha1): how providers are found.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
@@ -63,8 +64,13 @@ pub struct BrokerSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BrokerStatus {
-    /// RFC 3339 expiry.
+    /// RFC 3339 expiry (the Go node's `UpdateStatus()`: last update + 10 s).
     pub expiration_time: String,
-    /// RFC 3339 last update.
+    /// RFC 3339 time the status was last written.
     pub last_update_time: String,
+    /// Standard conditions: `Connected` (with the reason it is not, e.g.
+    /// `SecretMissing`, `TlsRefused`, `ConnectionLost`), each with
+    /// `observedGeneration`. Not in the Go node's schema; Go readers ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<Condition>>,
 }

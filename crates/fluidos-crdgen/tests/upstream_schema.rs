@@ -56,6 +56,8 @@ const EXTRA_FIELDS: &[(&str, &str)] = &[
         "reservation.fluidos.eu_reservations.yaml",
         "status.purchaseAttemptedAt",
     ),
+    // The broker client's connection state (fluidos-network-manager::broker).
+    ("network.fluidos.eu_brokers.yaml", "status.conditions"),
 ];
 
 /// Checks replacing the Go node's validating webhooks (file, schema path):

@@ -109,6 +109,13 @@ pub fn parse(datagram: &[u8]) -> Result<Advertisement, Rejection> {
         });
     }
     let ad: Advertisement = serde_json::from_slice(datagram).map_err(Rejection::Malformed)?;
+    validate(ad)
+}
+
+/// Checks the fields of an advertisement however it arrived (a multicast
+/// datagram, or an announcement through the broker): the node ID must be
+/// name-safe, `ip` a `host:port`, `domain` printable, a fingerprint well formed.
+pub fn validate(ad: Advertisement) -> Result<Advertisement, Rejection> {
     if !valid_node_id(&ad.node_id) {
         return Err(Rejection::NodeId(ad.node_id));
     }

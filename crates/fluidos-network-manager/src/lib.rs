@@ -7,8 +7,11 @@
 //! [`advertisement`] (what a datagram is worth) and [`lifecycle`] (when to
 //! write, what expiry, when to delete); [`multicast`] and [`known_clusters`]
 //! are the socket and API-server edges; [`NetworkManager`] ties them.
+//! [`broker`] is the AMQP broker client, which feeds the same KnownCluster
+//! writer through [`PeerSink`].
 
 pub mod advertisement;
+pub mod broker;
 pub mod config;
 pub mod known_clusters;
 pub mod lifecycle;
@@ -21,7 +24,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 pub use advertisement::Advertisement;
 pub use config::{MulticastSettings, Settings, SettingsError};
 pub use known_clusters::KnownClusters;
-pub use manager::NetworkManager;
+pub use manager::{NetworkManager, PeerSink};
 pub use metrics::NetworkMetrics;
 
 /// Why the network manager could not start, or one of its API calls failed.

@@ -22,6 +22,26 @@ pub struct NetworkManager {
     identity: fluidos_api::NodeIdentity,
     sockets: Option<MulticastSockets>,
     metrics: NetworkMetrics,
+    tx: mpsc::Sender<Advertisement>,
+    rx: mpsc::Receiver<Advertisement>,
+}
+
+/// Where other sources of peers (the AMQP broker client) hand their
+/// advertisements to the network manager's one KnownCluster writer, so
+/// that its cap, address-conflict rule and sparse refreshes apply to every
+/// peer however it was learned. Cloning is cheap.
+#[derive(Clone, Debug)]
+pub struct PeerSink {
+    tx: mpsc::Sender<Advertisement>,
+}
+
+impl PeerSink {
+    /// Queues `ad` for the KnownCluster writer; `false` (and nothing
+    /// queued) when the writer is behind (1024 queued) or
+    /// stopped: peers repeat, so the next announcement retries.
+    pub fn offer(&self, ad: Advertisement) -> bool {
+        self.tx.try_send(ad).is_ok()
+    }
 }
 
 impl NetworkManager {
@@ -37,12 +57,22 @@ impl NetworkManager {
             Some(m) => Some(MulticastSockets::open(m)?),
             None => None,
         };
+        let (tx, rx) = mpsc::channel::<Advertisement>(BACKLOG);
         Ok(NetworkManager {
             settings,
             identity,
             sockets,
             metrics,
+            tx,
+            rx,
         })
+    }
+
+    /// Where the broker client hands the peers it learns (see [`PeerSink`]).
+    pub fn peer_sink(&self) -> PeerSink {
+        PeerSink {
+            tx: self.tx.clone(),
+        }
     }
 
     /// The open sockets, `None` with LAN discovery off.
@@ -62,7 +92,7 @@ impl NetworkManager {
         );
         // `tx` lives until this function returns, so with discovery off the
         // channel stays open and `maintain` keeps sweeping.
-        let (tx, rx) = mpsc::channel::<Advertisement>(BACKLOG);
+        let (tx, rx) = (self.tx, self.rx);
         let housekeeping = maintain(
             known,
             rx,

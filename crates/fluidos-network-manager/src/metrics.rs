@@ -28,6 +28,20 @@ pub struct StepLabels {
     pub step: String,
 }
 
+/// A single `exchange` label (where a broker message was published).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ExchangeLabels {
+    /// `announcements_exchange` or `rules_exchange`.
+    pub exchange: String,
+}
+
+/// A single `result` label (how a broker connection attempt ended).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// `connected`, or the reason it failed (`crate::broker::BrokerError::reason`).
+    pub result: String,
+}
+
 /// Network manager counters; clones share values.
 #[derive(Clone, Debug, Default)]
 pub struct NetworkMetrics {
@@ -37,6 +51,13 @@ pub struct NetworkMetrics {
     send_failures: Counter,
     writes: Family<KindLabels, Counter>,
     failures: Family<StepLabels, Counter>,
+    broker_connects: Family<ResultLabels, Counter>,
+    broker_published: Family<ExchangeLabels, Counter>,
+    broker_publish_failures: Family<ExchangeLabels, Counter>,
+    broker_received: Counter,
+    broker_dropped: Family<ReasonLabels, Counter>,
+    broker_status_writes: Counter,
+    broker_status_failures: Counter,
 }
 
 impl NetworkMetrics {
@@ -72,6 +93,124 @@ impl NetworkMetrics {
             "Failed KnownCluster API calls, per step (retried later)",
             self.failures.clone(),
         );
+        registry.register(
+            "fluidos_broker_connects",
+            "AMQP broker connection attempts, per result (connected, or why not)",
+            self.broker_connects.clone(),
+        );
+        registry.register(
+            "fluidos_broker_messages_published",
+            "Broker messages published and confirmed, per exchange",
+            self.broker_published.clone(),
+        );
+        registry.register(
+            "fluidos_broker_publish_failures",
+            "Broker messages not confirmed (nack, timeout, connection lost), per exchange",
+            self.broker_publish_failures.clone(),
+        );
+        registry.register(
+            "fluidos_broker_messages_received",
+            "Messages received from brokers",
+            self.broker_received.clone(),
+        );
+        registry.register(
+            "fluidos_broker_messages_dropped",
+            "Broker messages not acted on, per reason",
+            self.broker_dropped.clone(),
+        );
+        registry.register(
+            "fluidos_broker_status_writes",
+            "Writes of Broker statuses",
+            self.broker_status_writes.clone(),
+        );
+        registry.register(
+            "fluidos_broker_status_failures",
+            "Failed writes of Broker statuses (retried)",
+            self.broker_status_failures.clone(),
+        );
+    }
+
+    /// Counts one broker connection attempt ending in `result`.
+    pub fn broker_connect(&self, result: &str) {
+        self.broker_connects
+            .get_or_create(&ResultLabels {
+                result: result.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts one broker message confirmed (`ok`) or not, on `exchange`.
+    pub fn broker_published(&self, exchange: &str, ok: bool) {
+        let family = if ok {
+            &self.broker_published
+        } else {
+            &self.broker_publish_failures
+        };
+        family
+            .get_or_create(&ExchangeLabels {
+                exchange: exchange.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts one message received from a broker.
+    pub fn broker_received(&self) {
+        self.broker_received.inc();
+    }
+
+    /// Counts one broker message dropped for `reason`.
+    pub fn broker_dropped(&self, reason: &str) {
+        self.broker_dropped
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts one Broker status write, or a failed one.
+    pub fn broker_status_written(&self, ok: bool) {
+        if ok {
+            self.broker_status_writes.inc();
+        } else {
+            self.broker_status_failures.inc();
+        }
+    }
+
+    /// Broker connection attempts that ended in `result` so far.
+    pub fn broker_connect_count(&self, result: &str) -> u64 {
+        self.broker_connects
+            .get_or_create(&ResultLabels {
+                result: result.to_owned(),
+            })
+            .get()
+    }
+
+    /// Broker messages confirmed on `exchange` so far.
+    pub fn broker_published_count(&self, exchange: &str) -> u64 {
+        self.broker_published
+            .get_or_create(&ExchangeLabels {
+                exchange: exchange.to_owned(),
+            })
+            .get()
+    }
+
+    /// Messages received from brokers so far.
+    pub fn broker_received_count(&self) -> u64 {
+        self.broker_received.get()
+    }
+
+    /// Broker messages dropped for `reason` so far.
+    pub fn broker_dropped_count(&self, reason: &str) -> u64 {
+        self.broker_dropped
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_owned(),
+            })
+            .get()
+    }
+
+    /// Broker status writes so far.
+    pub fn broker_status_write_count(&self) -> u64 {
+        self.broker_status_writes.get()
     }
 
     /// Counts one datagram received.
