@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
+# Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and kubectl
 # from the Go module proxy, once per version set, into a cache outside the repo.
 # Prints the directory holding the binaries on its last line.
 #
-#   tools/control-plane/build.sh            # all five
+#   tools/control-plane/build.sh            # all six
 #   FLUIDOS_CP_MINIMAL=1 tools/control-plane/build.sh   # etcd + kube-apiserver only
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -45,5 +45,8 @@ if [ -z "${FLUIDOS_CP_MINIMAL:-}" ]; then
   build kube-controller-manager kubernetes k8s.io/kubernetes/cmd/kube-controller-manager "$k8s_ldflags"
   build kube-scheduler kubernetes k8s.io/kubernetes/cmd/kube-scheduler "$k8s_ldflags"
   build kwok kwok sigs.k8s.io/kwok/cmd/kwok
+  # For the `kubectl fluidos` plugin test (crates/kubectl-fluidos): a kubectl
+  # of the same version that finds plugins on PATH.
+  build kubectl kubernetes k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags"
 fi
 echo "$out"
