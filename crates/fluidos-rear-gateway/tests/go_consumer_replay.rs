@@ -140,6 +140,39 @@ fn reserve_body(flavor_id: &str, configuration: Option<&str>) -> String {
     }
 }
 
+/// RESERVE then PURCHASE (with `purchase_body`) as the Go consumer sends
+/// them; both must answer 200 with a non-empty transaction ID (an empty one
+/// makes the Go consumer retry).
+async fn go_buys(
+    base: &str,
+    flavor_id: &str,
+    configuration: Option<&str>,
+    purchase_body: &str,
+) -> (WireTransaction, WireContract) {
+    let r = go_request(
+        base,
+        "POST",
+        "/api/v2/reservations",
+        Some(&reserve_body(flavor_id, configuration)),
+    )
+    .await;
+    assert_eq!(r.status, 200, "reserving {flavor_id}: {}", r.body);
+    let tx: WireTransaction = serde_json::from_str(&r.body).unwrap();
+    assert!(!tx.transaction_id.is_empty(), "{}", r.body);
+    let p = go_request(
+        base,
+        "POST",
+        &format!("/api/v2/transactions/{}/purchase", tx.transaction_id),
+        Some(purchase_body),
+    )
+    .await;
+    assert_eq!(p.status, 200, "buying {flavor_id}: {}", p.body);
+    let contract: WireContract = serde_json::from_str(&p.body).unwrap();
+    assert_eq!(contract.transaction_id, tx.transaction_id);
+    assert_eq!(contract.flavor.flavor_id, flavor_id);
+    (tx, contract)
+}
+
 /// The upstream CRDs' resources the Go consumer writes.
 fn upstream(group: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1alpha1", kind), plural)
@@ -319,31 +352,8 @@ async fn a_go_consumers_requests_and_names_work_against_our_gateway() {
     }
     // ForgeK8SliceConfiguration: Range -> min, Match -> value.
     let sample_cfg = r#"{"type":"k8slice","data":{"cpu":"1","memory":"1Gi","pods":"110"}}"#;
-    let r = go_request(
-        &base,
-        "POST",
-        "/api/v2/reservations",
-        Some(&reserve_body("fluidos.eu-k8slice-3f9a", Some(sample_cfg))),
-    )
-    .await;
-    assert_eq!(r.status, 200, "{}", r.body);
-    let tx: WireTransaction = serde_json::from_str(&r.body).unwrap();
-    assert!(
-        !tx.transaction_id.is_empty(),
-        "an empty ID makes the Go consumer retry"
-    );
+    let (tx, first) = go_buys(&base, "fluidos.eu-k8slice-3f9a", Some(sample_cfg), "{}").await;
     assert_eq!(tx.buyer.id, GO_CONSUMER);
-    let p = go_request(
-        &base,
-        "POST",
-        &format!("/api/v2/transactions/{}/purchase", tx.transaction_id),
-        Some("{}"),
-    )
-    .await;
-    assert_eq!(p.status, 200, "{}", p.body);
-    let first: WireContract = serde_json::from_str(&p.body).unwrap();
-    assert_eq!(first.transaction_id, tx.transaction_id);
-    assert_eq!(first.flavor.flavor_id, "fluidos.eu-k8slice-3f9a");
     assert_eq!(first.buyer_cluster_id, GO_CONSUMER_LIQO);
     assert_eq!(first.peering_target_credentials.cluster_id, PROVIDER_LIQO);
     assert!(!first.peering_target_credentials.kubeconfig.is_empty());
@@ -377,26 +387,8 @@ async fn a_go_consumers_requests_and_names_work_against_our_gateway() {
     );
     let second_cfg = r#"{"type":"k8slice","data":{"cpu":"1","memory":"1Gi","pods":"10"}}"#;
     let mut contracts = vec![first.contract_id.clone()];
-    for round in 0..2 {
-        let r = go_request(
-            &base,
-            "POST",
-            "/api/v2/reservations",
-            Some(&reserve_body("fluidos.eu-k8slice-77aa", Some(second_cfg))),
-        )
-        .await;
-        assert_eq!(r.status, 200, "round {round}: {}", r.body);
-        let tx: WireTransaction = serde_json::from_str(&r.body).unwrap();
-        let p = go_request(
-            &base,
-            "POST",
-            &format!("/api/v2/transactions/{}/purchase", tx.transaction_id),
-            Some("{}"),
-        )
-        .await;
-        assert_eq!(p.status, 200, "round {round}: {}", p.body);
-        let c: WireContract = serde_json::from_str(&p.body).unwrap();
-        assert_eq!(c.flavor.flavor_id, "fluidos.eu-k8slice-77aa");
+    for _ in 0..2 {
+        let (tx, c) = go_buys(&base, "fluidos.eu-k8slice-77aa", Some(second_cfg), "{}").await;
         assert!(
             !contracts.contains(&c.contract_id),
             "a new sale gets a new contract name: {contracts:?} {}",
@@ -446,25 +438,9 @@ async fn a_go_consumers_requests_and_names_work_against_our_gateway() {
         "{}",
         listed.body
     );
-    let r = go_request(
-        &base,
-        "POST",
-        "/api/v2/reservations",
-        Some(&reserve_body("fluidos.eu-k8slice-5b5b", None)),
-    )
-    .await;
-    assert_eq!(r.status, 200, "{}", r.body);
-    let whole_tx: WireTransaction = serde_json::from_str(&r.body).unwrap();
-    assert!(whole_tx.configuration.is_none(), "{}", r.body);
-    let p = go_request(
-        &base,
-        "POST",
-        &format!("/api/v2/transactions/{}/purchase", whole_tx.transaction_id),
-        Some("{}"),
-    )
-    .await;
-    assert_eq!(p.status, 200, "{}", p.body);
-    let whole: WireContract = serde_json::from_str(&p.body).unwrap();
+    let (whole_tx, whole) = go_buys(&base, "fluidos.eu-k8slice-5b5b", None, "{}").await;
+    assert!(whole_tx.configuration.is_none(), "{whole_tx:?}");
+    assert!(whole.configuration.is_none(), "the whole flavor: {whole:?}");
     go_consumer_records_sale(&go, &whole_tx, &whole).await;
     wait_until(
         "the wholly sold flavor to leave the list",
@@ -507,27 +483,10 @@ async fn a_go_consumers_requests_and_names_work_against_our_gateway() {
     )
     .await;
     let db_default = r#"{"type":"service","data":{"configurationData":{"username":"admin","password":"admin","database":"mydb"}}}"#;
-    let r = go_request(
-        &base,
-        "POST",
-        "/api/v2/reservations",
-        Some(&reserve_body(&services[0].flavor_id, Some(db_default))),
-    )
-    .await;
-    assert_eq!(r.status, 200, "{}", r.body);
-    let svc_tx: WireTransaction = serde_json::from_str(&r.body).unwrap();
     let creds = format!(
         r#"{{"liqoCredentials":{{"clusterID":"{GO_CONSUMER_LIQO}","kubeconfig":"{GO_CONSUMER_KUBECONFIG}"}}}}"#
     );
-    let p = go_request(
-        &base,
-        "POST",
-        &format!("/api/v2/transactions/{}/purchase", svc_tx.transaction_id),
-        Some(&creds),
-    )
-    .await;
-    assert_eq!(p.status, 200, "{}", p.body);
-    let svc: WireContract = serde_json::from_str(&p.body).unwrap();
+    let (svc_tx, svc) = go_buys(&base, &services[0].flavor_id, Some(db_default), &creds).await;
     assert_eq!(svc.flavor.type_.name, "service");
     go_consumer_records_sale(&go, &svc_tx, &svc).await;
     go_consumer_creates(

@@ -3,23 +3,23 @@
 use std::fmt;
 use std::str::FromStr;
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD_NO_PAD;
 use sha2::{Digest, Sha256};
 
-/// How a fingerprint is written: OpenSSH's form, familiar to operators.
-const PREFIX: &str = "SHA256:";
+/// How a fingerprint is written: the algorithm, then the digest in hex. The
+/// multicast advertisement and the KnownCluster carry this same form
+/// (`fluidos-network-manager`'s `advertisement.rs`).
+const PREFIX: &str = "sha256:";
 
-/// SHA-256 of a node's SubjectPublicKeyInfo, written `SHA256:<base64>` (as
-/// OpenSSH writes key fingerprints).
+/// SHA-256 of a node's SubjectPublicKeyInfo, written `sha256:<64 lower-case
+/// hex digits>`.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Fingerprint([u8; 32]);
 
 /// A string that is not a fingerprint, or a certificate without a readable key.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum FingerprintError {
-    /// Not `SHA256:` followed by 43 characters of unpadded base64.
-    #[error("{0:?} is not a key fingerprint: expected SHA256: followed by 43 base64 characters")]
+    /// Not `sha256:` followed by 64 hex digits.
+    #[error("{0:?} is not a key fingerprint: expected sha256: followed by 64 hex digits")]
     Malformed(String),
     /// The certificate could not be parsed.
     #[error("the certificate cannot be read: {0}")]
@@ -34,15 +34,26 @@ impl Fingerprint {
 
     /// The fingerprint of the key a DER certificate carries.
     pub fn of_certificate(cert_der: &[u8]) -> Result<Fingerprint, FingerprintError> {
-        let (_, cert) = x509_parser::parse_x509_certificate(cert_der)
+        let (rest, cert) = x509_parser::parse_x509_certificate(cert_der)
             .map_err(|e| FingerprintError::Certificate(e.to_string()))?;
+        // The handshake signature is checked by another parser (webpki):
+        // bytes after the certificate could make the two read different keys.
+        if !rest.is_empty() {
+            return Err(FingerprintError::Certificate(
+                "trailing bytes after the certificate".into(),
+            ));
+        }
         Ok(Fingerprint::of_public_key(cert.public_key().raw))
     }
 }
 
 impl fmt::Display for Fingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{PREFIX}{}", STANDARD_NO_PAD.encode(self.0))
+        f.write_str(PREFIX)?;
+        for b in self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
     }
 }
 
@@ -57,12 +68,15 @@ impl FromStr for Fingerprint {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let malformed = || FingerprintError::Malformed(s.chars().take(80).collect());
-        let b64 = s.strip_prefix(PREFIX).ok_or_else(malformed)?;
-        if b64.len() != 43 {
+        let hex = s.strip_prefix(PREFIX).ok_or_else(malformed)?;
+        // Lower case only: one spelling per key, so fingerprints compare as text too.
+        if hex.len() != 64 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
             return Err(malformed());
         }
-        let bytes = STANDARD_NO_PAD.decode(b64).map_err(|_| malformed())?;
-        let arr: [u8; 32] = bytes.try_into().map_err(|_| malformed())?;
+        let mut arr = [0u8; 32];
+        for (i, byte) in arr.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| malformed())?;
+        }
         Ok(Fingerprint(arr))
     }
 }
@@ -72,11 +86,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn written_as_openssh_does_and_read_back() {
+    fn written_as_the_advertisement_carries_it_and_read_back() {
         let f = Fingerprint::of_public_key(b"some key");
         let s = f.to_string();
-        assert!(s.starts_with("SHA256:"), "{s}");
-        assert_eq!(s.len(), 7 + 43);
+        assert!(s.starts_with("sha256:"), "{s}");
+        assert_eq!(s.len(), 7 + 64);
         assert_eq!(s.parse::<Fingerprint>(), Ok(f));
     }
 
@@ -84,15 +98,17 @@ mod tests {
     fn anything_else_is_refused_with_the_expected_form() {
         for bad in [
             "",
-            "SHA256:",
-            "sha256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
-            "SHA256:AAAA",
-            "SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
-            "SHA256:!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!",
-            "MD5:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+            "sha256:",
+            "SHA256:abababababababababababababababababababababababababababababababab",
+            "sha256:ABABABABABABABABABABABABABABABABABABABABABABABABABABABABABABABAB",
+            "sha256:abab",
+            "sha256:ababababababababababababababababababababababababababababababababab",
+            "sha256:+bababababababababababababababababababababababababababababababab",
+            "sha256:ébababababababababababababababababababababababababababababababa",
+            "md5:abababababababababababababababababababababababababababababababab",
         ] {
             let e = bad.parse::<Fingerprint>().unwrap_err();
-            assert!(e.to_string().contains("expected SHA256:"), "{bad}: {e}");
+            assert!(e.to_string().contains("expected sha256:"), "{bad}: {e}");
         }
     }
 

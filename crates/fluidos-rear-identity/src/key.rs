@@ -124,7 +124,7 @@ mod tests {
     fn debug_output_holds_no_key() {
         let a = NodeKey::generate("node-a").unwrap();
         let shown = format!("{a:?}");
-        assert!(shown.contains("SHA256:"), "{shown}");
+        assert!(shown.contains("sha256:"), "{shown}");
         assert!(!shown.contains("PRIVATE KEY"), "{shown}");
         assert!(
             !shown.contains(&format!("{:?}", &a.key_pkcs8[..8])),

@@ -60,7 +60,7 @@ pub fn server_config(
 ) -> Result<rustls::ServerConfig, TlsConfigError> {
     let provider = provider();
     let verifier = AnyKeyClientVerifier {
-        algorithms: provider.signature_verification_algorithms,
+        signatures: HandshakeSignatures(provider.signature_verification_algorithms),
         mandatory,
     };
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
@@ -77,15 +77,7 @@ pub fn client_config(
     key: &NodeKey,
     expected: Fingerprint,
 ) -> Result<rustls::ClientConfig, TlsConfigError> {
-    let provider = provider();
-    let verifier = PinnedServerVerifier {
-        algorithms: provider.signature_verification_algorithms,
-        expected,
-    };
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(verifier))
+    let mut config = pinned(expected)?
         .with_client_auth_cert(vec![key.certificate().clone()], key.private_key())?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
@@ -96,18 +88,27 @@ pub fn client_config(
 pub fn anonymous_client_config(
     expected: Fingerprint,
 ) -> Result<rustls::ClientConfig, TlsConfigError> {
-    let provider = provider();
-    let verifier = PinnedServerVerifier {
-        algorithms: provider.signature_verification_algorithms,
-        expected,
-    };
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(verifier))
-        .with_no_client_auth();
+    let mut config = pinned(expected)?.with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
+}
+
+/// A TLS 1.3 client configuration that accepts only the key `expected`.
+fn pinned(
+    expected: Fingerprint,
+) -> Result<
+    rustls::ConfigBuilder<rustls::ClientConfig, rustls::client::WantsClientCert>,
+    TlsConfigError,
+> {
+    let provider = provider();
+    let verifier = PinnedServerVerifier {
+        signatures: HandshakeSignatures(provider.signature_verification_algorithms),
+        expected,
+    };
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier)))
 }
 
 /// The fingerprint of the certificate a client presented, if any.
@@ -117,9 +118,35 @@ pub fn peer_fingerprint(conn: &rustls::ServerConnection) -> Option<Fingerprint> 
         .and_then(|c| Fingerprint::of_certificate(c).ok())
 }
 
+/// Handshake signature checks shared by both verifiers: TLS 1.3 only (the
+/// configurations offer no other version), with the provider's algorithms.
+#[derive(Debug)]
+struct HandshakeSignatures(WebPkiSupportedAlgorithms);
+
+impl HandshakeSignatures {
+    fn tls12(&self) -> Result<HandshakeSignatureValid, rustls::Error> {
+        Err(rustls::Error::PeerIncompatible(
+            rustls::PeerIncompatible::Tls12NotOffered,
+        ))
+    }
+
+    fn tls13(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
+    }
+
+    fn schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_schemes()
+    }
+}
+
 #[derive(Debug)]
 struct AnyKeyClientVerifier {
-    algorithms: WebPkiSupportedAlgorithms,
+    signatures: HandshakeSignatures,
     mandatory: bool,
 }
 
@@ -149,10 +176,7 @@ impl ClientCertVerifier for AnyKeyClientVerifier {
         _cert: &CertificateDer<'_>,
         _dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        // TLS 1.3 only (see the protocol versions above).
-        Err(rustls::Error::PeerIncompatible(
-            rustls::PeerIncompatible::Tls12NotOffered,
-        ))
+        self.signatures.tls12()
     }
 
     fn verify_tls13_signature(
@@ -161,17 +185,17 @@ impl ClientCertVerifier for AnyKeyClientVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+        self.signatures.tls13(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algorithms.supported_schemes()
+        self.signatures.schemes()
     }
 }
 
 #[derive(Debug)]
 struct PinnedServerVerifier {
-    algorithms: WebPkiSupportedAlgorithms,
+    signatures: HandshakeSignatures,
     expected: Fingerprint,
 }
 
@@ -203,9 +227,7 @@ impl ServerCertVerifier for PinnedServerVerifier {
         _cert: &CertificateDer<'_>,
         _dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Err(rustls::Error::PeerIncompatible(
-            rustls::PeerIncompatible::Tls12NotOffered,
-        ))
+        self.signatures.tls12()
     }
 
     fn verify_tls13_signature(
@@ -214,10 +236,10 @@ impl ServerCertVerifier for PinnedServerVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+        self.signatures.tls13(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algorithms.supported_schemes()
+        self.signatures.schemes()
     }
 }

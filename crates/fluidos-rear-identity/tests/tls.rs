@@ -13,6 +13,9 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
+use rustls::client::ResolvesClientCert;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
@@ -20,7 +23,11 @@ use tokio_rustls::TlsAcceptor;
 /// A one-route HTTPS server that answers with the client's fingerprint
 /// ("anonymous" without a certificate). Returns its base URL.
 async fn whoami_server(key: &NodeKey, mandatory: bool) -> String {
-    let acceptor = TlsAcceptor::from(Arc::new(tls::server_config(key, mandatory).unwrap()));
+    serve_whoami(tls::server_config(key, mandatory).unwrap()).await
+}
+
+async fn serve_whoami(config: rustls::ServerConfig) -> String {
+    let acceptor = TlsAcceptor::from(Arc::new(config));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("https://{}", listener.local_addr().unwrap());
     tokio::spawn(async move {
@@ -53,6 +60,45 @@ async fn whoami_server(key: &NodeKey, mandatory: bool) -> String {
         }
     });
     base
+}
+
+/// A copy of `victim`'s certificate (certificates are public) served with
+/// `thief`'s key: what a peer posing as another would try.
+#[derive(Debug)]
+struct StolenCertificate(Arc<CertifiedKey>);
+
+impl StolenCertificate {
+    fn new(victim: &NodeKey, thief: &NodeKey) -> Arc<StolenCertificate> {
+        let provider = rustls::crypto::ring::default_provider();
+        let signing = provider
+            .key_provider
+            .load_private_key(thief.private_key())
+            .unwrap();
+        Arc::new(StolenCertificate(Arc::new(CertifiedKey::new(
+            vec![victim.certificate().clone()],
+            signing,
+        ))))
+    }
+}
+
+impl ResolvesServerCert for StolenCertificate {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+}
+
+impl ResolvesClientCert for StolenCertificate {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _schemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
 }
 
 fn client(config: rustls::ClientConfig) -> reqwest::Client {
@@ -123,6 +169,44 @@ async fn peers_are_known_by_their_key_over_real_tls() {
             .await
             .is_err()
     );
+}
+
+#[tokio::test]
+async fn a_copied_certificate_without_its_key_is_refused_both_ways() {
+    let provider = NodeKey::generate("provider").unwrap();
+    let consumer = NodeKey::generate("consumer").unwrap();
+    let thief = NodeKey::generate("thief").unwrap();
+
+    // A server presenting the provider's certificate but holding another
+    // key: the handshake signature gives it away.
+    let rogue = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13])
+    .unwrap()
+    .with_no_client_auth()
+    .with_cert_resolver(StolenCertificate::new(&provider, &thief));
+    let rogue = serve_whoami(rogue).await;
+    let c = client(tls::client_config(&consumer, provider.fingerprint()).unwrap());
+    let e = c.get(&rogue).send().await.unwrap_err();
+    assert!(
+        chain(&e).to_lowercase().contains("signature"),
+        "{}",
+        chain(&e)
+    );
+
+    // A client presenting the consumer's certificate with another key is not
+    // served, not even as anonymous.
+    let base = whoami_server(&provider, false).await;
+    let mut impostor = tls::anonymous_client_config(provider.fingerprint()).unwrap();
+    impostor.client_auth_cert_resolver = StolenCertificate::new(&consumer, &thief);
+    let answer = client(impostor).get(&base).send().await;
+    assert!(answer.is_err(), "served an impostor: {answer:?}");
+
+    // The honest consumer still is.
+    let c = client(tls::client_config(&consumer, provider.fingerprint()).unwrap());
+    let who = c.get(&base).send().await.unwrap().text().await.unwrap();
+    assert_eq!(who, consumer.fingerprint().to_string());
 }
 
 #[tokio::test]
