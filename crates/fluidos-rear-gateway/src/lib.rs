@@ -363,12 +363,13 @@ impl Gateway {
         http::router(self.state.clone())
     }
 
-    /// Turns `true` once the Flavor watch cache has synced.
+    /// Turns `true` once the Flavor watch cache has synced and the first-write
+    /// warm-up (`ready_after_first_writes`) is done.
     pub fn readiness(&self) -> watch::Receiver<bool> {
         self.state.ready.clone()
     }
 
-    /// Waits until the watch cache has synced, at most `timeout`.
+    /// Waits until [`Gateway::readiness`] turns `true`, at most `timeout`.
     pub async fn wait_ready(&self, timeout: Duration) -> Result<(), Error> {
         let mut rx = self.readiness();
         match tokio::time::timeout(timeout, rx.wait_for(|r| *r)).await {
@@ -439,7 +440,7 @@ pub async fn run(
     serve(listener, client, cfg, shutdown).await
 }
 
-/// Like [`run`], reporting readiness (watch cache synced) on `ready`.
+/// Like [`run`], reporting readiness ([`Gateway::readiness`]) on `ready`.
 pub async fn run_with_readiness(
     client: kube::Client,
     cfg: GatewayConfig,
