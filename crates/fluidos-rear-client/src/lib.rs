@@ -287,10 +287,7 @@ impl RearClient {
             }
         })?;
         let status = response.status();
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| Failure::Transport(e.to_string(), e.is_timeout()))?;
+        let bytes = read_capped(response, MAX_RESPONSE_BYTES).await?;
         if status == reqwest::StatusCode::NO_CONTENT {
             return Ok(None);
         }
@@ -299,6 +296,37 @@ impl RearClient {
         }
         Ok(Some(bytes.to_vec()))
     }
+}
+
+/// The largest REAR answer read: a flavor list of several thousand flavors
+/// fits many times over; a peer streaming more is cut off, not buffered.
+const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+/// The most of a provider's error text kept (it reaches statuses and logs).
+const MAX_ERROR_CHARS: usize = 500;
+
+/// The body, read chunk by chunk and refused once over `limit` bytes.
+async fn read_capped(mut response: reqwest::Response, limit: usize) -> Result<Vec<u8>, Failure> {
+    if response.content_length().is_some_and(|n| n > limit as u64) {
+        return Err(Failure::Transport(
+            format!("the answer is over {limit} bytes (Content-Length)"),
+            false,
+        ));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| Failure::Transport(e.to_string(), e.is_timeout()))?
+    {
+        if body.len() + chunk.len() > limit {
+            return Err(Failure::Transport(
+                format!("the answer is over {limit} bytes"),
+                false,
+            ));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 enum Failure {
@@ -336,14 +364,22 @@ fn error_message(body: &[u8]) -> String {
     struct JsonError {
         error: String,
     }
-    if let Ok(e) = serde_json::from_slice::<JsonError>(body) {
-        return e.error;
-    }
-    let text = String::from_utf8_lossy(body).trim().to_owned();
+    let text = match serde_json::from_slice::<JsonError>(body) {
+        Ok(e) => e.error,
+        Err(_) => String::from_utf8_lossy(body).into_owned(),
+    };
+    // A peer's text goes into statuses, events and terminals: no control
+    // characters (escape sequences), bounded.
+    let text: String = text
+        .trim()
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(MAX_ERROR_CHARS)
+        .collect();
     if text.is_empty() {
         "(empty body)".to_owned()
     } else {
-        text.chars().take(500).collect()
+        text
     }
 }
 
@@ -482,5 +518,48 @@ mod tests {
             "Error: transaction Timeout"
         );
         assert_eq!(error_message(b""), "(empty body)");
+    }
+
+    #[test]
+    fn a_peers_error_text_is_bounded_and_has_no_control_characters() {
+        let hostile = format!(
+            r#"{{"error":"\u001b]52;c;cGF5bG9hZA==\u0007{}"}}"#,
+            "x".repeat(10_000)
+        );
+        let m = error_message(hostile.as_bytes());
+        assert!(m.chars().all(|c| !c.is_control()), "{m:?}");
+        assert_eq!(m.chars().count(), MAX_ERROR_CHARS);
+        let m = error_message(b"Error:\x1b[2J gone\r\n");
+        assert!(!m.contains('\u{1b}'), "{m:?}");
+    }
+
+    /// A peer that streams an endless answer is cut off at the limit.
+    #[tokio::test]
+    async fn an_endless_answer_is_cut_off() {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            // Every attempt (list requests are retried) gets the same answer.
+            while let Ok((mut s, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 1024];
+                    let _ = tokio::io::AsyncReadExt::read(&mut s, &mut buf).await;
+                    let _ = s
+                        .write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                        .await;
+                    let chunk = format!("{:x}\r\n{}\r\n", 64 * 1024, "[".repeat(64 * 1024));
+                    // 1 GiB if nobody stops reading.
+                    for _ in 0..16 * 1024 {
+                        if s.write_all(chunk.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let client = RearClient::new(ClientConfig::default()).unwrap();
+        let e = client.list_flavors(&addr, None).await.unwrap_err();
+        assert!(e.to_string().contains("over 16777216 bytes"), "{e}");
     }
 }

@@ -321,7 +321,11 @@ async fn run_remote(client: Client, namespace: &str, args: &FlavorsArgs) -> anyh
     } else {
         let (rows, failures) = merge_remote(&answers);
         for (address, error) in &failures {
-            eprintln!("warning: {address}: {error}");
+            eprintln!(
+                "warning: {}: {}",
+                crate::output::printable(address),
+                crate::output::printable(&error.to_string())
+            );
         }
         if rows.is_empty() {
             if !all_failed {

@@ -113,6 +113,15 @@ pub fn tone_of(state: &str) -> Tone {
     }
 }
 
+/// `text` with its control characters (terminal escape sequences among
+/// them) shown as `?`: flavor IDs, prices and messages come from peers, and
+/// a peer must not be able to rewrite the user's terminal.
+pub fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
 /// One table cell: its text and tone.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cell {
@@ -126,14 +135,14 @@ impl Cell {
     /// An uncoloured cell; empty text shows as `<none>`, as kubectl does.
     pub fn plain(text: impl Into<String>) -> Self {
         Cell {
-            text: text.into(),
+            text: printable(&text.into()),
             tone: Tone::Plain,
         }
     }
 
     /// A cell coloured by what its state string says.
     pub fn state(text: impl Into<String>) -> Self {
-        let text = text.into();
+        let text = printable(&text.into());
         let tone = tone_of(&text);
         Cell { text, tone }
     }
@@ -307,6 +316,15 @@ pub fn truncate(text: &str, max: usize) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_peers_text_cannot_rewrite_the_terminal() {
+        let hostile = "flavor\u{1b}]52;c;cGF5bG9hZA==\u{7}\u{1b}[2J\u{9b}1m";
+        let cell = Cell::plain(hostile);
+        assert!(!cell.text.chars().any(char::is_control), "{:?}", cell.text);
+        assert!(cell.text.starts_with("flavor?"), "{:?}", cell.text);
+        assert!(!Cell::state(hostile).text.contains('\u{1b}'));
+    }
 
     #[test]
     fn colour_only_on_a_terminal_without_no_color() {

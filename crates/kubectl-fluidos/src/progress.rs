@@ -176,8 +176,14 @@ impl Snapshot {
 }
 
 fn phase_of(p: Option<&fluidos_api::PhaseStatus>) -> (Phase, String) {
-    p.map(|p| (p.phase.clone(), p.message.clone().unwrap_or_default()))
-        .unwrap_or_default()
+    // Messages can quote a provider's answer: no control characters.
+    p.map(|p| {
+        (
+            p.phase.clone(),
+            crate::output::printable(p.message.as_deref().unwrap_or_default()),
+        )
+    })
+    .unwrap_or_default()
 }
 
 /// The stages the Solver asks for, each with its state and detail.
@@ -351,7 +357,8 @@ fn allocation_stage(snap: &Snapshot, status: &fluidos_api::solver::SolverStatus)
     let object = a.map(ResourceExt::name_any);
     let st = a.and_then(|a| a.status.as_ref());
     let state_of = st.and_then(|s| s.status.clone());
-    let message = st.and_then(|s| s.message.clone()).unwrap_or_default();
+    let message =
+        crate::output::printable(st.and_then(|s| s.message.as_deref()).unwrap_or_default());
     let with_message = |what: &str| {
         if message.is_empty() {
             what.to_owned()
