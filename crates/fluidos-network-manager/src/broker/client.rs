@@ -28,8 +28,11 @@ use crate::manager::PeerSink;
 use crate::metrics::NetworkMetrics;
 
 /// Deliveries the broker may push before they are acknowledged: bounds
-/// what a flood of messages can queue in this process.
-const PREFETCH: u16 = 32;
+/// what a flood of messages can queue in this process. The size check runs
+/// after a whole body is received, so what one client can hold is
+/// `PREFETCH` times the broker's `max_message_size` (see the Broker section
+/// of docs/network-manager.md: set it to 64 KiB).
+const PREFETCH: u16 = 4;
 
 /// What every Broker's client shares.
 pub(crate) struct Shared {

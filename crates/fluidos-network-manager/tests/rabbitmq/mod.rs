@@ -143,6 +143,7 @@ impl RabbitMq {
              ssl_options.verify = verify_peer\n\
              ssl_options.fail_if_no_peer_cert = true\n\
              auth_mechanisms.1 = EXTERNAL\n\
+             max_message_size = 65536\n\
              ssl_cert_login_from = common_name\n\
              load_definitions = {defs}\n",
             ca = p("ca.pem").display(),
