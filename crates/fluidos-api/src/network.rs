@@ -72,5 +72,8 @@ pub struct BrokerStatus {
     /// `SecretMissing`, `TlsRefused`, `ConnectionLost`), each with
     /// `observedGeneration`. Not in the Go node's schema; Go readers ignore it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    // One entry per type, merged by type under server-side apply (an atomic
+    // list would let one writer's apply wipe another's conditions).
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Option<Vec<Condition>>,
 }
