@@ -112,6 +112,23 @@ pub struct Args {
     #[command(flatten)]
     pub go: GoFlags,
 
+    /// Leader election (Go `--leader-elect`): of the replicas running the
+    /// same components, only the holder of a Lease runs the controllers; the
+    /// REAR gateway serves on every replica. docs/leader-election.md.
+    #[arg(
+        long,
+        env = "FLUIDOS_LEADER_ELECT",
+        default_value_t = false,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new(),
+    )]
+    pub leader_elect: bool,
+
+    /// Leader-election settings, used with `--leader-elect`.
+    #[command(flatten)]
+    pub leader_election: LeaderElectionFlags,
+
     /// This cluster's Liqo cluster ID; read from `liqo/liqo-clusterid-configmap`
     /// (`CLUSTER_ID`) when not given, waiting for it (REAR answers 503 and
     /// `/readyz` says why) until Liqo publishes it; `fluidos-<nodeID>` only
@@ -220,6 +237,50 @@ pub struct Args {
     /// Period of the sweep that deletes expired KnownClusters, in milliseconds (Go: 20 s).
     #[arg(long, env = "FLUIDOS_KNOWN_CLUSTER_HOUSEKEEPING_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
     pub known_cluster_housekeeping_ms: u64,
+}
+
+/// Settings of `--leader-elect` (controller-runtime's defaults).
+#[derive(clap::Args, Clone, Debug, PartialEq, Eq)]
+pub struct LeaderElectionFlags {
+    /// Namespace of the leader-election Lease (default: `--namespace`).
+    #[arg(id = "leader_election_namespace", value_name = "NAMESPACE", long = "leader-election-namespace", env = "FLUIDOS_LEADER_ELECTION_NAMESPACE", value_parser = parse_namespace)]
+    pub namespace: Option<String>,
+
+    /// Name of the Lease (default: `fluidos-node`, or `fluidos-node-<components>`
+    /// when not all four run, so Deployments of different components elect apart).
+    #[arg(
+        long = "leader-election-lease-name",
+        env = "FLUIDOS_LEADER_ELECTION_LEASE_NAME"
+    )]
+    pub lease_name: Option<String>,
+
+    /// How long the Lease is valid after the leader's last renewal; a standby
+    /// takes over this long after the leader stopped renewing.
+    #[arg(
+        long = "leader-election-lease-duration-seconds",
+        env = "FLUIDOS_LEADER_ELECTION_LEASE_DURATION_SECONDS",
+        default_value_t = 15
+    )]
+    pub lease_duration_seconds: u64,
+
+    /// When the leader renews, after its last renewal; if that renewal
+    /// fails, the node exits (code 1) so that the controllers stop before the
+    /// Lease expires. Less than the lease duration.
+    #[arg(
+        long = "leader-election-renew-deadline-seconds",
+        env = "FLUIDOS_LEADER_ELECTION_RENEW_DEADLINE_SECONDS",
+        default_value_t = 10
+    )]
+    pub renew_deadline_seconds: u64,
+
+    /// Timeout of each Lease request, and a standby's wait after a failed
+    /// one. Less than the lease duration minus the renew deadline.
+    #[arg(
+        long = "leader-election-retry-period-seconds",
+        env = "FLUIDOS_LEADER_ELECTION_RETRY_PERIOD_SECONDS",
+        default_value_t = 2
+    )]
+    pub retry_period_seconds: u64,
 }
 
 fn parse_exposure(s: &str) -> Result<fluidos_service_allocation::exposure::ExposureMode, String> {
@@ -566,8 +627,10 @@ mod tests {
                 Some(std::path::Path::new("/etc/kube/config"))
             );
             assert_eq!(a.go.zap_log_level.as_deref(), Some("info"));
+            // --leader-elect is real: it elects a leader among the replicas.
+            assert!(a.leader_elect, "{program}");
             let ignored: Vec<&str> = a.go.ignored().into_iter().map(|(f, _)| f).collect();
-            assert!(ignored.contains(&"--leader-elect"), "{ignored:?}");
+            assert!(!ignored.contains(&"--leader-elect"), "{ignored:?}");
             assert_eq!(a.health_probe_bind_address, "0.0.0.0:8081".parse().unwrap());
         }
         let lrm = Args::parse_invocation(

@@ -7,6 +7,7 @@ use kube::Client;
 use crate::cli::Args;
 use crate::flavor_config::FlavorConfig;
 use crate::health::Readiness;
+use crate::leader_election::Leadership;
 
 /// State handed to each component, usually as `Arc<Context>`.
 #[derive(Clone)]
@@ -23,6 +24,10 @@ pub struct Context {
     pub metrics: Metrics,
     /// The network manager's counters (registered in `metrics`).
     pub network_metrics: fluidos_network_manager::NetworkMetrics,
+    /// Whether this replica may run the leader-only controllers.
+    pub leadership: Leadership,
+    /// `fluidos_leader` (registered in `metrics`): 1 while this replica leads.
+    pub leader: prometheus_client::metrics::gauge::Gauge,
 }
 
 impl Context {

@@ -4,7 +4,7 @@
 //! the binary is invoked under one of them (the Go image's `command`).
 //!
 //! Each flag either keeps its meaning (`--kubeconfig`, `--zap-log-level`,
-//! `--zap-encoder`) or is accepted and reported at start as ignored, with
+//! `--zap-encoder`; `--leader-elect` is a flag of [`crate::cli::Args`]) or is accepted and reported at start as ignored, with
 //! the reason ([`GoFlags::ignored`]).
 
 use std::path::PathBuf;
@@ -23,10 +23,6 @@ pub struct GoFlags {
     /// Go `--enable-webhooks`: accepted and ignored (validation lives in the CRD schemas and admission policies).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new(), hide = true)]
     pub enable_webhooks: Option<bool>,
-
-    /// Go `--leader-elect`: accepted and ignored (run one replica).
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new(), hide = true)]
-    pub leader_elect: Option<bool>,
 
     /// Go `--resources-types` (unused by the Go node too): accepted and ignored.
     #[arg(long, hide = true)]
@@ -96,11 +92,6 @@ impl GoFlags {
             self.enable_webhooks == Some(true),
             "--enable-webhooks",
             "there are no admission webhooks: validation is in the CRD schemas and admission policies",
-        );
-        note(
-            self.leader_elect == Some(true),
-            "--leader-elect",
-            "leader election is not implemented yet: run one replica",
         );
         note(
             self.resources_types.is_some(),
@@ -200,7 +191,6 @@ mod tests {
         assert!(GoFlags::default().ignored().is_empty());
         let given = GoFlags {
             enable_webhooks: Some(true),
-            leader_elect: Some(false),
             grpc_port: Some("2710".into()),
             zap_encoder: Some("json".into()),
             ..GoFlags::default()

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use axum::Router;
 use axum::extract::State;
@@ -16,12 +16,21 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::Component;
 
+/// A component starting (or stopped).
+const STARTING: u8 = 0;
+/// A component serving.
+const READY: u8 = 1;
+/// A leader-only component on a replica that does not lead: counts as
+/// ready (the replica is healthy and its REAR gateway serves), but is not
+/// reported as a ready component in the metrics.
+const STANDBY: u8 = 2;
+
 /// Which selected components have reported ready; cheap to clone and share.
 #[derive(Clone, Debug, Default)]
 pub struct Readiness {
-    // The key set is fixed at construction, so flags need no lock: probes
+    // The key set is fixed at construction, so states need no lock: probes
     // never wait on a component that is busy reporting.
-    components: Arc<BTreeMap<Component, AtomicBool>>,
+    components: Arc<BTreeMap<Component, AtomicU8>>,
     /// What the node as a whole waits for before starting its components.
     waiting: Arc<std::sync::Mutex<Option<String>>>,
 }
@@ -33,7 +42,7 @@ impl Readiness {
             components: Arc::new(
                 components
                     .into_iter()
-                    .map(|c| (c, AtomicBool::new(false)))
+                    .map(|c| (c, AtomicU8::new(STARTING)))
                     .collect(),
             ),
             waiting: Arc::default(),
@@ -55,43 +64,56 @@ impl Readiness {
 
     /// Records that `component` is serving; ignored for components not tracked.
     pub fn mark_ready(&self, component: Component) {
-        self.set(component, true);
+        self.set(component, READY);
     }
 
-    /// Records that `component` stopped serving, e.g. after losing its watch.
+    /// Records that `component` stopped serving, e.g. after losing its watch
+    /// (or is starting, after standing by).
     pub fn mark_not_ready(&self, component: Component) {
-        self.set(component, false);
+        self.set(component, STARTING);
     }
 
-    fn set(&self, component: Component, ready: bool) {
+    /// Records that `component` waits for this replica to lead (leader
+    /// election): the replica counts as ready meanwhile.
+    pub fn mark_standby(&self, component: Component) {
+        self.set(component, STANDBY);
+    }
+
+    fn set(&self, component: Component, state: u8) {
         match self.components.get(&component) {
-            Some(flag) => flag.store(ready, Ordering::Release),
+            Some(flag) => flag.store(state, Ordering::Release),
             None => tracing::debug!(%component, "readiness change for a component not running"),
         }
     }
 
-    /// True once every tracked component is ready.
+    /// True once every tracked component is ready or standing by.
     pub fn is_ready(&self) -> bool {
-        self.waiting().is_none()
-            && self
-                .components
-                .values()
-                .all(|flag| flag.load(Ordering::Acquire))
+        self.waiting().is_none() && self.pending().is_empty()
     }
 
-    /// Tracked components not ready yet, in start order.
+    /// Tracked components not ready yet (nor standing by), in start order.
     pub fn pending(&self) -> Vec<Component> {
-        self.snapshot()
-            .into_iter()
-            .filter_map(|(c, ready)| (!ready).then_some(c))
+        self.in_state(STARTING)
+    }
+
+    /// Tracked components waiting for this replica to lead, in start order.
+    pub fn standing_by(&self) -> Vec<Component> {
+        self.in_state(STANDBY)
+    }
+
+    fn in_state(&self, state: u8) -> Vec<Component> {
+        self.components
+            .iter()
+            .filter_map(|(c, flag)| (flag.load(Ordering::Acquire) == state).then_some(*c))
             .collect()
     }
 
-    /// Every tracked component with its readiness, in start order.
+    /// Every tracked component with whether it serves, in start order (a
+    /// component standing by does not).
     pub fn snapshot(&self) -> Vec<(Component, bool)> {
         self.components
             .iter()
-            .map(|(c, flag)| (*c, flag.load(Ordering::Acquire)))
+            .map(|(c, flag)| (*c, flag.load(Ordering::Acquire) == READY))
             .collect()
     }
 }
@@ -134,7 +156,8 @@ async fn healthz() -> &'static str {
     "ok"
 }
 
-/// 200 once every selected component is ready, else 503 naming the others.
+/// 200 once every selected component is ready (or standing by for the
+/// leadership), else 503 naming the others.
 async fn readyz(State(readiness): State<Readiness>) -> (StatusCode, String) {
     if let Some(reason) = readiness.waiting() {
         return (
@@ -144,7 +167,16 @@ async fn readyz(State(readiness): State<Readiness>) -> (StatusCode, String) {
     }
     let pending = readiness.pending();
     if pending.is_empty() {
-        (StatusCode::OK, "ok".to_owned())
+        let standing_by = readiness.standing_by();
+        if standing_by.is_empty() {
+            (StatusCode::OK, "ok".to_owned())
+        } else {
+            let names: Vec<&str> = standing_by.iter().map(|c| c.as_str()).collect();
+            (
+                StatusCode::OK,
+                format!("ok (not the leader; standing by: {})", names.join(", ")),
+            )
+        }
     } else {
         let names: Vec<&str> = pending.iter().map(|c| c.as_str()).collect();
         (
@@ -191,6 +223,38 @@ mod tests {
         r.mark_not_ready(Component::RearManager);
         assert!(!shared.is_ready());
         assert_eq!(shared.pending(), vec![Component::RearManager]);
+    }
+
+    #[tokio::test]
+    async fn a_standby_is_ready_but_its_waiting_components_do_not_serve() {
+        let r = Readiness::new([Component::RearGateway, Component::RearManager]);
+        r.mark_standby(Component::RearManager);
+        assert_eq!(r.pending(), vec![Component::RearGateway]);
+        r.mark_ready(Component::RearGateway);
+        assert!(r.is_ready());
+        assert_eq!(r.standing_by(), vec![Component::RearManager]);
+        assert_eq!(
+            r.snapshot(),
+            vec![
+                (Component::RearGateway, true),
+                (Component::RearManager, false)
+            ]
+        );
+        assert_eq!(
+            readyz(State(r.clone())).await,
+            (
+                StatusCode::OK,
+                "ok (not the leader; standing by: rear-manager)".to_owned()
+            )
+        );
+        // Elected: starting until its controllers report.
+        r.mark_not_ready(Component::RearManager);
+        assert_eq!(
+            readyz(State(r.clone())).await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        r.mark_ready(Component::RearManager);
+        assert_eq!(readyz(State(r)).await, (StatusCode::OK, "ok".to_owned()));
     }
 
     #[test]

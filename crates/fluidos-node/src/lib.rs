@@ -14,6 +14,7 @@ pub mod flavor_config;
 pub mod go_flags;
 pub mod health;
 pub mod identity;
+pub mod leader_election;
 pub mod preflight;
 pub mod startup;
 

@@ -2,7 +2,8 @@
 //! in KUBECONFIG (or the Pod's service account).
 //!
 //! Exit codes: 0 after SIGTERM/SIGINT, 2 when startup checks fail (and for
-//! flag errors, as clap does), 1 when a component fails while running.
+//! flag errors, as clap does), 1 when a component fails while running or
+//! (`--leader-elect`) the leadership is lost.
 
 use std::fmt;
 use std::process::ExitCode;
@@ -12,8 +13,10 @@ use std::time::Duration;
 use anyhow::Context as _;
 use fluidos_node::cli::{Args, Component, LogFormat};
 use fluidos_node::context::Context;
+use fluidos_node::leader_election::{self, Elector, Ended, Leadership};
 use fluidos_node::{components, health, identity, startup};
-use tokio::task::JoinSet;
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
@@ -114,6 +117,7 @@ async fn run(started: startup::Started, shutdown: CancellationToken) -> ExitCode
         context,
         probes,
         metrics,
+        elector,
     } = started;
     let ctx = Arc::new(context);
     let selected = ctx.args.selected_components();
@@ -154,10 +158,24 @@ async fn run(started: startup::Started, shutdown: CancellationToken) -> ExitCode
             return ExitCode::SUCCESS;
         }
     };
+    let (ctx, election) = campaign(ctx, &selected, elector);
     for component in selected {
         let ctx = ctx.clone();
         let stop = shutdown.clone();
         tasks.spawn(async move {
+            let mut leadership = ctx.leadership.clone();
+            if leader_election::leader_only(component) {
+                let leading = tokio::select! {
+                    leading = leadership.wait() => leading,
+                    () = stop.cancelled() => false,
+                };
+                if !leading {
+                    return (Task::Component(component), Ok(()));
+                }
+                if leadership.is_elected() {
+                    ctx.readiness.mark_not_ready(component);
+                }
+            }
             let result = components::run(component, ctx, stop).await;
             (
                 Task::Component(component),
@@ -166,7 +184,13 @@ async fn run(started: startup::Started, shutdown: CancellationToken) -> ExitCode
         });
     }
 
-    let failed = supervise(&mut tasks, &shutdown).await;
+    let failed = match election {
+        None => supervise(&mut tasks, &shutdown).await,
+        Some(election) => match supervise_leading(&mut tasks, &shutdown, election).await {
+            Some(failed) => failed,
+            None => return ExitCode::from(EXIT_RUNTIME),
+        },
+    };
     if failed {
         ExitCode::from(EXIT_RUNTIME)
     } else {
@@ -254,6 +278,71 @@ async fn with_liqo_cluster_id(
         Some(fluidos_api::NodeIdentityAdditionalInfo { liqo_id: Some(id) });
     ctx.readiness.set_waiting(None);
     Some(Arc::new(context))
+}
+
+/// A running election: its task and what stops it.
+struct Election {
+    task: JoinHandle<Ended>,
+    stop: CancellationToken,
+}
+
+/// Without an elector, `ctx` as it is (this process leads). With one, starts
+/// campaigning: the leader-only components stand by (ready, see
+/// `Readiness::mark_standby`) until this replica holds the Lease.
+fn campaign(
+    ctx: Arc<Context>,
+    selected: &[Component],
+    elector: Option<Elector>,
+) -> (Arc<Context>, Option<Election>) {
+    let Some(elector) = elector else {
+        ctx.leader.set(1);
+        return (ctx, None);
+    };
+    for component in selected {
+        if leader_election::leader_only(*component) {
+            ctx.readiness.mark_standby(*component);
+        }
+    }
+    let (elected, leadership) = watch::channel(false);
+    let mut context = (*ctx).clone();
+    context.leadership = Leadership::elected(leadership);
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(elector.run(elected, ctx.leader.clone(), stop.clone()));
+    (Arc::new(context), Some(Election { task, stop }))
+}
+
+/// [`supervise`], keeping the Lease until every task has stopped and then
+/// releasing it; `None` when the leadership was lost: the tasks are then
+/// aborted at once (no drain: another replica may already be starting the
+/// same controllers) and the node exits 1, as controller-runtime does.
+async fn supervise_leading(
+    tasks: &mut JoinSet<(Task, anyhow::Result<()>)>,
+    shutdown: &CancellationToken,
+    mut election: Election,
+) -> Option<bool> {
+    let ended = tokio::select! {
+        failed = supervise(tasks, shutdown) => {
+            election.stop.cancel();
+            if let Err(e) = (&mut election.task).await {
+                tracing::warn!(error = %e, "leader election task panicked");
+            }
+            return Some(failed);
+        }
+        ended = &mut election.task => ended,
+    };
+    let reason = match ended {
+        Ok(Ended::Lost(reason)) => reason,
+        Ok(Ended::Stopped) => "the election stopped".to_owned(),
+        Err(e) => format!("the election task failed: {e}"),
+    };
+    tracing::error!(
+        reason,
+        "leader election: leadership lost; stopping the controllers and exiting so that \
+         this replica restarts as a standby"
+    );
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
+    None
 }
 
 /// Waits for every task; the first to stop triggers shutdown of the rest.

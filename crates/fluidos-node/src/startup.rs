@@ -13,6 +13,7 @@ use crate::cli::Args;
 use crate::context::Context;
 use crate::health::Readiness;
 use crate::identity::{self, IdentityError};
+use crate::leader_election::{self, ElectionConfig, Elector, Leadership};
 use crate::preflight::{self, PreflightError};
 
 /// A startup step that failed.
@@ -39,6 +40,12 @@ pub enum StartupError {
     /// The node identity is missing or incomplete.
     #[error(transparent)]
     Identity(#[from] IdentityError),
+    /// The leader-election flags do not fit together.
+    #[error("leader election: {0}")]
+    LeaderElectionFlags(#[from] leader_election::ConfigError),
+    /// The leader-election Lease is not usable.
+    #[error(transparent)]
+    LeaderElection(#[from] leader_election::ElectionError),
     /// A listening socket could not be opened.
     #[error("cannot listen for {what} on {addr} (change {flag}): {source}")]
     Bind {
@@ -63,17 +70,35 @@ pub struct Started {
     pub probes: TcpListener,
     /// Listener for `/metrics`, unless disabled.
     pub metrics: Option<TcpListener>,
+    /// The leader elector, with `--leader-elect`.
+    pub elector: Option<Elector>,
 }
 
 /// Connects, checks CRDs, loads the identity and binds the probe sockets.
 pub async fn start(args: Args) -> Result<Started, StartupError> {
+    // Flags first: a mistake there is reported before anything else.
+    let lease_timeout =
+        ElectionConfig::from_args(&args, String::new())?.map(|election| election.request_timeout());
     let mut config = client_config(&args).await?;
     // kube's default is no read timeout: a request the API server never
     // answers would hold its reconcile (and so its object) forever. Longer
     // than the server's own 290 s watch timeout, so quiet watches are not cut.
     config.read_timeout = Some(API_READ_TIMEOUT);
+    // The Lease's own client: a renewal must fail (and the node stop leading)
+    // before the Lease can expire, never hang for minutes.
+    let lease_client = match lease_timeout {
+        Some(timeout) => {
+            let mut lease_config = config.clone();
+            lease_config.connect_timeout = Some(timeout);
+            lease_config.read_timeout = Some(timeout);
+            lease_config.write_timeout = Some(timeout);
+            Some(Client::try_from(lease_config).map_err(StartupError::Client)?)
+        }
+        None => None,
+    };
     let client = Client::try_from(config).map_err(StartupError::Client)?;
-    start_with_client(client, args).await
+    let lease_client = lease_client.unwrap_or_else(|| client.clone());
+    start_with_clients(client, lease_client, args).await
 }
 
 /// The API-server client configuration: `--kubeconfig`, else KUBECONFIG,
@@ -102,8 +127,19 @@ async fn config_from(path: &std::path::Path) -> Result<kube::Config, StartupErro
         .map_err(kubeconfig_error)
 }
 
-/// [`start`] with a ready-made client, for tests.
+/// [`start`] with a ready-made client, for tests (Lease requests use it too).
 pub async fn start_with_client(client: Client, args: Args) -> Result<Started, StartupError> {
+    start_with_clients(client.clone(), client, args).await
+}
+
+/// [`start`] with ready-made clients: `lease_client` for leader election.
+async fn start_with_clients(
+    client: Client,
+    lease_client: Client,
+    args: Args,
+) -> Result<Started, StartupError> {
+    // Flags first: a mistake there is reported before any API call.
+    let election = ElectionConfig::from_args(&args, leader_election::holder_identity_from_env())?;
     preflight::check(&client).await?;
     let mut identity = identity::load(&client, &args.namespace).await?;
     let liqo_id = identity::liqo_cluster_id(
@@ -129,9 +165,23 @@ pub async fn start_with_client(client: Client, args: Args) -> Result<Started, St
         None => None,
     };
 
+    let elector = match election {
+        Some(election) => Some(Elector::connect(lease_client, election).await?),
+        None => None,
+    };
+
     let readiness = Readiness::new(args.selected_components());
     let network_metrics = fluidos_network_manager::NetworkMetrics::default();
-    let registry = Metrics::with_extra(|r| network_metrics.register(r));
+    let leader = prometheus_client::metrics::gauge::Gauge::default();
+    let registry = Metrics::with_extra(|r| {
+        network_metrics.register(r);
+        r.register(
+            "fluidos_leader",
+            "1 while this replica runs the controllers: it holds the leader-election Lease, \
+             or runs without --leader-elect",
+            leader.clone(),
+        );
+    });
     Ok(Started {
         context: Context {
             client,
@@ -140,9 +190,12 @@ pub async fn start_with_client(client: Client, args: Args) -> Result<Started, St
             readiness,
             metrics: registry,
             network_metrics,
+            leadership: Leadership::always(),
+            leader,
         },
         probes,
         metrics,
+        elector,
     })
 }
 

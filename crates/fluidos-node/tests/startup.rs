@@ -430,7 +430,7 @@ async fn invoked_as_the_go_rear_controller_it_runs_the_gateway() {
         "{}",
         node.output()
     );
-    for flag in ["--grpc-port", "--enable-webhooks", "--leader-elect"] {
+    for flag in ["--grpc-port", "--enable-webhooks"] {
         assert!(
             stdout
                 .lines()
@@ -439,6 +439,15 @@ async fn invoked_as_the_go_rear_controller_it_runs_the_gateway() {
             node.output()
         );
     }
+    // --leader-elect is real (docs/leader-election.md): the gateway serves
+    // whatever the election, and the flag is not reported as ignored.
+    assert!(
+        !stdout
+            .lines()
+            .any(|l| l.contains("accepted and ignored") && l.contains("--leader-elect")),
+        "{}",
+        node.output()
+    );
     node.sigterm();
     let status = node.wait(Duration::from_secs(5)).await;
     assert_eq!(status.code(), Some(0), "{}", node.output());

@@ -1,6 +1,10 @@
 //! REAR gateway: the HTTP API other FLUIDOS nodes call to list flavors,
 //! reserve and purchase (Go `rear-controller` gateway, `--http-port`), and
 //! the provider side of service allocation (instantiating what it sold).
+//!
+//! With `--leader-elect` the HTTP API (and its expiry sweeper) runs on every
+//! replica, the service allocation controller on the leader only; the
+//! component is ready once the HTTP API serves.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,30 +49,49 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
         external_host: ctx.args.service_external_host.clone(),
     };
     let services_ready = ReadinessGate::new();
+    // With an election, a standby's readiness is its HTTP API's alone (see
+    // docs/leader-election.md); the controller's is not waited for then.
+    let elected = ctx.leadership.is_elected();
 
     let (ready_tx, mut ready_rx) = watch::channel(false);
     let report = {
         let (ctx, services_ready) = (ctx.clone(), services_ready.clone());
         tokio::spawn(async move {
             if ready_rx.wait_for(|r| *r).await.is_ok() {
-                services_ready.wait().await;
+                if !elected {
+                    services_ready.wait().await;
+                }
                 ctx.readiness.mark_ready(Component::RearGateway);
             }
         })
     };
     tracing::info!(component = %Component::RearGateway, addr = %cfg.bind, "component started");
     let services_shutdown = shutdown.clone();
+    let mut leadership = ctx.leadership.clone();
     let (result, ()) = tokio::join!(
         fluidos_rear_gateway::run_with_readiness(ctx.client.clone(), cfg, ready_tx, async move {
             shutdown.cancelled().await
         }),
-        fluidos_service_allocation::provider::run(
-            ctx.client.clone(),
-            services,
-            &ctx.metrics,
-            services_ready,
-            async move { services_shutdown.cancelled_owned().await },
-        ),
+        async {
+            let leading = tokio::select! {
+                leading = leadership.wait() => leading,
+                () = services_shutdown.cancelled() => false,
+            };
+            if !leading {
+                return;
+            }
+            if elected {
+                tracing::info!(component = %Component::RearGateway, "leading: service allocation controller started");
+            }
+            fluidos_service_allocation::provider::run(
+                ctx.client.clone(),
+                services,
+                &ctx.metrics,
+                services_ready,
+                async move { services_shutdown.cancelled_owned().await },
+            )
+            .await;
+        },
     );
     let result = result.map_err(|e| Error::Setup(e.to_string()));
     report.abort();
