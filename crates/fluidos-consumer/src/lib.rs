@@ -357,15 +357,16 @@ async fn first_lists(client: &kube::Client, ns: &str) {
     }
 }
 
-/// Creates with `dryRun=All` one object of each kind the consumer writes,
-/// and a Solver (the user's first write), before the consumer says it is
-/// ready: a fresh API server readies a kind's write path on its first write,
-/// which cost the first Solver of a fresh node about 300 ms.
+/// Creates with `dryRun=All` one object of each kind the consumer creates
+/// before the consumer says it is ready: a fresh API server readies a kind's
+/// write path on its first write, which cost the first Solver of a fresh
+/// node about 300 ms. Only kinds the consumer creates itself: a dry run is
+/// authorized like a real create, and least-privilege RBAC (the Helm chart)
+/// grants nothing more (so not Solvers, which users create).
 async fn first_writes(client: &kube::Client, ns: &str) {
     use fluidos_api::probe;
     use fluidos_controller::warm_up::dry_run_create;
     tokio::join!(
-        dry_run_create(client, probe::solver(ns)),
         dry_run_create(client, probe::discovery(ns)),
         dry_run_create(client, probe::peering_candidate(ns)),
         dry_run_create(client, probe::reservation(ns)),

@@ -263,9 +263,11 @@ pub(crate) struct State {
 }
 
 /// Forwards the catalog's readiness to `ready`, the first time only after a
-/// dry-run create of each kind a sale writes (Flavor, Transaction, Contract,
+/// dry-run create of each kind a sale creates (Transaction, Contract,
 /// Allocation): a fresh API server readies a kind's write path on its first
-/// write, which the first sale of a fresh provider paid for.
+/// write, which the first sale of a fresh provider paid for. (Not Flavors:
+/// the gateway only writes their status, and a dry run is authorized like a
+/// real create, which least-privilege RBAC does not grant it.)
 async fn ready_after_first_writes(
     client: kube::Client,
     ns: String,
@@ -278,7 +280,6 @@ async fn ready_after_first_writes(
         return;
     }
     tokio::join!(
-        dry_run_create(&client, probe::flavor(&ns)),
         dry_run_create(&client, probe::transaction(&ns)),
         dry_run_create(&client, probe::contract(&ns)),
         dry_run_create(&client, probe::allocation(&ns)),

@@ -4,6 +4,7 @@
 // Each test binary compiles this module and uses a part of it.
 #![allow(dead_code)]
 
+pub mod helm;
 pub mod peering;
 pub mod service;
 

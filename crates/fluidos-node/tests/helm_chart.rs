@@ -1,0 +1,658 @@
+//! The Helm chart (`deploy/helm/fluidos-node`): `helm lint` and `helm
+//! template` with the default values and with a values file shaped like the
+//! Go node chart's; its CRDs are the generated ones; its RBAC is the
+//! committed list (`deploy/helm/rbac-grants.txt`, so any widening is a
+//! visible diff) with no wildcards; and, on two real control planes, the
+//! rendered manifests apply (server-side dry run, then for real) and
+//! `fluidos-node`, run out of cluster as each component's ServiceAccount
+//! (a TokenRequest token) through a recording proxy, completes a K8Slice and
+//! a Service sale with no call refused (but the read of Liqo's cluster ID,
+//! which the chart leaves ungranted on purpose: see `liqo_id_read`),
+//! every call it made covered by the chart, and the peer-Role guard refusing
+//! what the gateway's `escalate` would otherwise allow.
+//!
+//! Needs `FLUIDOS_HELM_BIN_DIR` (`tools/helm/build.sh`); without it the tests
+//! print `SKIP: ...` and pass, except in CI, where they fail.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // in tests a panic is the failure report
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use fluidos_api::network::KnownClusterSpec;
+use fluidos_api::solver::{Selector, SolverSpec};
+use fluidos_api::{Flavor, KnownCluster, Phase, ServiceBlueprint, Solver};
+use fluidos_testenv::{ControlPlane, ControlPlaneOptions, fixtures};
+use k8s_openapi::api::rbac::v1::Role;
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+mod support;
+
+use support::helm::{self, Calls, Grant};
+use support::{NS, NodeProcess, cluster, eventually, free_port};
+
+/// The committed list of every permission the chart grants with its default values.
+fn grants_file() -> PathBuf {
+    fluidos_testenv::workspace_root().join("deploy/helm/rbac-grants.txt")
+}
+
+fn go_style_values() -> PathBuf {
+    helm::chart_dir().join("ci/go-style-values.yaml")
+}
+
+fn args_of(objects: &[Value], component: &str) -> Vec<String> {
+    helm::container(objects, component)["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The chart's components, as `--components` names them.
+const COMPONENTS: [&str; 4] = [
+    "local-resource-manager",
+    "rear-gateway",
+    "rear-manager",
+    "network-manager",
+];
+
+#[test]
+fn chart_lints_and_renders_with_default_values() {
+    let Some(bin) = helm::helm_bin() else { return };
+    let chart = helm::chart_dir();
+    let chart = chart.to_str().unwrap();
+    helm::helm(&bin, &["lint", "--strict", chart]);
+
+    // Every optional part on at once.
+    let everything = [
+        "serviceMonitor.enabled=true",
+        "networkPolicy.enabled=true",
+        "leaderElection.enabled=true",
+        "networkManager.config.enableLocalDiscovery=true",
+        "networkManager.config.broker.enabled=true",
+        "rearController.replicas=2",
+    ]
+    .map(|s| ["--set", s])
+    .concat();
+    helm::helm(
+        &bin,
+        &[&["lint", "--strict", chart][..], &everything].concat(),
+    );
+
+    let default = helm::template(&bin, &[], &[]);
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    for o in &default {
+        *kinds
+            .entry(o["kind"].as_str().unwrap().to_owned())
+            .or_default() += 1;
+    }
+    let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{k}={n}")).collect();
+    assert_eq!(
+        kinds.join(" "),
+        "ClusterRole=4 ClusterRoleBinding=4 ConfigMap=1 Deployment=4 Role=12 RoleBinding=12 \
+         Service=1 ServiceAccount=4 ValidatingAdmissionPolicy=1 ValidatingAdmissionPolicyBinding=1",
+        "objects rendered with the default values"
+    );
+    for component in COMPONENTS {
+        let c = helm::container(&default, component);
+        assert_eq!(
+            c["readinessProbe"]["httpGet"]["path"], "/readyz",
+            "{component}"
+        );
+        assert_eq!(
+            c["livenessProbe"]["httpGet"]["path"], "/healthz",
+            "{component}"
+        );
+        let sc = &c["securityContext"];
+        assert_eq!(sc["readOnlyRootFilesystem"], true, "{component}");
+        assert_eq!(sc["allowPrivilegeEscalation"], false, "{component}");
+        assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]), "{component}");
+        assert!(
+            c["resources"]["requests"]["memory"].is_string(),
+            "{component}"
+        );
+        assert!(
+            c["resources"]["limits"]["memory"].is_string(),
+            "{component}"
+        );
+        let args = args_of(&default, component);
+        assert!(
+            args.contains(&format!("--components={component}")),
+            "{component}: {args:?}"
+        );
+    }
+    assert_args_parse(&default);
+    let pod = default
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .map(|d| &d["spec"]["template"]["spec"])
+        .unwrap();
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+}
+
+/// Every argument of every component parses with `fluidos-node`'s own CLI.
+fn assert_args_parse(objects: &[Value]) {
+    for component in COMPONENTS {
+        let args = args_of(objects, component);
+        let argv = std::iter::once("fluidos-node".to_owned()).chain(args.iter().cloned());
+        fluidos_node::cli::Args::parse_invocation(argv)
+            .unwrap_or_else(|e| panic!("{component}: {args:?}: {e}"));
+    }
+}
+
+#[test]
+fn chart_takes_a_go_chart_values_file() {
+    let Some(bin) = helm::helm_bin() else { return };
+    let chart = helm::chart_dir();
+    let go = go_style_values();
+    helm::helm(
+        &bin,
+        &[
+            "lint",
+            "--strict",
+            chart.to_str().unwrap(),
+            "--values",
+            go.to_str().unwrap(),
+        ],
+    );
+    // Same identity, ports, flavor and discovery settings as the Go chart.
+    let go_objects = helm::template(&bin, &[], &[go]);
+    let identity = go_objects
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap")
+        .unwrap();
+    assert_eq!(
+        identity["data"],
+        json!({"domain": "fluidos.eu", "nodeID": "4ahrqttvng", "ip": "172.18.0.2", "port": "30001"})
+    );
+    let service = go_objects.iter().find(|o| o["kind"] == "Service").unwrap();
+    assert_eq!(service["spec"]["type"], "NodePort");
+    assert_eq!(service["spec"]["ports"][0]["nodePort"], 30001);
+    assert_eq!(service["spec"]["ports"][0]["port"], 3004);
+    let lrm = args_of(&go_objects, "local-resource-manager");
+    for flag in [
+        "--cpu-step=1000m",
+        "--memory-step=100Mi",
+        "--enable-auto-discovery=true",
+    ] {
+        assert!(lrm.contains(&flag.to_owned()), "{flag} in {lrm:?}");
+    }
+    let nm = helm::container(&go_objects, "network-manager");
+    assert!(
+        args_of(&go_objects, "network-manager")
+            .contains(&"--enable-local-discovery=true".to_owned())
+    );
+    assert_eq!(
+        nm["env"],
+        json!([{"name": "RUST_LOG", "value": "info"}, {"name": "MULTICAST_ADDRESS", "value": "239.11.11.1:4000"}])
+    );
+    assert_args_parse(&go_objects);
+}
+
+#[test]
+fn chart_crds_are_the_generated_ones() {
+    let generated = fluidos_testenv::crds_dir();
+    let chart = helm::chart_dir().join("crds");
+    let list = |dir: &std::path::Path| {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(list(&chart), list(&generated), "the same files");
+    for name in list(&generated) {
+        assert!(
+            std::fs::read(chart.join(&name)).unwrap()
+                == std::fs::read(generated.join(&name)).unwrap(),
+            "deploy/helm/fluidos-node/crds/{name} differs from deploy/crds/{name}: \
+             cp deploy/crds/*.yaml deploy/helm/fluidos-node/crds/"
+        );
+    }
+}
+
+#[test]
+fn chart_rbac_is_the_committed_list_without_wildcards() {
+    let Some(bin) = helm::helm_bin() else { return };
+    let grants = helm::grants(&helm::template(&bin, &[], &[]));
+    let rendered: String = grants.iter().map(|g| format!("{g}\n")).collect();
+    let committed = std::fs::read_to_string(grants_file()).unwrap_or_default();
+    let committed: String = committed
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(
+        rendered == committed,
+        "the chart's RBAC differs from {}; if the change is intended, put this there:\n{rendered}",
+        grants_file().display()
+    );
+    for g in &grants {
+        assert!(
+            !g.verb.contains('*') && !g.resource.contains('*') && !g.group.contains('*'),
+            "wildcard: {g}"
+        );
+    }
+    // Cluster-wide writes of Secrets: only what selling a service (its
+    // Secrets in the service's own namespace) and Liqo peering (nonce
+    // Secrets in tenant namespaces) need; never update or deletecollection,
+    // and delete only by name.
+    let writes: Vec<String> = grants
+        .iter()
+        .filter(|g| {
+            g.scope == "cluster"
+                && g.group.is_empty()
+                && g.resource == "secrets"
+                && !["get", "list", "watch"].contains(&g.verb.as_str())
+        })
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        writes,
+        [
+            "rear-gateway cluster core secrets create",
+            "rear-gateway cluster core secrets patch",
+            "rear-manager cluster core secrets create",
+            "rear-manager cluster core secrets delete names=liqo-signed-nonce",
+        ]
+    );
+    // Without peering, no Liqo permissions at all and no Secret writes by the consumer.
+    let no_peering = helm::grants(&helm::template(
+        &bin,
+        &["peering.enabled=false".into()],
+        &[],
+    ));
+    assert!(
+        no_peering.iter().all(|g| !g.group.ends_with("liqo.io")
+            && g.scope != "liqo"
+            && !(g.component == "rear-manager" && g.scope == "cluster" && g.resource == "secrets")),
+        "{no_peering:#?}"
+    );
+}
+
+fn k8slice_solver(name: &str) -> Solver {
+    let mut s = Solver::new(
+        name,
+        SolverSpec {
+            selector: Some(Selector {
+                flavor_type: "K8Slice".into(),
+                filters: Some(json!({
+                    "architectureFilter": {"name": "Match", "data": {"value": "amd64"}},
+                    "cpuFilter": {"name": "Range", "data": {"min": "1000m"}},
+                    // No maximum: kwok may report its own (large) capacity for the worker.
+                    "memoryFilter": {"name": "Range", "data": {"min": "1Gi"}}
+                })),
+            }),
+            intent_id: format!("intent-{name}"),
+            find_candidate: Some(true),
+            reserve_and_buy: Some(true),
+            establish_peering: Some(false),
+        },
+    );
+    s.metadata.namespace = Some(NS.into());
+    s
+}
+
+/// The chart rendered for a test node: no Liqo, REAR on a loopback port.
+fn render(bin: &std::path::Path, node_id: &str, rear_port: u16) -> Vec<Value> {
+    let sets: Vec<String> = [
+        "peering.enabled=false".to_owned(),
+        "common.configMaps.nodeIdentity.ip=127.0.0.1".to_owned(),
+        format!("common.configMaps.nodeIdentity.nodeID={node_id}"),
+        "rearController.service.gateway.type=ClusterIP".to_owned(),
+        format!("rearController.service.gateway.port={rear_port}"),
+        format!("rearController.service.gateway.targetPort={rear_port}"),
+        "logLevel=info\\,kube=warn".to_owned(),
+    ]
+    .into();
+    helm::template(bin, &sets, &[])
+}
+
+/// Installs the chart's objects (dry run first) on `cp`.
+async fn install(cp: &ControlPlane, objects: &[Value]) {
+    fixtures::namespace(cp, NS).await.unwrap();
+    // CRDs come from crds/ (installed by the control plane, as `helm install` would).
+    helm::apply(&cp.client(), objects, true).await;
+    helm::apply(&cp.client(), objects, false).await;
+}
+
+/// The one refusal expected with `peering.enabled=false`: every component
+/// still tries Liqo's cluster-ID ConfigMap first (`identity.rs`
+/// `liqo_cluster_id`, so that a services-only node on a cluster with Liqo
+/// uses the real ID), is refused (no Liqo namespace, no grant), logs it and
+/// falls back to `fluidos-<nodeID>`.
+fn liqo_id_read() -> helm::Access {
+    helm::Access {
+        scope: "liqo".into(),
+        group: String::new(),
+        resource: "configmaps".into(),
+        verb: "get".into(),
+        dry_run: false,
+    }
+}
+
+/// The warning that refusal logs.
+const LIQO_ID_WARNING: &str = "cannot read Liqo's cluster ID ConfigMap";
+
+/// A component run as the chart runs it, through its own recording proxy.
+struct Running {
+    component: &'static str,
+    calls: Calls,
+    node: NodeProcess,
+    health_port: u16,
+}
+
+async fn run_component(
+    cp: &ControlPlane,
+    objects: &[Value],
+    component: &'static str,
+    rear_port: u16,
+    dir: &std::path::Path,
+) -> (Running, String) {
+    let sa = helm::service_account(objects, component);
+    let token = helm::service_account_token(&cp.client(), NS, &sa).await;
+    let calls = Calls::default();
+    let proxy = helm::recording_proxy(cp, calls.clone()).await;
+    let kubeconfig = helm::token_kubeconfig(dir, component, &proxy, &token);
+    let (node, health_port) =
+        helm::spawn_as_chart(objects, component, &kubeconfig, rear_port, cp.server_url());
+    (
+        Running {
+            component,
+            calls,
+            node,
+            health_port,
+        },
+        token,
+    )
+}
+
+#[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "install, run, buy, check: the scenario reads top to bottom"
+)]
+async fn chart_rbac_suffices_for_a_full_sale_and_refuses_the_rest() {
+    let Some(bin) = helm::helm_bin() else { return };
+    let started = Instant::now();
+    let provider_cp = async {
+        ControlPlane::start(ControlPlaneOptions {
+            workloads: true,
+            crd_dirs: vec![helm::chart_dir().join("crds")],
+        })
+        .await
+        .unwrap()
+    };
+    let (provider, consumer) = tokio::join!(provider_cp, cluster());
+    let (pport, cport) = (free_port(), free_port());
+    let provider_objects = render(&bin, "provider01", pport);
+    let consumer_objects = render(&bin, "consumer01", cport);
+    install(&provider, &provider_objects).await;
+    install(&consumer, &consumer_objects).await;
+    fixtures::worker_node(&provider, "worker-1", "8", "16Gi")
+        .await
+        .unwrap();
+    let known = KnownCluster::new(
+        "knowncluster-provider01",
+        KnownClusterSpec {
+            address: format!("127.0.0.1:{pport}"),
+        },
+    );
+    Api::<KnownCluster>::namespaced(consumer.client(), NS)
+        .create(&PostParams::default(), &known)
+        .await
+        .unwrap();
+    let samples = fluidos_testenv::shared_reference_dir().map(|d| d.join("fluidos-samples"));
+    let service_solver: Option<Solver> = samples
+        .as_ref()
+        .map(|s| {
+            let bp: ServiceBlueprint = serde_yaml::from_str(
+                &std::fs::read_to_string(s.join("service-blueprint-db.yaml")).unwrap(),
+            )
+            .unwrap();
+            let sol = serde_yaml::from_str(
+                &std::fs::read_to_string(s.join("solver-service.yaml")).unwrap(),
+            )
+            .unwrap();
+            (bp, sol)
+        })
+        .map(|(bp, sol)| {
+            let client = provider.client();
+            tokio::spawn(async move {
+                Api::<ServiceBlueprint>::namespaced(client, NS)
+                    .create(&PostParams::default(), &bp)
+                    .await
+                    .unwrap();
+            });
+            sol
+        });
+    if service_solver.is_none() {
+        eprintln!(
+            "SKIP (Service sale): ../shared/reference is absent; the blueprint sample comes from there"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (lrm, _) = run_component(
+        &provider,
+        &provider_objects,
+        "local-resource-manager",
+        pport,
+        dir.path(),
+    )
+    .await;
+    let (gateway, gateway_token) = run_component(
+        &provider,
+        &provider_objects,
+        "rear-gateway",
+        pport,
+        dir.path(),
+    )
+    .await;
+    let (manager, _) = run_component(
+        &consumer,
+        &consumer_objects,
+        "rear-manager",
+        cport,
+        dir.path(),
+    )
+    .await;
+    let (network, _) = run_component(
+        &provider,
+        &provider_objects,
+        "network-manager",
+        pport,
+        dir.path(),
+    )
+    .await;
+    let running = [&lrm, &gateway, &manager, &network];
+    let logs: Vec<&NodeProcess> = running.iter().map(|r| &r.node).collect();
+
+    let flavors: Api<Flavor> = Api::namespaced(provider.client(), NS);
+    eventually(
+        "the provider's flavors",
+        Duration::from_secs(60),
+        &logs,
+        || async {
+            let list = flavors.list(&ListParams::default()).await.ok()?;
+            let types: Vec<&str> = list
+                .items
+                .iter()
+                .map(|f| f.spec.flavor_type.type_identifier.as_str())
+                .collect();
+            (types.contains(&"K8Slice") && (service_solver.is_none() || types.contains(&"Service")))
+                .then_some(())
+        },
+    )
+    .await;
+
+    // Every component ready, as the chart's readiness probes would wait for.
+    for r in &running {
+        eventually(
+            &format!("{} ready (/readyz)", r.component),
+            Duration::from_secs(60),
+            &logs,
+            || async { helm::ready(r.health_port).await.then_some(()) },
+        )
+        .await;
+    }
+
+    // A K8Slice sale (no peering: Liqo is not in this scenario).
+    let solvers: Api<Solver> = Api::namespaced(consumer.client(), NS);
+    let solve = async |solver: &Solver| {
+        let name = solver.metadata.name.clone().unwrap();
+        solvers
+            .create(&PostParams::default(), solver)
+            .await
+            .unwrap();
+        let phase = eventually(
+            &format!("Solver {name} to end"),
+            Duration::from_secs(120),
+            &logs,
+            || async {
+                let phase = solvers.get(&name).await.ok()?.status?.solver_phase?;
+                matches!(phase.phase, Phase::Solved | Phase::Failed | Phase::TimedOut)
+                    .then_some(phase)
+            },
+        )
+        .await;
+        if phase.phase != Phase::Solved {
+            let discovery = Api::<fluidos_api::Discovery>::namespaced(consumer.client(), NS)
+                .get_opt(&format!("discovery-{name}"))
+                .await
+                .unwrap();
+            let offered = flavors.list(&ListParams::default()).await.unwrap();
+            let all: Vec<String> = logs.iter().map(|n| n.log()).collect();
+            panic!(
+                "Solver {name}: {phase:?}\ndiscovery: {discovery:#?}\nprovider flavors: {:#?}\n--- logs\n{}",
+                offered.items,
+                all.join("\n---\n")
+            );
+        }
+    };
+    solve(&k8slice_solver("solver-k8s")).await;
+    // The sale granted the buyer's peer rules in its Liqo tenant namespace:
+    // the gateway's bind/escalate on `fluidos-peer`, through the guard policy.
+    let tenant = "liqo-tenant-fluidos-consumer01";
+    Api::<Role>::namespaced(provider.client(), tenant)
+        .get("fluidos-peer")
+        .await
+        .unwrap_or_else(|e| panic!("no peer Role in {tenant}: {e}\n{}", gateway.node.log()));
+
+    // A Service sale, delivered without Liqo (namespace, blueprint objects,
+    // credentials Secret on both sides).
+    if let Some(s) = &service_solver {
+        solve(s).await;
+    }
+    eprintln!(
+        "install + both sales as the chart's ServiceAccounts: {:.1?}",
+        started.elapsed()
+    );
+
+    // What the gateway's `escalate` alone would allow, the guard refuses
+    // (asked with the gateway's token, through a proxy of its own: these
+    // refusals are the point, not a failure of the node).
+    let direct = helm::recording_proxy(&provider, Calls::default()).await;
+    let gateway_kubeconfig =
+        helm::token_kubeconfig(dir.path(), "gateway-direct", &direct, &gateway_token);
+    let gateway_client = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(&gateway_kubeconfig).unwrap(),
+            &Default::default(),
+        )
+        .await
+        .unwrap(),
+    )
+    .unwrap();
+    let evil = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "fluidos-peer", "namespace": "kube-system"},
+        "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}]
+    });
+    let wild = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "fluidos-peer", "namespace": tenant},
+        "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]
+    });
+    for (what, ns, role) in [
+        ("outside a tenant namespace", "kube-system", evil),
+        ("with wildcards", tenant, wild),
+    ] {
+        let err = Api::<Role>::namespaced(gateway_client.clone(), ns)
+            .patch(
+                "fluidos-peer",
+                &PatchParams::apply("evil").force(),
+                &Patch::Apply(&role),
+            )
+            .await
+            .expect_err(what);
+        assert!(
+            err.to_string().contains("fluidos-peer-guard"),
+            "{what}: refused by the guard policy, not {err}"
+        );
+    }
+
+    // Nothing was refused, and every call is one the chart grants.
+    let grants: Vec<Grant> = helm::grants(&provider_objects);
+    let mut report = String::new();
+    for r in running {
+        let calls = r.calls.all();
+        let log = r.node.log();
+        for (access, codes) in &calls {
+            if *access == liqo_id_read() {
+                continue;
+            }
+            // Warm-ups (`fluidos_controller::warm_up`, dry-run creates
+            // before saying ready) are authorized like real creates: each
+            // component warms only kinds it creates, so none is refused.
+            assert!(
+                !codes.contains(&403),
+                "{}: {access:?} was forbidden\n{log}",
+                r.component
+            );
+            assert!(
+                grants
+                    .iter()
+                    .any(|g| g.component == r.component && g.covers(access)),
+                "{}: {access:?} succeeded without a grant of the chart",
+                r.component
+            );
+        }
+        let lower: String = log
+            .lines()
+            .filter(|l| !l.contains(LIQO_ID_WARNING))
+            .collect::<Vec<_>>()
+            .join("\n")
+            .to_lowercase();
+        assert!(
+            !lower.contains("forbidden") && !lower.contains(" 403"),
+            "{}: refused calls in its log:\n{log}",
+            r.component
+        );
+        // What it holds and did not use in this scenario (peering, contract
+        // end, revocation, teardown): printed, for review.
+        let unused: Vec<String> = grants
+            .iter()
+            .filter(|g| g.component == r.component)
+            .filter(|g| !calls.keys().any(|a| g.covers(a)))
+            // Checked within the Role/RoleBinding writes, not requests of
+            // their own; the peer Role found above shows they were used.
+            .filter(|g| g.verb != "bind" && g.verb != "escalate")
+            .map(ToString::to_string)
+            .collect();
+        report.push_str(&format!(
+            "{}: {} distinct calls, all granted; granted but not used in this sale:\n  {}\n",
+            r.component,
+            calls.len(),
+            unused.join("\n  ")
+        ));
+    }
+    eprintln!("{report}");
+    for r in [lrm, gateway, manager, network] {
+        r.node.kill().await;
+    }
+}

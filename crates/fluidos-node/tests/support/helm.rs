@@ -1,0 +1,554 @@
+//! The Helm chart under test (`deploy/helm/fluidos-node`): running `helm`,
+//! applying what it renders, running `fluidos-node` as a chart
+//! ServiceAccount, and recording which API calls it makes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use fluidos_testenv::ControlPlane;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::Api;
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::{self, Scope};
+use serde_json::Value;
+use tokio::process::Command;
+
+use super::{NodeProcess, collect};
+
+/// Set by `.ci/run` to the directory `tools/helm/build.sh` prints.
+pub const HELM_BIN_DIR_ENV: &str = "FLUIDOS_HELM_BIN_DIR";
+
+/// The `helm` binary; `None` (the caller skips) when `FLUIDOS_HELM_BIN_DIR`
+/// is unset outside CI. In CI a missing helm fails the test.
+pub fn helm_bin() -> Option<PathBuf> {
+    let dir = std::env::var_os(HELM_BIN_DIR_ENV).filter(|d| !d.is_empty());
+    let Some(dir) = dir else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{HELM_BIN_DIR_ENV} is not set in CI: .ci/run must build helm (tools/helm/build.sh)"
+        );
+        eprintln!(
+            "SKIP: {HELM_BIN_DIR_ENV} is not set; build helm with tools/helm/build.sh and set \
+             it to the directory printed on its last line"
+        );
+        return None;
+    };
+    let bin = PathBuf::from(dir).join("helm");
+    assert!(
+        bin.is_file(),
+        "{} does not exist: run tools/helm/build.sh",
+        bin.display()
+    );
+    Some(bin)
+}
+
+/// The chart's directory.
+pub fn chart_dir() -> PathBuf {
+    fluidos_testenv::workspace_root().join("deploy/helm/fluidos-node")
+}
+
+/// Runs `helm args...` with its config and caches in a temporary home;
+/// returns stdout, panicking with stderr on failure.
+pub fn helm(bin: &Path, args: &[&str]) -> String {
+    let home = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(bin)
+        .args(args)
+        .env("HELM_CACHE_HOME", home.path().join("cache"))
+        .env("HELM_CONFIG_HOME", home.path().join("config"))
+        .env("HELM_DATA_HOME", home.path().join("data"))
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "helm {args:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// `helm template` of the chart in namespace `fluidos` with `--set`s and
+/// values files; the rendered objects, as JSON.
+pub fn template(bin: &Path, sets: &[String], values_files: &[PathBuf]) -> Vec<Value> {
+    let chart = chart_dir();
+    let mut args: Vec<String> = [
+        "template",
+        "fluidos",
+        chart.to_str().unwrap(),
+        "--namespace",
+        super::NS,
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    for f in values_files {
+        args.push("--values".into());
+        args.push(f.to_str().unwrap().to_owned());
+    }
+    for s in sets {
+        args.push("--set".into());
+        args.push(s.clone());
+    }
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    parse_documents(&helm(bin, &refs))
+}
+
+/// The objects of a multi-document YAML stream (empty documents dropped).
+pub fn parse_documents(yaml: &str) -> Vec<Value> {
+    let mut docs = vec![String::new()];
+    for line in yaml.lines() {
+        if line == "---" {
+            docs.push(String::new());
+        } else if let Some(last) = docs.last_mut() {
+            last.push_str(line);
+            last.push('\n');
+        }
+    }
+    docs.iter()
+        .map(|d| serde_yaml::from_str::<Value>(d).unwrap_or_else(|e| panic!("{e}:\n{d}")))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// `kind/name` of an object.
+pub fn kind_name(o: &Value) -> String {
+    format!(
+        "{}/{}",
+        o["kind"].as_str().unwrap_or_default(),
+        o["metadata"]["name"].as_str().unwrap_or_default()
+    )
+}
+
+/// Server-side applies `objects` (as `helm install` would create them),
+/// `dry_run` or for real; panics with the object and the API's answer.
+pub async fn apply(client: &kube::Client, objects: &[Value], dry_run: bool) {
+    let mut params = PatchParams::apply("fluidos-chart-test").force();
+    params.dry_run = dry_run;
+    for o in objects {
+        let (group, version) = o["apiVersion"]
+            .as_str()
+            .unwrap()
+            .rsplit_once('/')
+            .unwrap_or(("", o["apiVersion"].as_str().unwrap()));
+        let gvk = GroupVersionKind::gvk(group, version, o["kind"].as_str().unwrap());
+        let (ar, caps) = discovery::pinned_kind(client, &gvk)
+            .await
+            .unwrap_or_else(|e| panic!("{}: kind not served: {e}", kind_name(o)));
+        let api: Api<DynamicObject> = match caps.scope {
+            Scope::Namespaced => Api::namespaced_with(
+                client.clone(),
+                o["metadata"]["namespace"].as_str().unwrap_or(super::NS),
+                &ar,
+            ),
+            Scope::Cluster => Api::all_with(client.clone(), &ar),
+        };
+        let name = o["metadata"]["name"].as_str().unwrap();
+        if let Err(e) = api.patch(name, &params, &Patch::Apply(o)).await {
+            panic!(
+                "applying {} (dry run: {dry_run}) failed: {e}\n{}",
+                kind_name(o),
+                serde_yaml::to_string(o).unwrap()
+            );
+        }
+    }
+}
+
+/// A bounded token of ServiceAccount `ns/name` (TokenRequest API).
+pub async fn service_account_token(client: &kube::Client, ns: &str, name: &str) -> String {
+    let req = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![],
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<ServiceAccount>::namespaced(client.clone(), ns)
+        .create_token_request(name, &PostParams::default(), &req)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token
+}
+
+/// One API call as RBAC sees it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Access {
+    /// `cluster` for a cluster-scoped or all-namespaces call, else the namespace.
+    pub scope: String,
+    /// API group (`""`: core).
+    pub group: String,
+    /// Resource, with `/subresource`.
+    pub resource: String,
+    /// RBAC verb.
+    pub verb: String,
+    /// A `dryRun=All` request (authorized like the real one, stores nothing).
+    pub dry_run: bool,
+}
+
+/// What the recording proxy saw: every resource call and its status code.
+#[derive(Clone, Default)]
+pub struct Calls(Arc<Mutex<BTreeMap<Access, BTreeSet<u16>>>>);
+
+impl Calls {
+    /// Every call made, with the status codes it got.
+    pub fn all(&self) -> BTreeMap<Access, BTreeSet<u16>> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// Classifies a request the way the API server's RequestInfo does.
+pub fn access_of(method: &str, path: &str, query: &str) -> Option<Access> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, rest) = match segs.as_slice() {
+        ["api", _v, rest @ ..] => ("", rest),
+        ["apis", g, _v, rest @ ..] => (*g, rest),
+        _ => return None,
+    };
+    if rest.is_empty() {
+        return None;
+    }
+    // /namespaces/<ns>/<resource>... is namespaced; /namespaces/<name> is the Namespace.
+    let (scope, rest) = match rest {
+        ["namespaces", ns, tail @ ..] if !tail.is_empty() => ((*ns).to_owned(), tail),
+        _ => ("cluster".to_owned(), rest),
+    };
+    let (resource, named) = match rest {
+        [r] => ((*r).to_owned(), false),
+        [r, _name] => ((*r).to_owned(), true),
+        [r, _name, sub, ..] => (format!("{r}/{sub}"), true),
+        [] => return None,
+    };
+    let watch = query
+        .split('&')
+        .any(|kv| kv == "watch=true" || kv == "watch=1");
+    let dry_run = query.split('&').any(|kv| kv == "dryRun=All");
+    let verb = match (method, named) {
+        ("GET", _) if watch => "watch",
+        ("GET", true) => "get",
+        ("GET", false) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", true) => "delete",
+        ("DELETE", false) => "deletecollection",
+        _ => return None,
+    };
+    Some(Access {
+        scope,
+        group: group.to_owned(),
+        resource,
+        verb: verb.to_owned(),
+        dry_run,
+    })
+}
+
+/// A plain-HTTP reverse proxy on loopback in front of `cp`'s API server
+/// that passes each request's own credentials through and records what it
+/// asked for and what it got. Returns its URL.
+pub async fn recording_proxy(cp: &ControlPlane, calls: Calls) -> String {
+    // A client with the API server's CA and no credentials of its own:
+    // each request keeps the Authorization header the node sent.
+    let mut kubeconfig = cp.kubeconfig().clone();
+    for a in &mut kubeconfig.auth_infos {
+        a.auth_info = Some(kube::config::AuthInfo::default());
+    }
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    let upstream = kube::Client::try_from(config).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
+        let (upstream, calls) = (upstream.clone(), calls.clone());
+        async move { forward(&upstream, &calls, req).await }
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+async fn forward(
+    upstream: &kube::Client,
+    calls: &Calls,
+    req: axum::extract::Request,
+) -> axum::response::Response {
+    let (parts, body) = req.into_parts();
+    let path_and_query = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    let access = access_of(
+        parts.method.as_str(),
+        parts.uri.path(),
+        parts.uri.query().unwrap_or_default(),
+    );
+    let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+    let mut out = axum::http::Request::builder()
+        .method(parts.method.clone())
+        .uri(path_and_query);
+    for (k, v) in &parts.headers {
+        if k != axum::http::header::HOST && k != axum::http::header::CONTENT_LENGTH {
+            out = out.header(k, v);
+        }
+    }
+    let out = out.body(kube::client::Body::from(bytes.to_vec())).unwrap();
+    match upstream.send(out).await {
+        Ok(resp) => {
+            if let Some(a) = access {
+                let status = resp.status().as_u16();
+                let mut calls = calls.0.lock().unwrap();
+                // A server-side apply that created the object was also
+                // authorized as a create (201).
+                if a.verb == "patch" && status == 201 {
+                    let created = Access {
+                        verb: "create".into(),
+                        ..a.clone()
+                    };
+                    calls.entry(created).or_default().insert(status);
+                }
+                calls.entry(a).or_default().insert(status);
+            }
+            let (parts, body) = resp.into_parts();
+            axum::response::Response::from_parts(parts, axum::body::Body::new(body))
+        }
+        Err(e) => axum::response::Response::builder()
+            .status(502)
+            .body(axum::body::Body::from(format!("proxy: {e}")))
+            .unwrap(),
+    }
+}
+
+/// A kubeconfig file (in `dir`) for `server` with a bearer `token`.
+pub fn token_kubeconfig(dir: &Path, name: &str, server: &str, token: &str) -> PathBuf {
+    let yaml = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n\
+         users:\n- name: {name}\n  user:\n    token: {token}\ncontexts:\n- name: c\n  context:\n    \
+         cluster: c\n    user: {name}\ncurrent-context: c\n"
+    );
+    let path = dir.join(format!("{name}.kubeconfig"));
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+/// The container of the rendered Deployment of `component`.
+pub fn container<'a>(objects: &'a [Value], component: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| {
+            o["kind"] == "Deployment"
+                && o["metadata"]["labels"]["app.kubernetes.io/component"] == component
+        })
+        .map(|d| &d["spec"]["template"]["spec"]["containers"][0])
+        .unwrap_or_else(|| panic!("no Deployment for {component}"))
+}
+
+/// The ServiceAccount the chart runs `component` as.
+pub fn service_account(objects: &[Value], component: &str) -> String {
+    objects
+        .iter()
+        .find(|o| {
+            o["kind"] == "Deployment"
+                && o["metadata"]["labels"]["app.kubernetes.io/component"] == component
+        })
+        .and_then(|d| d["spec"]["template"]["spec"]["serviceAccountName"].as_str())
+        .unwrap()
+        .to_owned()
+}
+
+/// Starts `fluidos-node` as the chart's Deployment of `component` would
+/// (its rendered arguments and environment), out of cluster with
+/// `kubeconfig`; only the listening addresses are made loopback ones.
+/// Returns the process and the port of its `/healthz` and `/readyz`.
+pub fn spawn_as_chart(
+    objects: &[Value],
+    component: &str,
+    kubeconfig: &Path,
+    rear_port: u16,
+    api_server_url: &str,
+) -> (NodeProcess, u16) {
+    let c = container(objects, component);
+    let health_port = super::free_port();
+    let own = [
+        "--health-probe-bind-address",
+        "--metrics-bind-address",
+        "--http-port",
+        "--log-format",
+    ];
+    let args: Vec<String> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .filter(|a| !own.iter().any(|o| a.starts_with(o)))
+        .collect();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fluidos-node"));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("FLUIDOS_") || key.starts_with("KUBERNETES_") || key == "RUST_LOG" {
+            cmd.env_remove(key);
+        }
+    }
+    for e in c["env"].as_array().into_iter().flatten() {
+        cmd.env(e["name"].as_str().unwrap(), e["value"].as_str().unwrap());
+    }
+    cmd.env("KUBECONFIG", kubeconfig)
+        .args(&args)
+        .args([
+            "--health-probe-bind-address",
+            &format!("127.0.0.1:{health_port}"),
+        ])
+        .args(["--metrics-bind-address", "0"])
+        .args(["--rear-bind-address", "127.0.0.1"])
+        .args(["--http-port", &rear_port.to_string()])
+        // Peering kubeconfigs name the real API server, not the proxy.
+        .args(["--api-server-url", api_server_url])
+        .args(["--log-format", "text"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().unwrap();
+    let log = Arc::new(Mutex::new(String::new()));
+    collect(child.stdout.take().unwrap(), log.clone());
+    collect(child.stderr.take().unwrap(), log.clone());
+    (NodeProcess { child, log }, health_port)
+}
+
+/// Whether `/readyz` on `port` answers 200.
+pub async fn ready(port: u16) -> bool {
+    reqwest::get(format!("http://127.0.0.1:{port}/readyz"))
+        .await
+        .is_ok_and(|r| r.status().is_success())
+}
+
+/// One RBAC permission of a component, flattened from a rule.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Grant {
+    /// The component whose ServiceAccount holds it.
+    pub component: String,
+    /// `cluster` (a ClusterRole) or the Role's namespace.
+    pub scope: String,
+    /// API group (`""`: core).
+    pub group: String,
+    /// Resource, with `/subresource`.
+    pub resource: String,
+    /// Verb.
+    pub verb: String,
+    /// `resourceNames` of the rule (empty: any name).
+    pub names: Vec<String>,
+}
+
+impl Grant {
+    /// Whether this grant allows `a` (names aside: the recording does not
+    /// see names of creates, and a call outside the names would be a 403).
+    pub fn covers(&self, a: &Access) -> bool {
+        (self.scope == "cluster" || self.scope == a.scope)
+            && self.group == a.group
+            && self.resource == a.resource
+            && self.verb == a.verb
+    }
+}
+
+impl std::fmt::Display for Grant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let group = if self.group.is_empty() {
+            "core"
+        } else {
+            &self.group
+        };
+        write!(
+            f,
+            "{} {} {group} {} {}",
+            self.component, self.scope, self.resource, self.verb
+        )?;
+        if !self.names.is_empty() {
+            write!(f, " names={}", self.names.join(","))?;
+        }
+        Ok(())
+    }
+}
+
+fn name_of(o: &Value) -> &str {
+    o["metadata"]["name"].as_str().unwrap_or_default()
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| s.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Every permission the rendered chart grants, by component.
+pub fn grants(objects: &[Value]) -> Vec<Grant> {
+    // (kind, namespace of a Role, name) -> the component bound to it.
+    let mut bound: BTreeMap<(String, String, String), String> = BTreeMap::new();
+    for b in objects
+        .iter()
+        .filter(|o| o["kind"] == "RoleBinding" || o["kind"] == "ClusterRoleBinding")
+    {
+        let role_ns = if b["roleRef"]["kind"] == "Role" {
+            b["metadata"]["namespace"].as_str().unwrap_or_default()
+        } else {
+            ""
+        };
+        let subjects = b["subjects"].as_array().unwrap();
+        assert_eq!(subjects.len(), 1, "{}: one subject", kind_name(b));
+        let sa = subjects[0]["name"].as_str().unwrap();
+        let component = objects
+            .iter()
+            .find(|o| o["kind"] == "ServiceAccount" && name_of(o) == sa)
+            .and_then(|o| o["metadata"]["labels"]["app.kubernetes.io/component"].as_str())
+            .unwrap_or_else(|| panic!("{} binds {sa}, not a chart ServiceAccount", kind_name(b)));
+        bound.insert(
+            (
+                b["roleRef"]["kind"].as_str().unwrap().to_owned(),
+                role_ns.to_owned(),
+                b["roleRef"]["name"].as_str().unwrap().to_owned(),
+            ),
+            component.to_owned(),
+        );
+    }
+    let mut out = Vec::new();
+    for r in objects
+        .iter()
+        .filter(|o| o["kind"] == "Role" || o["kind"] == "ClusterRole")
+    {
+        let ns = r["metadata"]["namespace"].as_str().unwrap_or_default();
+        let key = (
+            r["kind"].as_str().unwrap().to_owned(),
+            ns.to_owned(),
+            name_of(r).to_owned(),
+        );
+        let component = bound
+            .get(&key)
+            .unwrap_or_else(|| panic!("{key:?} is bound to nobody"));
+        let scope = if ns.is_empty() { "cluster" } else { ns };
+        for rule in r["rules"].as_array().into_iter().flatten() {
+            for group in strings(&rule["apiGroups"]) {
+                for resource in strings(&rule["resources"]) {
+                    for verb in strings(&rule["verbs"]) {
+                        out.push(Grant {
+                            component: component.clone(),
+                            scope: scope.to_owned(),
+                            group: group.clone(),
+                            resource: resource.clone(),
+                            verb,
+                            names: strings(&rule["resourceNames"]),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}

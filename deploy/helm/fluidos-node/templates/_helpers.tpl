@@ -1,0 +1,85 @@
+{{/* Chart name, truncated to a DNS label. */}}
+{{- define "fluidos-node.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Prefix of every object's name: the release name, with the chart name unless it contains it. */}}
+{{- define "fluidos-node.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The components, in start order: values key, the `--components` name.
+Each gets its own Deployment, ServiceAccount and RBAC.
+*/}}
+{{- define "fluidos-node.components" -}}
+localResourceManager: local-resource-manager
+rearController: rear-gateway
+rearManager: rear-manager
+networkManager: network-manager
+{{- end -}}
+
+{{/* Labels every object carries. */}}
+{{- define "fluidos-node.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "fluidos-node.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: fluidos
+{{- end -}}
+
+{{/*
+Selector labels of one component (stable across chart versions, unlike the
+Go chart's, which include the version and break upgrades).
+Call with (dict "root" $ "component" "rear-gateway").
+*/}}
+{{- define "fluidos-node.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "fluidos-node.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* Name of a component's objects (Deployment, ServiceAccount, RBAC). */}}
+{{- define "fluidos-node.componentName" -}}
+{{- printf "%s-%s" (include "fluidos-node.fullname" .root) .component | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The image of a component: its Go `imageName` when changed from the Go image, else image.repository. */}}
+{{- define "fluidos-node.image" -}}
+{{- $v := index .root.Values .key -}}
+{{- $repo := .root.Values.image.repository -}}
+{{- if and $v.imageName (not (hasPrefix "ghcr.io/fluidos-project/" $v.imageName)) -}}
+{{- $repo = $v.imageName -}}
+{{- end -}}
+{{- printf "%s:%s" $repo (default .root.Chart.AppVersion .root.Values.tag) -}}
+{{- end -}}
+
+{{/* The port peers dial: the NodePort for a NodePort Service, else the Service port. */}}
+{{- define "fluidos-node.identityPort" -}}
+{{- $gw := .Values.rearController.service.gateway -}}
+{{- if eq $gw.type "NodePort" -}}
+{{- required "rearController.service.gateway.nodePort.port must be set with a NodePort gateway Service: it is the port other nodes dial" $gw.nodePort.port -}}
+{{- else -}}
+{{- $gw.port -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The FLUIDOS CRDs, by name: what the node's preflight reads. */}}
+{{- define "fluidos-node.crdNames" -}}
+- discoveries.advertisement.fluidos.eu
+- peeringcandidates.advertisement.fluidos.eu
+- brokers.network.fluidos.eu
+- knownclusters.network.fluidos.eu
+- allocations.nodecore.fluidos.eu
+- flavors.nodecore.fluidos.eu
+- serviceblueprints.nodecore.fluidos.eu
+- solvers.nodecore.fluidos.eu
+- contracts.reservation.fluidos.eu
+- reservations.reservation.fluidos.eu
+- transactions.reservation.fluidos.eu
+{{- end -}}

@@ -1,0 +1,340 @@
+{{/*
+Least-privilege RBAC of every component, derived from the API calls its code
+makes (crates/<crate>/src). Each helper renders a YAML map:
+  cluster:   rules of the component's ClusterRole (cluster-scoped kinds, and
+             namespaced kinds it must reach in namespaces created at run time:
+             Liqo tenant namespaces, one namespace per sold service);
+  namespace: rules of its Role in the release namespace (everything FLUIDOS);
+  default:   rules of its Role in `default` (Events about Nodes land there;
+             the API server's address for the identity fallback);
+  liqo:      rules of its Role in the Liqo namespace.
+A rule's comment names the code that needs it. Any change shows up in
+deploy/helm/rbac-grants.txt, which the chart test compares with a rendering.
+*/}}
+
+{{/* What every component does at start (crates/fluidos-node/src). */}}
+{{- define "fluidos-node.rules.common" -}}
+cluster:
+  # preflight.rs: every FLUIDOS CRD installed and Established (by name only).
+  - apiGroups: [apiextensions.k8s.io]
+    resources: [customresourcedefinitions]
+    resourceNames:
+      {{- include "fluidos-node.crdNames" . | nindent 6 }}
+    verbs: [get]
+namespace:
+  # identity.rs: the node identity.
+  - apiGroups: [""]
+    resources: [configmaps]
+    resourceNames: [fluidos-node-identity]
+    verbs: [get]
+default:
+  {{- if not .Values.common.configMaps.nodeIdentity.ip }}
+  # identity.rs: without an identity ip, the API server's address (as Go).
+  - apiGroups: [""]
+    resources: [endpoints]
+    resourceNames: [kubernetes]
+    verbs: [get]
+  {{- end }}
+liqo:
+  {{- if and .Values.peering.enabled (not .Values.peering.liqoClusterID) }}
+  # identity.rs: this cluster's Liqo ID (get, then a watch by name until Liqo publishes it).
+  - apiGroups: [""]
+    resources: [configmaps]
+    resourceNames: [liqo-clusterid-configmap]
+    verbs: [get, list, watch]
+  {{- end }}
+{{- end -}}
+
+{{/* Events (fluidos-controller/src/events.rs, kube's Recorder: create, then patch a series). */}}
+{{- define "fluidos-node.rules.events" -}}
+- apiGroups: [events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+{{- end -}}
+
+{{/*
+Leader election (--leader-elect; crates/fluidos-node/src/leader_election.rs,
+kube-lease-manager): the Lease `fluidos-node-<component>` in the release
+namespace. Call with (dict "root" $ "component" "rear-manager").
+*/}}
+{{- define "fluidos-node.rules.leases" -}}
+{{- if .root.Values.leaderElection.enabled }}
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [create]
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  resourceNames: [fluidos-node-{{ .component }}]
+  verbs: [get, patch]
+{{- end }}
+{{- end -}}
+
+{{/* local-resource-manager: crates/fluidos-lrm. */}}
+{{- define "fluidos-node.rules.local-resource-manager" -}}
+cluster:
+  # lib.rs: watches the Nodes (labelled ones become flavors) and all Pods
+  # (what is already used on them).
+  - apiGroups: [""]
+    resources: [nodes, pods]
+    verbs: [list, watch]
+  # metrics.rs: node usage from metrics-server, when installed.
+  - apiGroups: [metrics.k8s.io]
+    resources: [nodes]
+    verbs: [get]
+namespace:
+  # context.rs: one Flavor per node and per blueprint (server-side apply,
+  # finalizer removal, deletion); lib.rs watches them.
+  - apiGroups: [nodecore.fluidos.eu]
+    resources: [flavors]
+    verbs: [get, list, watch, create, patch, delete]
+  # blueprint_controller.rs: reads ServiceBlueprints, writes their status.
+  - apiGroups: [nodecore.fluidos.eu]
+    resources: [serviceblueprints]
+    verbs: [get, list, watch]
+  - apiGroups: [nodecore.fluidos.eu]
+    resources: [serviceblueprints/status]
+    verbs: [patch]
+  {{- include "fluidos-node.rules.events" . | nindent 2 }}
+  {{- include "fluidos-node.rules.leases" (dict "root" . "component" "local-resource-manager") | nindent 2 }}
+default:
+  # context.rs: Events about Nodes (cluster-scoped) are recorded in `default`.
+  {{- include "fluidos-node.rules.events" . | nindent 2 }}
+{{- end -}}
+
+{{/* rear-gateway: crates/fluidos-rear-gateway and the provider half of crates/fluidos-service-allocation. */}}
+{{- define "fluidos-node.rules.rear-gateway" -}}
+cluster:
+  # credentials.rs: a K8Slice buyer's Liqo tenant namespace is created (or
+  # claimed) by the gateway; service-allocation provider.rs creates one
+  # namespace per sold service (server-side apply), watches the labelled
+  # ones and deletes them when the contract ends.
+  - apiGroups: [""]
+    resources: [namespaces]
+    verbs: [get, list, watch, create, patch, delete]
+  # credentials.rs: the peer Role `fluidos-peer` and its RoleBindings in the
+  # buyers' tenant namespaces (server-side apply), watched everywhere;
+  # revocation deletes the bindings.
+  - apiGroups: [rbac.authorization.k8s.io]
+    resources: [roles, rolebindings]
+    verbs: [list, watch, create, patch, delete]
+  # credentials.rs: granting the peer rules without holding them. `escalate`
+  # lets it write the Role `fluidos-peer` (and only that name) with rules it
+  # does not hold, `bind` lets it bind that Role. The alternative, holding
+  # the peer rules itself in every namespace, would mean cluster-wide
+  # create/delete of Secrets. rbac.guardPeerRole adds an admission policy
+  # confining both to tenant namespaces and peer accounts.
+  - apiGroups: [rbac.authorization.k8s.io]
+    resources: [roles]
+    resourceNames: [fluidos-peer]
+    verbs: [bind, escalate]
+  # service-allocation provider.rs: instantiates a sold ServiceBlueprint in
+  # the service's own namespace (server-side apply of the kinds in
+  # crates/fluidos-blueprint/src/validate.rs ALLOWED_KINDS, nothing else),
+  # watches Deployments and StatefulSets for availability, lists the
+  # endpoint Service and the Pods, reads and annotates the credentials
+  # Secret; service_access.rs hands that Secret to the buyer.
+  - apiGroups: [""]
+    resources: [configmaps, persistentvolumeclaims, serviceaccounts]
+    verbs: [create, patch]
+  - apiGroups: [""]
+    resources: [services, pods]
+    verbs: [list, create, patch]
+  - apiGroups: [""]
+    resources: [secrets]
+    verbs: [get, create, patch]
+  - apiGroups: [apps]
+    resources: [deployments, statefulsets]
+    verbs: [list, watch, create, patch]
+  - apiGroups: [apps]
+    resources: [replicasets]
+    verbs: [create, patch]
+  - apiGroups: [batch]
+    resources: [jobs, cronjobs]
+    verbs: [create, patch]
+  - apiGroups: [networking.k8s.io]
+    resources: [ingresses]
+    verbs: [create, patch]
+namespace:
+  # catalog.rs, book.rs: the Flavor watch cache, and the capacity ledger in
+  # the Flavor's status (replace with resourceVersion).
+  - apiGroups: [nodecore.fluidos.eu]
+    resources: [flavors]
+    verbs: [get, list, watch]
+  - apiGroups: [nodecore.fluidos.eu]
+    resources: [flavors/status]
+    verbs: [update]
+  # reserve.rs, purchase.rs, sweeper.rs: Transactions (the reservations it holds).
+  - apiGroups: [reservation.fluidos.eu]
+    resources: [transactions]
+    verbs: [get, list, create, patch, delete]
+  # purchase.rs, contract_end.rs: Contracts sold and ended; the service
+  # provider watches them.
+  - apiGroups: [reservation.fluidos.eu]
+    resources: [contracts]
+    verbs: [get, list, watch, create, delete]
+  # purchase.rs, contract_end.rs: the provider's Allocation of a sale; the
+  # service provider drives it (finalizer, status).
+  - apiGroups: [nodecore.fluidos.eu]
+    resources: [allocations]
+    verbs: [get, list, watch, create, patch, delete, deletecollection]
+  - apiGroups: [nodecore.fluidos.eu]
+    resources: [allocations/status]
+    verbs: [patch]
+  # service-allocation provider.rs: the blueprint of a sold service.
+  - apiGroups: [nodecore.fluidos.eu]
+    resources: [serviceblueprints]
+    verbs: [get]
+  # credentials.rs: one ServiceAccount per buyer (`fluidos-peer-<buyer>`),
+  # a bounded token for it (TokenRequest), revocation; contract_end.rs lists them.
+  - apiGroups: [""]
+    resources: [serviceaccounts]
+    verbs: [get, list, watch, patch, delete]
+  - apiGroups: [""]
+    resources: [serviceaccounts/token]
+    verbs: [create]
+  # credentials.rs: removes the peer grants earlier versions made in the
+  # node's namespace (label-selected).
+  - apiGroups: [rbac.authorization.k8s.io]
+    resources: [roles, rolebindings]
+    verbs: [deletecollection]
+  {{- include "fluidos-node.rules.events" . | nindent 2 }}
+  {{- include "fluidos-node.rules.leases" (dict "root" . "component" "rear-gateway") | nindent 2 }}
+{{- end -}}
+
+{{/* rear-manager: crates/fluidos-consumer, the buyer half of crates/fluidos-service-allocation, crates/fluidos-peering. */}}
+{{- define "fluidos-node.rules.rear-manager" -}}
+cluster:
+  {{- if .Values.peering.enabled }}
+  # peering allocation.rs: Liqo's tenant namespace of the provider.
+  - apiGroups: [""]
+    resources: [namespaces]
+    verbs: [get, create]
+  # peering allocation.rs: the nonce Secrets Liqo's authentication uses, in
+  # the tenant namespaces (watched by label everywhere, as Liqo creates
+  # them); the signed nonce is created and deleted by the peering.
+  - apiGroups: [""]
+    resources: [secrets]
+    verbs: [get, list, watch, create]
+  - apiGroups: [""]
+    resources: [secrets]
+    resourceNames: [liqo-signed-nonce]
+    verbs: [delete]
+  # peering allocation.rs: the virtual node Liqo makes for a ResourceSlice.
+  - apiGroups: [""]
+    resources: [nodes]
+    verbs: [get, list, watch]
+  # peering allocation.rs: Liqo's authentication kinds.
+  - apiGroups: [authentication.liqo.io]
+    resources: [identities, resourceslices]
+    verbs: [get, list, watch, create, delete]
+  # peering slice_class.rs (provider): grants replicated ResourceSlices of
+  # the FLUIDOS class, reads the consumers' Tenants.
+  - apiGroups: [authentication.liqo.io]
+    resources: [resourceslices/status]
+    verbs: [update]
+  - apiGroups: [authentication.liqo.io]
+    resources: [tenants]
+    verbs: [get, list, watch]
+  - apiGroups: [core.liqo.io]
+    resources: [foreignclusters]
+    verbs: [get, list, watch]
+  # peering allocation.rs, slice_class.rs: Contracts watched (all namespaces).
+  - apiGroups: [reservation.fluidos.eu]
+    resources: [contracts]
+    verbs: [list, watch]
+  # slice_class.rs: its admission policy (keeps Liqo's own ResourceSlice
+  # controller off the FLUIDOS class), by name.
+  - apiGroups: [admissionregistration.k8s.io]
+    resources: [validatingadmissionpolicies, validatingadmissionpolicybindings]
+    verbs: [create]
+  - apiGroups: [admissionregistration.k8s.io]
+    resources: [validatingadmissionpolicies, validatingadmissionpolicybindings]
+    resourceNames: [fluidos-resourceslice-class]
+    verbs: [get, patch]
+  {{- end }}
+namespace:
+  # consumer solver.rs: Solvers (status only).
+  - apiGroups: [nodecore.fluidos.eu]
+    resources: [solvers]
+    verbs: [get, list, watch]
+  - apiGroups: [nodecore.fluidos.eu]
+    resources: [solvers/status]
+    verbs: [patch]
+  # consumer discovery.rs, solver.rs: Discoveries and PeeringCandidates.
+  - apiGroups: [advertisement.fluidos.eu]
+    resources: [discoveries]
+    verbs: [get, list, watch, create, delete]
+  - apiGroups: [advertisement.fluidos.eu]
+    resources: [peeringcandidates]
+    verbs: [get, list, watch, create, update, patch]
+  - apiGroups: [advertisement.fluidos.eu]
+    resources: [discoveries/status, peeringcandidates/status]
+    verbs: [patch]
+  # consumer reservation.rs, solver.rs: Reservations, the buyer's
+  # Transactions and Contracts (server-side apply).
+  - apiGroups: [reservation.fluidos.eu]
+    resources: [reservations]
+    verbs: [get, list, watch, create, patch, delete]
+  - apiGroups: [reservation.fluidos.eu]
+    resources: [reservations/status]
+    verbs: [patch]
+  - apiGroups: [reservation.fluidos.eu]
+    resources: [transactions]
+    verbs: [get, list, watch, create, patch, delete]
+  - apiGroups: [reservation.fluidos.eu]
+    resources: [contracts]
+    verbs: [get, list, watch, create, patch]
+  # solver.rs, service-allocation consumer.rs, peering allocation.rs: the
+  # buyer's Allocations.
+  - apiGroups: [nodecore.fluidos.eu]
+    resources: [allocations]
+    verbs: [get, list, watch, create, patch]
+  - apiGroups: [nodecore.fluidos.eu]
+    resources: [allocations/status]
+    verbs: [patch]
+  # consumer lib.rs, discovery.rs: the providers to ask.
+  - apiGroups: [network.fluidos.eu]
+    resources: [knownclusters]
+    verbs: [get, list, watch]
+  # service-allocation consumer.rs: the bought service's credentials Secret
+  # (`credentials-<contract>`, server-side apply, deleted with the Allocation).
+  - apiGroups: [""]
+    resources: [secrets]
+    verbs: [get, list, watch, create, patch, delete]
+  {{- include "fluidos-node.rules.events" . | nindent 2 }}
+  {{- include "fluidos-node.rules.leases" (dict "root" . "component" "rear-manager") | nindent 2 }}
+liqo:
+  {{- if .Values.peering.enabled }}
+  # peering allocation.rs: this cluster's Liqo authentication keys (signing the nonce).
+  - apiGroups: [""]
+    resources: [secrets]
+    resourceNames: [authentication-keys]
+    verbs: [get]
+  {{- end }}
+{{- end -}}
+
+{{/* network-manager: crates/fluidos-network-manager. */}}
+{{- define "fluidos-node.rules.network-manager" -}}
+namespace:
+  # known_clusters.rs: `knowncluster-<nodeID>` (server-side apply of spec
+  # and status), expiry sweep.
+  - apiGroups: [network.fluidos.eu]
+    resources: [knownclusters]
+    verbs: [get, list, watch, create, patch, delete]
+  - apiGroups: [network.fluidos.eu]
+    resources: [knownclusters/status]
+    verbs: [patch]
+  {{- if .Values.networkManager.config.broker.enabled }}
+  # The AMQP broker client: Broker objects and their TLS Secrets.
+  - apiGroups: [network.fluidos.eu]
+    resources: [brokers]
+    verbs: [get, list, watch]
+  - apiGroups: [network.fluidos.eu]
+    resources: [brokers/status]
+    verbs: [patch]
+  - apiGroups: [""]
+    resources: [secrets]
+    verbs: [get, list, watch]
+  {{- end }}
+  {{- include "fluidos-node.rules.leases" (dict "root" . "component" "network-manager") | nindent 2 }}
+{{- end -}}
