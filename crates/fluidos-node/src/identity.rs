@@ -257,6 +257,11 @@ pub async fn liqo_cluster_id(
             }
         }
         Ok(None) => {}
+        // Without peering Liqo is optional, and least-privilege RBAC (the
+        // Helm chart with peering off) grants no read of its namespace.
+        Err(kube::Error::Api(e)) if !peering && e.code == 403 => {
+            tracing::debug!(error = %e, "not allowed to read Liqo's cluster ID ConfigMap; peering is off");
+        }
         Err(e) => tracing::warn!(error = %e, "cannot read Liqo's cluster ID ConfigMap"),
     }
     (!peering).then(|| default_liqo_id(&identity.node_id))
