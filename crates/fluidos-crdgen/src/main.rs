@@ -1,14 +1,19 @@
-//! `cargo run -p fluidos-crdgen [-- DIR]`: regenerate the CRD manifests (default `deploy/crds`).
+//! `cargo run -p fluidos-crdgen [-- DIR...]`: regenerate the CRD manifests
+//! (default: `deploy/crds` and the Helm chart's copy,
+//! `deploy/helm/fluidos-node/crds`, which a chart test checks are identical).
 
 use std::path::PathBuf;
 
 fn main() -> anyhow::Result<()> {
-    let dir = std::env::args_os()
-        .nth(1)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds"));
-    for name in fluidos_crdgen::write_all(&dir)? {
-        println!("wrote {}", dir.join(name).display());
+    let mut dirs: Vec<PathBuf> = std::env::args_os().skip(1).map(PathBuf::from).collect();
+    if dirs.is_empty() {
+        let deploy = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy");
+        dirs = vec![deploy.join("crds"), deploy.join("helm/fluidos-node/crds")];
+    }
+    for dir in dirs {
+        for name in fluidos_crdgen::write_all(&dir)? {
+            println!("wrote {}", dir.join(name).display());
+        }
     }
     Ok(())
 }
