@@ -11,7 +11,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // in tests a panic is the failure report
 
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,12 +21,11 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 mod support;
 
-use support::{NS, cluster, free_port};
+use support::{NS, cluster, free_port, node_command, spawn_collecting, test_node_log};
 
 /// The provider's namespace.
 const PROVIDER_NS: &str = "provider";
@@ -62,18 +60,10 @@ impl Node {
         extra: &[&str],
     ) -> Node {
         let (probes, metrics) = (free_port(), free_port());
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fluidos-node"));
-        for (key, _) in std::env::vars() {
-            if key.starts_with("FLUIDOS_") || key.starts_with("KUBERNETES_") {
-                cmd.env_remove(key);
-            }
-        }
+        let mut cmd = node_command();
         cmd.env("KUBECONFIG", cp.kubeconfig_path())
             .env("POD_NAME", name)
-            .env(
-                "RUST_LOG",
-                std::env::var("FLUIDOS_TEST_NODE_LOG").unwrap_or_else(|_| "info,kube=warn".into()),
-            )
+            .env("RUST_LOG", test_node_log())
             .args(["--namespace", namespace, "--components", components])
             .args([
                 "--health-probe-bind-address",
@@ -85,15 +75,8 @@ impl Node {
                 "--http-port",
                 &rear.to_string(),
             ])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        collect(child.stdout.take().unwrap(), log.clone());
-        collect(child.stderr.take().unwrap(), log.clone());
+            .args(extra);
+        let (child, log) = spawn_collecting(cmd);
         Node {
             name,
             child,
@@ -192,17 +175,6 @@ impl Node {
             .unwrap()
             .code()
     }
-}
-
-fn collect(r: impl AsyncRead + Unpin + Send + 'static, into: Arc<Mutex<String>>) {
-    tokio::spawn(async move {
-        let mut lines = BufReader::new(r).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            let mut s = into.lock().unwrap();
-            s.push_str(&line);
-            s.push('\n');
-        }
-    });
 }
 
 /// Polls `f` every 100 ms until it returns `Some`, failing with `what` and

@@ -15,9 +15,8 @@ use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{self, Scope};
 use serde_json::Value;
-use tokio::process::Command;
 
-use super::{NodeProcess, collect};
+use super::{NodeProcess, node_command};
 
 /// Set by `.ci/run` to the directory `tools/helm/build.sh` prints.
 pub const HELM_BIN_DIR_ENV: &str = "FLUIDOS_HELM_BIN_DIR";
@@ -389,12 +388,9 @@ pub fn spawn_as_chart(
         .map(|a| a.as_str().unwrap().to_owned())
         .filter(|a| !own.iter().any(|o| a.starts_with(o)))
         .collect();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fluidos-node"));
-    for (key, _) in std::env::vars() {
-        if key.starts_with("FLUIDOS_") || key.starts_with("KUBERNETES_") || key == "RUST_LOG" {
-            cmd.env_remove(key);
-        }
-    }
+    let mut cmd = node_command();
+    // Only what the chart sets (below) decides the log level.
+    cmd.env_remove("RUST_LOG");
     for e in c["env"].as_array().into_iter().flatten() {
         cmd.env(e["name"].as_str().unwrap(), e["value"].as_str().unwrap());
     }
@@ -409,16 +405,8 @@ pub fn spawn_as_chart(
         .args(["--http-port", &rear_port.to_string()])
         // Peering kubeconfigs name the real API server, not the proxy.
         .args(["--api-server-url", api_server_url])
-        .args(["--log-format", "text"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = cmd.spawn().unwrap();
-    let log = Arc::new(Mutex::new(String::new()));
-    collect(child.stdout.take().unwrap(), log.clone());
-    collect(child.stderr.take().unwrap(), log.clone());
-    (NodeProcess { child, log }, health_port)
+        .args(["--log-format", "text"]);
+    (NodeProcess::start(cmd), health_port)
 }
 
 /// Whether `/readyz` on `port` answers 200.

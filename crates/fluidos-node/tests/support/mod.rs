@@ -58,18 +58,10 @@ impl NodeProcess {
         metrics_bind: &str,
         extra: &[&str],
     ) -> NodeProcess {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fluidos-node"));
-        for (key, _) in std::env::vars() {
-            if key.starts_with("FLUIDOS_") || key.starts_with("KUBERNETES_") {
-                cmd.env_remove(key);
-            }
-        }
+        let mut cmd = node_command();
+        // FLUIDOS_TEST_NODE_LOG, to debug a failing test or bench.
         cmd.env("KUBECONFIG", cp.kubeconfig_path())
-            // FLUIDOS_TEST_NODE_LOG, to debug a failing test or bench.
-            .env(
-                "RUST_LOG",
-                std::env::var("FLUIDOS_TEST_NODE_LOG").unwrap_or_else(|_| "info,kube=warn".into()),
-            )
+            .env("RUST_LOG", test_node_log())
             .args(["--namespace", NS, "--components", components])
             .args([
                 "--health-probe-bind-address",
@@ -82,15 +74,13 @@ impl NodeProcess {
                 "--http-port",
                 &rear_port.to_string(),
             ])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        collect(child.stdout.take().unwrap(), log.clone());
-        collect(child.stderr.take().unwrap(), log.clone());
+            .args(extra);
+        NodeProcess::start(cmd)
+    }
+
+    /// Spawns `cmd` with stdin closed and its output collected; killed on drop.
+    pub fn start(cmd: Command) -> NodeProcess {
+        let (child, log) = spawn_collecting(cmd);
         NodeProcess { child, log }
     }
 
@@ -103,6 +93,38 @@ impl NodeProcess {
     pub async fn kill(mut self) {
         self.child.kill().await.unwrap();
     }
+}
+
+/// The `fluidos-node` binary under test, without the test's own
+/// `FLUIDOS_*` and `KUBERNETES_*` environment (a test's settings must not
+/// leak into the node it starts).
+pub fn node_command() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fluidos-node"));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("FLUIDOS_") || key.starts_with("KUBERNETES_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd
+}
+
+/// The log level of test nodes: `FLUIDOS_TEST_NODE_LOG`, else info.
+pub fn test_node_log() -> String {
+    std::env::var("FLUIDOS_TEST_NODE_LOG").unwrap_or_else(|_| "info,kube=warn".into())
+}
+
+/// Spawns `cmd` with stdin closed, collecting stdout and stderr into one
+/// log; the process is killed when the `Child` is dropped.
+pub fn spawn_collecting(mut cmd: Command) -> (Child, Arc<Mutex<String>>) {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().unwrap();
+    let log = Arc::new(Mutex::new(String::new()));
+    collect(child.stdout.take().unwrap(), log.clone());
+    collect(child.stderr.take().unwrap(), log.clone());
+    (child, log)
 }
 
 fn collect(r: impl AsyncRead + Unpin + Send + 'static, into: Arc<Mutex<String>>) {
