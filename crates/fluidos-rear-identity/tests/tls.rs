@@ -1,5 +1,6 @@
-//! Real TLS on loopback between a server and a reqwest client built from
-//! this crate's configurations, and the identity Secret on a real API server.
+//! Real TLS on loopback between a server and a client built from this
+//! crate's configurations (tokio-rustls on both sides), and the identity
+//! Secret on a real API server.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -14,11 +15,12 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use rustls::client::ResolvesClientCert;
+use rustls::pki_types::ServerName;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
-use tokio_rustls::TlsAcceptor;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 /// A one-route HTTPS server that answers with the client's fingerprint
 /// ("anonymous" without a certificate). Returns its base URL.
@@ -101,23 +103,37 @@ impl ResolvesClientCert for StolenCertificate {
     }
 }
 
-fn client(config: rustls::ClientConfig) -> reqwest::Client {
-    reqwest::Client::builder()
-        .use_preconfigured_tls(config)
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
+/// An HTTPS client over one configuration: `get` sends `GET /` and returns
+/// the body of a 200, or why there is none.
+struct Client(TlsConnector);
+
+fn client(config: rustls::ClientConfig) -> Client {
+    Client(TlsConnector::from(Arc::new(config)))
 }
 
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
+impl Client {
+    async fn get(&self, base: &str) -> Result<String, String> {
+        let addr = base.trim_start_matches("https://");
+        let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+        let name = ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into());
+        let mut tls = tokio::time::timeout(Duration::from_secs(10), self.0.connect(name, tcp))
+            .await
+            .map_err(|_| "handshake timed out".to_owned())?
+            .map_err(|e| e.to_string())?;
+        tls.write_all(b"GET / HTTP/1.1\r\nHost: peer\r\nConnection: close\r\n\r\n")
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut raw = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut raw))
+            .await
+            .map_err(|_| "no answer".to_owned())?
+            .map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&raw);
+        match text.split_once("\r\n\r\n") {
+            Some((head, body)) if head.starts_with("HTTP/1.1 200") => Ok(body.to_owned()),
+            _ => Err(format!("no HTTP answer: {text:?}")),
+        }
     }
-    s
 }
 
 #[tokio::test]
@@ -128,14 +144,13 @@ async fn peers_are_known_by_their_key_over_real_tls() {
 
     // The provider sees the consumer's fingerprint.
     let c = client(tls::client_config(&consumer, provider.fingerprint()).unwrap());
-    let who = c.get(&base).send().await.unwrap().text().await.unwrap();
+    let who = c.get(&base).await.unwrap();
     assert_eq!(who, consumer.fingerprint().to_string());
 
     // A consumer expecting another key refuses this provider, and says why.
     let someone_else = NodeKey::generate("provider").unwrap();
     let c = client(tls::client_config(&consumer, someone_else.fingerprint()).unwrap());
-    let e = c.get(&base).send().await.unwrap_err();
-    let msg = chain(&e);
+    let msg = c.get(&base).await.unwrap_err();
     assert!(
         msg.contains(&format!(
             "the peer presented key {}, not the expected {}",
@@ -147,27 +162,27 @@ async fn peers_are_known_by_their_key_over_real_tls() {
 
     // Without a certificate: anonymous where allowed, refused where not.
     let anon = client(tls::anonymous_client_config(provider.fingerprint()).unwrap());
-    let who = anon.get(&base).send().await.unwrap().text().await.unwrap();
+    let who = anon.get(&base).await.unwrap();
     assert_eq!(who, "anonymous");
     let strict = whoami_server(&provider, true).await;
-    assert!(anon.get(&strict).send().await.is_err());
+    assert!(anon.get(&strict).await.is_err());
     let c = client(tls::client_config(&consumer, provider.fingerprint()).unwrap());
-    let who = c.get(&strict).send().await.unwrap().text().await.unwrap();
+    let who = c.get(&strict).await.unwrap();
     assert_eq!(who, consumer.fingerprint().to_string());
 
-    // A plain-HTTP client gets no answer from the TLS port. (reqwest built
-    // without a default crypto provider needs one even for http://.)
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let plain = reqwest::Client::builder()
-        .timeout(Duration::from_secs(5))
-        .build()
+    // A plain-HTTP client gets no HTTP answer from the TLS port.
+    let mut tcp = TcpStream::connect(base.trim_start_matches("https://"))
+        .await
         .unwrap();
+    tcp.write_all(b"GET / HTTP/1.1\r\nHost: peer\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut raw = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut raw)).await;
     assert!(
-        plain
-            .get(base.replace("https://", "http://"))
-            .send()
-            .await
-            .is_err()
+        !raw.starts_with(b"HTTP/"),
+        "{:?}",
+        String::from_utf8_lossy(&raw)
     );
 }
 
@@ -188,24 +203,20 @@ async fn a_copied_certificate_without_its_key_is_refused_both_ways() {
     .with_cert_resolver(StolenCertificate::new(&provider, &thief));
     let rogue = serve_whoami(rogue).await;
     let c = client(tls::client_config(&consumer, provider.fingerprint()).unwrap());
-    let e = c.get(&rogue).send().await.unwrap_err();
-    assert!(
-        chain(&e).to_lowercase().contains("signature"),
-        "{}",
-        chain(&e)
-    );
+    let e = c.get(&rogue).await.unwrap_err();
+    assert!(e.to_lowercase().contains("signature"), "{e}");
 
     // A client presenting the consumer's certificate with another key is not
     // served, not even as anonymous.
     let base = whoami_server(&provider, false).await;
     let mut impostor = tls::anonymous_client_config(provider.fingerprint()).unwrap();
     impostor.client_auth_cert_resolver = StolenCertificate::new(&consumer, &thief);
-    let answer = client(impostor).get(&base).send().await;
+    let answer = client(impostor).get(&base).await;
     assert!(answer.is_err(), "served an impostor: {answer:?}");
 
     // The honest consumer still is.
     let c = client(tls::client_config(&consumer, provider.fingerprint()).unwrap());
-    let who = c.get(&base).send().await.unwrap().text().await.unwrap();
+    let who = c.get(&base).await.unwrap();
     assert_eq!(who, consumer.fingerprint().to_string());
 }
 
