@@ -82,15 +82,26 @@ async fn a_consumer_finds_a_provider_by_multicast_and_buys() {
 
     // Each finds the other; nobody typed a peer in.
     let known: Api<KnownCluster> = Api::namespaced(consumer.client(), NS);
+    // Spec and status are two writes: wait for the expiry too (a
+    // KnownCluster made from one advertisement gets it, unlike upstream's).
     let found = eventually(
-        "knowncluster-provider01 on the consumer",
+        "knowncluster-provider01 on the consumer, with its expiry",
         Duration::from_secs(60),
         &logs,
-        || async { known.get_opt("knowncluster-provider01").await.unwrap() },
+        || async {
+            known
+                .get_opt("knowncluster-provider01")
+                .await
+                .unwrap()
+                .filter(|k| {
+                    k.status
+                        .as_ref()
+                        .is_some_and(|s| !s.expiration_time.is_empty())
+                })
+        },
     )
     .await;
     assert_eq!(found.spec.address, format!("127.0.0.1:{pport}"));
-    assert!(found.status.is_some_and(|s| !s.expiration_time.is_empty()));
     let provider_known: Api<KnownCluster> = Api::namespaced(provider.client(), NS);
     eventually(
         "knowncluster-consumer01 on the provider",
