@@ -93,11 +93,7 @@ async fn a_consumer_finds_a_provider_by_multicast_and_buys() {
                 .get_opt("knowncluster-provider01")
                 .await
                 .unwrap()
-                .filter(|k| {
-                    k.status
-                        .as_ref()
-                        .is_some_and(|s| !s.expiration_time.is_empty())
-                })
+                .filter(has_expiry)
         },
     )
     .await;
@@ -187,4 +183,11 @@ async fn buy_a_k8slice(consumer: &ControlPlane, logs: &[&NodeProcess]) -> Phase 
         },
     )
     .await
+}
+
+/// Whether the KnownCluster's status carries its expiry.
+fn has_expiry(k: &KnownCluster) -> bool {
+    k.status
+        .as_ref()
+        .is_some_and(|s| !s.expiration_time.is_empty())
 }
