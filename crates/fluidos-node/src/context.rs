@@ -1,6 +1,9 @@
 //! What every component shares: API client, identity, settings, readiness.
 
+use std::sync::Arc;
+
 use fluidos_api::NodeIdentity;
+use fluidos_rear_identity::NodeKey;
 use fluidos_controller::Metrics;
 use kube::Client;
 
@@ -28,6 +31,9 @@ pub struct Context {
     pub leadership: Leadership,
     /// `fluidos_leader` (registered in `metrics`): 1 while this replica leads.
     pub leader: prometheus_client::metrics::gauge::Gauge,
+    /// This node's REAR key (Secret `fluidos-node-identity`), loaded when a
+    /// component that talks REAR is selected.
+    pub node_key: Option<Arc<NodeKey>>,
 }
 
 impl Context {
@@ -50,6 +56,7 @@ impl std::fmt::Debug for Context {
             .field("namespace", &self.namespace())
             .field("identity", &self.identity)
             .field("readiness", &self.readiness)
+            .field("node_key", &self.node_key)
             .finish_non_exhaustive()
     }
 }

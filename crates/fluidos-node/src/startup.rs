@@ -9,7 +9,7 @@ use fluidos_controller::Metrics;
 use kube::Client;
 use tokio::net::TcpListener;
 
-use crate::cli::Args;
+use crate::cli::{Args, Component};
 use crate::context::Context;
 use crate::health::Readiness;
 use crate::identity::{self, IdentityError};
@@ -43,6 +43,9 @@ pub enum StartupError {
     /// The leader-election flags do not fit together.
     #[error("leader election: {0}")]
     LeaderElectionFlags(#[from] leader_election::ConfigError),
+    /// The node's REAR key could not be read or created.
+    #[error("the node's REAR identity: {0}")]
+    NodeKey(#[from] fluidos_rear_identity::secret::SecretError),
     /// The leader-election Lease is not usable.
     #[error(transparent)]
     LeaderElection(#[from] leader_election::ElectionError),
@@ -154,6 +157,27 @@ async fn start_with_clients(
     identity.additional_information =
         liqo_id.map(|id| fluidos_api::NodeIdentityAdditionalInfo { liqo_id: Some(id) });
 
+    let needs_key = args
+        .selected_components()
+        .iter()
+        .any(|c| matches!(c, Component::RearGateway | Component::RearManager));
+    let node_key = if needs_key {
+        Some(std::sync::Arc::new(
+            fluidos_rear_identity::secret::load_or_create(
+                &client,
+                &args.namespace,
+                fluidos_rear_identity::secret::DEFAULT_SECRET_NAME,
+                &identity.node_id,
+            )
+            .await?,
+        ))
+    } else {
+        None
+    };
+    if let Some(key) = &node_key {
+        tracing::info!(fingerprint = %key.fingerprint(), "REAR identity");
+    }
+
     let probes = bind(
         "health probes",
         args.health_probe_bind_address,
@@ -192,6 +216,7 @@ async fn start_with_clients(
             network_metrics,
             leadership: Leadership::always(),
             leader,
+            node_key,
         },
         probes,
         metrics,
