@@ -33,6 +33,11 @@ pub struct LedgerEntry {
     /// Buyer node ID.
     #[serde(rename = "buyerID")]
     pub buyer_id: String,
+    /// Fingerprint of the key the buyer reserved with over TLS
+    /// (`sha256:<hex>`); absent for a plain-HTTP buyer. The per-buyer hold
+    /// cap counts by it, so one key cannot spread holds over invented IDs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buyer_key: Option<String>,
     /// Held or sold.
     pub state: LedgerState,
     /// Resources taken (absent for Service flavors).
@@ -334,6 +339,7 @@ mod tests {
         LedgerEntry {
             transaction_id: tx.into(),
             buyer_id: "b".into(),
+            buyer_key: None,
             state: LedgerState::Held,
             resources: Some(LedgerResources {
                 cpu: cpu.into(),

@@ -45,6 +45,12 @@ pub const NODE_IDENTITY_CONFIGMAP: &str = "fluidos-node-identity";
 /// Label (value `"true"`) marking the Kubernetes nodes that produce K8Slice flavors.
 pub const DEFAULT_NODE_RESOURCE_LABEL: &str = "node-role.fluidos.eu/resources";
 
+/// Annotation carrying the provider's REAR key fingerprint
+/// (`sha256:<64 hex>`) on objects made from a pinned provider's answer
+/// (PeeringCandidates, the consumer's Contracts), so that every later call
+/// to that provider is pinned to the same key.
+pub const PROVIDER_FINGERPRINT_ANNOTATION: &str = "fluidos.eu/provider-fingerprint";
+
 /// Every custom resource definition, in a stable order.
 pub fn crds()
 -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>

@@ -19,6 +19,13 @@ use serde::{Deserialize, Serialize};
 pub struct KnownClusterSpec {
     /// `host:port` of the remote REAR gateway.
     pub address: String,
+    /// The provider's REAR key, `sha256:<64 hex>` (the fingerprint of its
+    /// public key): when set, the gateway is called over TLS and accepted
+    /// only with that key. Absent for unmodified Go nodes (plain HTTP),
+    /// whose KnownClusters therefore still read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = "^sha256:[0-9a-f]{64}$"))]
+    pub fingerprint: Option<String>,
 }
 
 /// Liveness of a KnownCluster.
@@ -76,4 +83,35 @@ pub struct BrokerStatus {
     // list would let one writer's apply wipe another's conditions).
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Option<Vec<Condition>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_go_known_cluster_without_fingerprint_still_reads() {
+        let go = "apiVersion: network.fluidos.eu/v1alpha1\nkind: KnownCluster\n\
+                  metadata: {name: knowncluster-a, namespace: fluidos}\n\
+                  spec: {address: '10.0.0.1:30000'}\n";
+        let k: KnownCluster = serde_yaml::from_str(go).unwrap();
+        assert_eq!(k.spec.address, "10.0.0.1:30000");
+        assert_eq!(k.spec.fingerprint, None);
+        // Written back without the field, as Go writes it.
+        let back = serde_json::to_value(&k.spec).unwrap();
+        assert_eq!(back, serde_json::json!({"address": "10.0.0.1:30000"}));
+    }
+
+    #[test]
+    fn a_fingerprint_is_written_under_its_name() {
+        let fp = format!("sha256:{}", "ab".repeat(32));
+        let spec = KnownClusterSpec {
+            address: "10.0.0.1:30000".into(),
+            fingerprint: Some(fp.clone()),
+        };
+        let json = serde_json::to_value(&spec).unwrap();
+        assert_eq!(json["fingerprint"], fp.as_str());
+        let read: KnownClusterSpec = serde_json::from_value(json).unwrap();
+        assert_eq!(read, spec);
+    }
 }

@@ -75,6 +75,8 @@ async fn provider(
         .unwrap();
     let mut cfg = GatewayConfig::new(&ns, id, "").with_kube_config(kube_cfg);
     cfg.liqo_cluster_id = Some(format!("liqo-prov{i:02}"));
+    // The consumer calls without a key (plain HTTP): let it buy.
+    cfg.plain_http_sales = fluidos_rear_gateway::PlainHttpSales::All;
     // Started and ready before the consumer is: an operator waits for both
     // nodes' /readyz before the first Solver.
     let gateway = fluidos_rear_gateway::Gateway::start(cp.client(), cfg);
@@ -112,7 +114,10 @@ async fn scenario(providers: usize, rounds: usize) -> Vec<Duration> {
                 &PostParams::default(),
                 &KnownCluster::new(
                     &format!("knowncluster-prov{i:02}"),
-                    KnownClusterSpec { address: addr },
+                    KnownClusterSpec {
+                        address: addr,
+                        fingerprint: None,
+                    },
                 ),
             )
             .await

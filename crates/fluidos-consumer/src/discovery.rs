@@ -17,6 +17,7 @@ use fluidos_api::{Discovery, KnownCluster, PeeringCandidate, Phase, naming};
 use fluidos_controller::api_error::is_already_exists;
 use fluidos_controller::api_error::is_conflict;
 use fluidos_controller::readiness::ReadinessGate;
+use fluidos_rear_client::{Fingerprint, ProviderAddress};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
@@ -57,10 +58,14 @@ pub async fn run(
 }
 
 /// Queries one provider with the configured timeout.
-async fn ask(ctx: &Context, address: String, selector: Option<&FlavorSelector>) -> ProviderAnswer {
+async fn ask(
+    ctx: &Context,
+    provider: ProviderAddress,
+    selector: Option<&FlavorSelector>,
+) -> ProviderAnswer {
     let answer = match tokio::time::timeout(
         ctx.cfg.peer_timeout,
-        ctx.rear.list_flavors(&address, selector),
+        ctx.rear.list_flavors(&provider, selector),
     )
     .await
     {
@@ -69,7 +74,7 @@ async fn ask(ctx: &Context, address: String, selector: Option<&FlavorSelector>) 
         Ok(Ok(list)) => Answer::Listed(list),
     };
     let answer = machine::provider_answer(
-        address,
+        &provider,
         answer,
         selector,
         &ctx.cfg.namespace,
@@ -120,29 +125,42 @@ async fn reconcile(cached: Arc<Discovery>, ctx: Arc<Context>) -> Result<Action, 
         }
     };
     let known: Api<KnownCluster> = Api::namespaced(ctx.client.clone(), &ns);
-    let mut addresses: Vec<String> = known
+    let known = known
         .list(&ListParams::default())
         .await
         .map_err(Error::kube(Step::ListKnownClusters))?
-        .into_iter()
-        .map(|k| k.spec.address)
-        .chain(ctx.cfg.static_peers.iter().cloned())
-        .collect();
-    addresses.sort();
-    addresses.dedup();
-    ctx.metrics.discovery.set_known_peers(addresses.len());
+        .items;
+    let providers = machine::providers(&known, &ctx.cfg.static_peers);
+    ctx.metrics
+        .discovery
+        .set_known_peers(providers.ask.len() + providers.refused.len());
 
-    let answers = futures::future::join_all(
-        addresses
+    let mut answers = futures::future::join_all(
+        providers
+            .ask
             .into_iter()
-            .map(|a| ask(&ctx, a, selector.as_ref())),
+            .map(|p| ask(&ctx, p, selector.as_ref())),
     )
     .await;
+    for (address, why) in providers.refused {
+        let answer = machine::provider_answer(
+            &ProviderAddress::plain(address),
+            Answer::Failed(why),
+            selector.as_ref(),
+            &ctx.cfg.namespace,
+            &ctx.cfg.identity.node_id,
+        );
+        ctx.metrics.discovery.query(answer.status.outcome.as_str());
+        answers.push(answer);
+    }
 
     let mut items = Vec::new();
-    for flavor in answers.iter().flat_map(|a| a.flavors.iter()) {
-        let pc = upsert_candidate(&ctx, &ns, flavor, &d.spec.solver_id).await?;
-        items.push(machine::embedded(&pc));
+    for answer in &answers {
+        for flavor in &answer.flavors {
+            let pc =
+                upsert_candidate(&ctx, &ns, flavor, &d.spec.solver_id, answer.fingerprint).await?;
+            items.push(machine::embedded(&pc));
+        }
     }
     withdraw_unlisted(&ctx, &ns, &answers, selector.as_ref()).await?;
     let conclusion = machine::conclude(status, &answers, items, jiff::Timestamp::now());
@@ -161,6 +179,7 @@ async fn upsert_candidate(
     ns: &str,
     flavor: &EmbeddedFlavor,
     solver: &str,
+    fingerprint: Option<Fingerprint>,
 ) -> Result<PeeringCandidate, Error> {
     let api: Api<PeeringCandidate> = Api::namespaced(ctx.client.clone(), ns);
     let name = naming::peering_candidate_name(flavor.id());
@@ -171,7 +190,7 @@ async fn upsert_candidate(
             .await
             .map_err(Error::kube(Step::UpsertCandidate))?;
         let Some(existing) = existing else {
-            let pc = machine::new_candidate(&name, ns, flavor, solver);
+            let pc = machine::new_candidate(&name, ns, flavor, solver, fingerprint);
             match api.create(&PostParams::default(), &pc).await {
                 Ok(created) => {
                     let st = PeeringCandidateStatus {
@@ -191,7 +210,7 @@ async fn upsert_candidate(
                 Err(e) => return Err(failed(e)),
             }
         };
-        let Some(pc) = machine::refreshed_candidate(&existing, flavor, solver) else {
+        let Some(pc) = machine::refreshed_candidate(&existing, flavor, solver, fingerprint) else {
             return Ok(existing);
         };
         match api.replace(&name, &PostParams::default(), &pc).await {

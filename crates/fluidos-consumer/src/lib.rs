@@ -24,7 +24,7 @@ use fluidos_api::NodeIdentity;
 pub use fluidos_controller::metrics::Metrics;
 use fluidos_controller::readiness::ReadinessGate;
 use fluidos_controller::reconcile::{ReconcileError, Reconciler};
-use fluidos_rear_client::{ClientConfig, RearClient, RearError};
+use fluidos_rear_client::{ClientConfig, NodeKey, ProviderAddress, RearClient, RearError};
 
 /// Field manager for server-side apply.
 pub const MANAGER: &str = "fluidos-consumer";
@@ -36,14 +36,18 @@ pub struct ConsumerConfig {
     pub namespace: String,
     /// This node, with its Liqo cluster ID in `additionalInformation`.
     pub identity: NodeIdentity,
-    /// Providers always queried, besides KnownClusters (`host:port`).
-    pub static_peers: Vec<String>,
+    /// Providers always queried, besides KnownClusters (`host:port`, or
+    /// `host:port#sha256:<64 hex>` to call one over TLS pinned to its key).
+    pub static_peers: Vec<ProviderAddress>,
     /// Per-provider timeout of one discovery query.
     pub peer_timeout: Duration,
     /// How long a Solver may stay in one running phase (upstream: 2 min).
     pub phase_timeout: Duration,
     /// How long the peering phase may take (upstream: 5 min).
     pub peering_timeout: Duration,
+    /// This node's REAR key, presented to pinned providers (which then know
+    /// the buyer by its fingerprint); `None`: pinned calls are anonymous.
+    pub node_key: Option<Arc<NodeKey>>,
 }
 
 impl ConsumerConfig {
@@ -56,6 +60,7 @@ impl ConsumerConfig {
             peer_timeout: Duration::from_secs(3),
             phase_timeout: Duration::from_secs(120),
             peering_timeout: Duration::from_secs(300),
+            node_key: None,
         }
     }
 }
@@ -227,14 +232,19 @@ impl ReconcileError for Error {
 }
 
 impl Context {
-    /// A context with a REAR client using `rear_cfg`.
+    /// A context with a REAR client using `rear_cfg`, presenting
+    /// `cfg.node_key` to pinned providers.
     pub fn new(
         client: kube::Client,
         cfg: ConsumerConfig,
         rear_cfg: ClientConfig,
         metrics: Metrics,
     ) -> Result<Arc<Self>, Error> {
-        let rear = RearClient::new(rear_cfg).map_err(|e| Error::Setup(e.to_string()))?;
+        let rear = match &cfg.node_key {
+            Some(key) => RearClient::with_key(rear_cfg, key.clone()),
+            None => RearClient::new(rear_cfg),
+        }
+        .map_err(|e| Error::Setup(e.to_string()))?;
         Ok(Arc::new(Context {
             client,
             cfg,

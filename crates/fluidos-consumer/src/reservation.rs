@@ -102,7 +102,9 @@ async fn reconcile(cached: Arc<Reservation>, ctx: Arc<Context>) -> Result<Action
         } => {
             run_effects(&ctx, &ns, &before).await?;
             let answer = match ctx.rear.reserve(&seller, &request).await {
-                Err(e) if e.is_unreachable() => return Err(rear_error(Step::Reserve, &seller, e)),
+                Err(e) if e.is_unreachable() => {
+                    return Err(rear_error(Step::Reserve, &seller.address, e));
+                }
                 other => other.map_err(|e| refusal(&e)),
             };
             let plan = machine::after_reserve(&input, status, answer.as_ref());
@@ -175,20 +177,28 @@ async fn purchase(
                 input,
                 status,
                 ctx.rear.config().purchase_timeout,
-                &seller,
+                &seller.address,
             );
             return finish(ctx, api, r, plan).await;
         }
         Err(e) if e.is_unreachable() => {
-            return Err(rear_error(Step::Purchase, &seller, e));
+            return Err(rear_error(Step::Purchase, &seller.address, e));
         }
         other => other.map_err(|e| refusal(&e)),
     };
-    let plan = machine::after_purchase(input, status, answer.as_ref(), first_attempt, &seller);
+    let plan = machine::after_purchase(
+        input,
+        status,
+        answer.as_ref(),
+        first_attempt,
+        &seller.address,
+    );
     finish(ctx, api, r, plan).await
 }
 
-/// What a provider's refusal means (pure classification in the machine).
+/// What a provider's refusal means (pure classification in the machine). A
+/// provider holding another key than the pinned one is a definite no
+/// ([`RefusalKind::Other`]): the Reservation fails and says so.
 fn refusal(e: &RearError) -> Refusal {
     let status = match e {
         RearError::Malformed { .. } => None,

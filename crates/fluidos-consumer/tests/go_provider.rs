@@ -63,6 +63,7 @@ async fn buy(
                 "knowncluster-goprovider",
                 KnownClusterSpec {
                     address: provider.address().to_owned(),
+                    fingerprint: None,
                 },
             ),
         )

@@ -484,6 +484,9 @@ fn objects_our_types_write() -> Vec<(Value, Option<Value>)> {
                 "knowncluster-prov",
                 KnownClusterSpec {
                     address: "127.0.0.1:3004".into(),
+                    // Go's CRD has no fingerprint (it would be pruned there):
+                    // see `known_cluster_fingerprints_are_checked_at_admission`.
+                    fingerprint: None,
                 },
             ),
             Some(KnownClusterStatus {
@@ -747,5 +750,54 @@ async fn the_startup_probe_objects_are_admitted() {
     admitted(&client, probe::transaction(NS)).await;
     admitted(&client, probe::contract(NS)).await;
     admitted(&client, probe::allocation(NS)).await;
+    cp.stop().await;
+}
+
+/// A KnownCluster's fingerprint is stored as written when it is one, and
+/// refused at admission otherwise (our CRDs only; Go's prune the field).
+#[tokio::test]
+async fn known_cluster_fingerprints_are_checked_at_admission() {
+    let cp = ControlPlane::start(ControlPlaneOptions {
+        workloads: false,
+        crd_dirs: vec![fluidos_testenv::crds_dir()],
+    })
+    .await
+    .unwrap();
+    let client = cp.client();
+    ensure_namespace(&client, NS).await;
+    let api: Api<KnownCluster> = Api::namespaced(client, NS);
+    let good = format!("sha256:{}", "0a".repeat(32));
+    let with = |name: &str, fingerprint: &str| {
+        KnownCluster::new(
+            name,
+            KnownClusterSpec {
+                address: "127.0.0.1:3004".into(),
+                fingerprint: Some(fingerprint.to_owned()),
+            },
+        )
+    };
+    let stored = api
+        .create(&PostParams::default(), &with("pinned", &good))
+        .await
+        .unwrap();
+    assert_eq!(stored.spec.fingerprint.as_deref(), Some(good.as_str()));
+    for bad in [
+        "sha256:0A".to_owned(),
+        good.to_uppercase(),
+        format!("{good}00"),
+        "md5:00".to_owned(),
+    ] {
+        match api.create(&PostParams::default(), &with("bad", &bad)).await {
+            Err(kube::Error::Api(e)) => {
+                assert_eq!(e.code, 422, "{bad}: {e:?}");
+                assert!(
+                    e.message.contains("spec.fingerprint"),
+                    "{bad}: {}",
+                    e.message
+                );
+            }
+            other => panic!("{bad}: expected a 422, got {other:?}"),
+        }
+    }
     cp.stop().await;
 }

@@ -58,6 +58,8 @@ const EXTRA_FIELDS: &[(&str, &str)] = &[
     ),
     // The broker client's connection state (fluidos-network-manager::broker).
     ("network.fluidos.eu_brokers.yaml", "status.conditions"),
+    // The provider's REAR key fingerprint: pinned TLS (docs/rear-identity.md).
+    ("network.fluidos.eu_knownclusters.yaml", "spec.fingerprint"),
 ];
 
 /// Checks replacing the Go node's validating webhooks (file, schema path):

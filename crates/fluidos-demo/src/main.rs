@@ -163,6 +163,18 @@ async fn main() -> anyhow::Result<()> {
         .create(&PostParams::default(), &blueprint())
         .await?;
     let rear = format!("127.0.0.1:{pport}");
+    // The provider's REAR key, made now as the node would on first start:
+    // the consumer pins it and buys over TLS.
+    let provider_key = fluidos_rear_identity::secret::load_or_create(
+        &provider.client(),
+        NS,
+        fluidos_rear_identity::secret::DEFAULT_SECRET_NAME,
+        "provider01",
+    )
+    .await?
+    .fingerprint()
+    .to_string();
+    println!("  provider REAR key: {provider_key}");
     Api::<KnownCluster>::namespaced(consumer.client(), NS)
         .create(
             &PostParams::default(),
@@ -170,6 +182,7 @@ async fn main() -> anyhow::Result<()> {
                 "knowncluster-provider01",
                 KnownClusterSpec {
                     address: rear.clone(),
+                    fingerprint: Some(provider_key),
                 },
             ),
         )

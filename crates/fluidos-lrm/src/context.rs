@@ -520,6 +520,7 @@ mod tests {
         LedgerEntry {
             transaction_id: "t".into(),
             buyer_id: "b".into(),
+            buyer_key: None,
             state,
             resources: Some(LedgerResources {
                 cpu: cpu.into(),

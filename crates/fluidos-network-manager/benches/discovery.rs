@@ -70,7 +70,7 @@ fn start(
     stop: &CancellationToken,
 ) -> NetworkMetrics {
     let metrics = NetworkMetrics::default();
-    let manager = NetworkManager::bind(settings, me, metrics.clone()).unwrap();
+    let manager = NetworkManager::bind(settings, me, None, metrics.clone()).unwrap();
     tokio::spawn(manager.run(cp.client(), stop.clone()));
     metrics
 }

@@ -24,11 +24,11 @@ const FINGERPRINT_PREFIX: &str = "sha256:";
 /// What a node multicasts every interval:
 /// `{"domain":"fluidos.eu","nodeID":"4ahrqttvng","ip":"172.19.0.4:30001"}`.
 ///
-/// `fingerprint` is reserved for REAR security: `sha256:<64 lower-case hex>`
-/// of the node's REAR public key (DER SubjectPublicKeyInfo). It is omitted
-/// when absent, so today's datagrams are byte-for-byte what Go sends, and Go
-/// listeners ignore it when present (`encoding/json` skips unknown keys).
-/// Listeners record it so that a later REAR call can pin the key.
+/// `fingerprint` is the node's REAR key: `sha256:<64 lower-case hex>` of its
+/// public key (DER SubjectPublicKeyInfo). It is omitted when absent (a node
+/// without a key sends byte-for-byte what Go sends), and Go listeners ignore
+/// it when present (`encoding/json` skips unknown keys). Listeners record it
+/// in the KnownCluster's `spec.fingerprint`, so that REAR calls pin the key.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Advertisement {
     /// FLUIDOS domain, e.g. `fluidos.eu`.
@@ -38,7 +38,7 @@ pub struct Advertisement {
     pub node_id: String,
     /// `host:port` of the advertising node's REAR gateway.
     pub ip: String,
-    /// `sha256:<hex>` of the node's REAR key, once REAR security exists.
+    /// `sha256:<hex>` of the node's REAR key; absent from Go nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fingerprint: Option<String>,
 }
@@ -84,7 +84,8 @@ impl Rejection {
 }
 
 impl Advertisement {
-    /// The advertisement of a node with this identity (no fingerprint yet).
+    /// The advertisement of a node with this identity, without a key
+    /// fingerprint (add one with [`Advertisement::with_fingerprint`]).
     pub fn of(identity: &fluidos_api::NodeIdentity) -> Self {
         Advertisement {
             domain: identity.domain.clone(),
@@ -92,6 +93,17 @@ impl Advertisement {
             ip: identity.ip.clone(),
             fingerprint: None,
         }
+    }
+
+    /// The same advertisement carrying `fingerprint` (the node's REAR key),
+    /// or none.
+    #[must_use]
+    pub fn with_fingerprint(
+        mut self,
+        fingerprint: Option<&fluidos_rear_identity::Fingerprint>,
+    ) -> Self {
+        self.fingerprint = fingerprint.map(ToString::to_string);
+        self
     }
 
     /// The datagram to send.
@@ -203,6 +215,44 @@ mod tests {
         assert_eq!(ad.fingerprint, None);
         let ours = Advertisement::of(&identity("4ahrqttvng", "172.19.0.4:30001"));
         assert_eq!(ours.to_bytes(), GO_DATAGRAM);
+    }
+
+    #[test]
+    fn the_node_key_fingerprint_is_sent_in_the_form_listeners_accept() {
+        let fp = fluidos_rear_identity::Fingerprint::of_public_key(b"a key");
+        let me = identity("4ahrqttvng", "172.19.0.4:30001");
+        let ad = Advertisement::of(&me).with_fingerprint(Some(&fp));
+        let bytes = ad.to_bytes();
+        assert!(bytes.len() <= MAX_ADVERTISEMENT_BYTES);
+        let got = parse(&bytes).unwrap();
+        assert_eq!(got.fingerprint, Some(fp.to_string()));
+        // A Go listener reads the same three fields and skips the new key.
+        let mut sent: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        let removed = sent.as_object_mut().unwrap().remove("fingerprint");
+        assert_eq!(removed, Some(serde_json::Value::String(fp.to_string())));
+        let go: serde_json::Value = serde_json::from_slice(GO_DATAGRAM).unwrap();
+        assert_eq!(sent, go, "the Go fields are unchanged");
+        // Without a key: exactly Go's datagram.
+        assert_eq!(
+            Advertisement::of(&me).with_fingerprint(None).to_bytes(),
+            GO_DATAGRAM
+        );
+    }
+
+    #[test]
+    fn the_largest_advertisement_with_a_fingerprint_fits_a_go_buffer() {
+        let fp = fluidos_rear_identity::Fingerprint::of_public_key(b"a key");
+        let me = fluidos_api::NodeIdentity {
+            domain: "d".repeat(MAX_DOMAIN_LEN),
+            node_id: "a".repeat(MAX_NODE_ID_LEN),
+            ip: format!("{}:65535", "h".repeat(MAX_HOST_LEN)),
+            additional_information: None,
+        };
+        let bytes = Advertisement::of(&me)
+            .with_fingerprint(Some(&fp))
+            .to_bytes();
+        assert!(bytes.len() <= MAX_ADVERTISEMENT_BYTES, "{}", bytes.len());
+        assert!(parse(&bytes).is_ok());
     }
 
     #[test]

@@ -28,11 +28,16 @@ pub enum Outcome {
     Unchanged,
     /// Spec and status written (new peer, or an expired one taken over).
     Created,
+    /// Spec and status written: a live entry without a key pinned the one
+    /// its node now advertises (see [`lifecycle::plan_refresh`]).
+    Adopted,
     /// Only the status (expiry) written.
     Refreshed,
     /// Not recorded, and counted as dropped for this reason: another live
-    /// address holds the node ID (`address_conflict`), or there are
-    /// [`MAX_PEERS`] entries already (`capacity`).
+    /// address holds the node ID (`address_conflict`), the live entry has
+    /// pinned another key than the one advertised, or the advertisement
+    /// carries none (`fingerprint_conflict`), or there are [`MAX_PEERS`]
+    /// entries already (`capacity`).
     Ignored(&'static str),
 }
 
@@ -96,25 +101,35 @@ impl KnownClusters {
     /// lifecycle says so. On error nothing is remembered, so the next
     /// advertisement from that node tries again.
     pub async fn observe(&mut self, ad: &Advertisement) -> Result<Outcome, Error> {
+        // (Not beyond the cap: a flood of new node IDs costs no API call.)
+        if !self.cache.contains_key(&ad.node_id) && self.cache.len() < self.max_peers {
+            self.learn(&ad.node_id).await?;
+        }
         let now = Timestamp::now();
         let current = self.cache.get(&ad.node_id).map(|c| &c.observed);
         let room = self.cache.len() < self.max_peers;
-        let spec = match lifecycle::plan_refresh(current, &ad.ip, now, self.ttl, room) {
+        let fingerprint = ad.fingerprint.as_deref();
+        let plan = lifecycle::plan_refresh(current, &ad.ip, fingerprint, now, self.ttl, room);
+        let (spec, outcome) = match plan {
             Refresh::Skip => return Ok(Outcome::Unchanged),
             Refresh::Conflict => return Ok(self.ignored("address_conflict")),
+            Refresh::KeyConflict => return Ok(self.ignored("fingerprint_conflict")),
             Refresh::Full => return Ok(self.ignored("capacity")),
-            Refresh::Write { spec } => spec,
+            Refresh::Adopt => (true, Outcome::Adopted),
+            Refresh::Write { spec: true } => (true, Outcome::Created),
+            Refresh::Write { spec: false } => (false, Outcome::Refreshed),
         };
         let name = naming::known_cluster_name(&ad.node_id);
         if spec {
-            self.apply_spec(&name, &ad.ip).await?;
+            self.apply_spec(&name, &ad.ip, fingerprint).await?;
         }
         let expiry = lifecycle::expiry(now, self.ttl);
         match self.apply_status(&name, now, expiry).await {
             // Deleted behind our back (by a user or another replica's
-            // sweep) while we thought it fresh: create it again.
+            // sweep) while we thought it fresh: create it again (with the
+            // cached key: a refresh means the advertisement carried it).
             Err(Error::ApplyStatus { source, .. }) if !spec && is_status(&source, 404) => {
-                self.apply_spec(&name, &ad.ip).await?;
+                self.apply_spec(&name, &ad.ip, fingerprint).await?;
                 self.apply_status(&name, now, expiry).await?;
             }
             other => other?,
@@ -124,16 +139,37 @@ impl KnownClusters {
             Cached {
                 observed: Observed {
                     address: ad.ip.clone(),
+                    fingerprint: ad.fingerprint.clone(),
                     expiry: Some(expiry),
                 },
                 noted_at: Instant::now(),
             },
         );
-        Ok(if spec {
-            Outcome::Created
-        } else {
-            Outcome::Refreshed
-        })
+        Ok(outcome)
+    }
+
+    /// Reads the stored KnownCluster of a node this replica knows nothing
+    /// about (just started, or its sweep's list failed, or another replica
+    /// made it): deciding on an empty cache would overwrite a live entry's
+    /// address and key with whatever an advertisement claims.
+    async fn learn(&mut self, node_id: &str) -> Result<(), Error> {
+        let name = naming::known_cluster_name(node_id);
+        let Some(kc) = self
+            .api
+            .get_opt(&name)
+            .await
+            .map_err(|source| Error::Get { name, source })?
+        else {
+            return Ok(());
+        };
+        self.cache.insert(
+            node_id.to_owned(),
+            Cached {
+                observed: observed_of(&kc),
+                noted_at: Instant::now(),
+            },
+        );
+        Ok(())
     }
 
     fn ignored(&self, reason: &'static str) -> Outcome {
@@ -191,13 +227,7 @@ impl KnownClusters {
                 self.cache.insert(
                     node_id.to_owned(),
                     Cached {
-                        observed: Observed {
-                            address: kc.spec.address.clone(),
-                            expiry: kc
-                                .status
-                                .as_ref()
-                                .and_then(|s| lifecycle::parse_time(&s.expiration_time)),
-                        },
+                        observed: observed_of(&kc),
                         noted_at: started,
                     },
                 );
@@ -210,12 +240,25 @@ impl KnownClusters {
         Ok(sweep)
     }
 
-    async fn apply_spec(&self, name: &str, address: &str) -> Result<(), Error> {
+    /// Applies `spec`: the address, and the key when there is one. Without
+    /// a key the field is left out of the apply, so a key this manager
+    /// wrote earlier (an expired entry taken over by a keyless node) is
+    /// removed.
+    async fn apply_spec(
+        &self,
+        name: &str,
+        address: &str,
+        fingerprint: Option<&str>,
+    ) -> Result<(), Error> {
+        let mut spec = json!({"address": address});
+        if let (Some(fingerprint), Some(fields)) = (fingerprint, spec.as_object_mut()) {
+            fields.insert("fingerprint".into(), fingerprint.into());
+        }
         let patch = json!({
             "apiVersion": KnownCluster::api_version(&()),
             "kind": KnownCluster::kind(&()),
             "metadata": {"name": name},
-            "spec": {"address": address},
+            "spec": spec,
         });
         self.api
             .patch(name, &apply_params(), &Patch::Apply(patch))
@@ -300,12 +343,15 @@ pub async fn maintain(
                 let Some(ad) = ad else { return };
                 match known.observe(&ad).await {
                     Ok(Outcome::Created) => {
-                        tracing::info!(node_id = %ad.node_id, address = %ad.ip, "peer discovered");
+                        tracing::info!(node_id = %ad.node_id, address = %ad.ip, fingerprint = fingerprint_of(&ad), "peer discovered");
+                    }
+                    Ok(Outcome::Adopted) => {
+                        tracing::info!(node_id = %ad.node_id, address = %ad.ip, fingerprint = fingerprint_of(&ad), "peer's REAR key pinned");
                     }
                     Ok(Outcome::Refreshed | Outcome::Unchanged) => {}
                     // Counted; at debug level, as a flood of them must not flood the log.
                     Ok(Outcome::Ignored(reason)) => {
-                        tracing::debug!(node_id = %ad.node_id, address = %ad.ip, reason, "advertisement ignored");
+                        tracing::debug!(node_id = %ad.node_id, address = %ad.ip, fingerprint = fingerprint_of(&ad), reason, "advertisement ignored");
                     }
                     Err(e) => {
                         known.metrics.failed(e.step());
@@ -317,8 +363,25 @@ pub async fn maintain(
     }
 }
 
+/// The advertised key for logs (`none` from Go nodes).
+fn fingerprint_of(ad: &Advertisement) -> &str {
+    ad.fingerprint.as_deref().unwrap_or("none")
+}
+
 fn apply_params() -> PatchParams {
     PatchParams::apply(FIELD_MANAGER).force()
+}
+
+/// What a stored KnownCluster says, for the lifecycle's decisions.
+fn observed_of(kc: &KnownCluster) -> Observed {
+    Observed {
+        address: kc.spec.address.clone(),
+        fingerprint: kc.spec.fingerprint.clone(),
+        expiry: kc
+            .status
+            .as_ref()
+            .and_then(|s| lifecycle::parse_time(&s.expiration_time)),
+    }
 }
 
 fn entry_of(kc: &KnownCluster) -> Entry<'_> {

@@ -83,6 +83,15 @@ pub enum Error {
     /// Listing KnownClusters failed.
     #[error("listing KnownClusters: {0}")]
     List(#[source] kube::Error),
+    /// Reading one KnownCluster failed.
+    #[error("reading KnownCluster {name}: {source}")]
+    Get {
+        /// Object name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
     /// Deleting an expired KnownCluster failed.
     #[error("deleting KnownCluster {name}: {source}")]
     Delete {
@@ -106,6 +115,7 @@ impl Error {
             Error::ApplySpec { .. } => "apply_spec",
             Error::ApplyStatus { .. } => "apply_status",
             Error::List(_) => "list",
+            Error::Get { .. } => "get",
             Error::Delete { .. } => "delete",
         }
     }

@@ -4,6 +4,8 @@
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use fluidos_rear_identity::Fingerprint;
+
 use crate::Error;
 use crate::advertisement::Advertisement;
 use crate::config::Settings;
@@ -20,6 +22,7 @@ const BACKLOG: usize = 1024;
 pub struct NetworkManager {
     settings: Settings,
     identity: fluidos_api::NodeIdentity,
+    fingerprint: Option<Fingerprint>,
     sockets: Option<MulticastSockets>,
     metrics: NetworkMetrics,
     tx: mpsc::Sender<Advertisement>,
@@ -47,9 +50,13 @@ impl PeerSink {
 impl NetworkManager {
     /// Checks `settings` and, with LAN discovery on, resolves the interface,
     /// binds and joins the group. Must run inside a Tokio runtime.
+    ///
+    /// Every advertisement sent is `identity` with `fingerprint`, the
+    /// node's REAR key (`None`: sent without one, exactly as a Go node).
     pub fn bind(
         settings: Settings,
         identity: fluidos_api::NodeIdentity,
+        fingerprint: Option<Fingerprint>,
         metrics: NetworkMetrics,
     ) -> Result<Self, Error> {
         settings.validate()?;
@@ -61,6 +68,7 @@ impl NetworkManager {
         Ok(NetworkManager {
             settings,
             identity,
+            fingerprint,
             sockets,
             metrics,
             tx,
@@ -73,6 +81,11 @@ impl NetworkManager {
         PeerSink {
             tx: self.tx.clone(),
         }
+    }
+
+    /// The REAR key fingerprint this node advertises, if any.
+    pub fn fingerprint(&self) -> Option<&Fingerprint> {
+        self.fingerprint.as_ref()
     }
 
     /// The open sockets, `None` with LAN discovery off.
@@ -103,13 +116,14 @@ impl NetworkManager {
             housekeeping.await;
             return;
         };
+        let own = Advertisement::of(&self.identity).with_fingerprint(self.fingerprint.as_ref());
         tracing::info!(
             group = %sockets.group(),
             interface = %sockets.interface(),
+            fingerprint = own.fingerprint.as_deref().unwrap_or("none"),
             "LAN discovery started"
         );
         let (receiver, sender) = sockets.split();
-        let own = Advertisement::of(&self.identity);
         tokio::join!(
             housekeeping,
             receiver.listen(&self.identity, &tx, &self.metrics, &shutdown),

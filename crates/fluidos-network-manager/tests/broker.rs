@@ -1,6 +1,6 @@
 //! Broker clients against a real RabbitMQ (TLS only, client certificates,
 //! SASL EXTERNAL) and a real kube-apiserver: two nodes learn each other
-//! through the broker; a node whose client Secret is missing says so until
+//! (and each other's REAR key fingerprint) through the broker; a node whose client Secret is missing says so until
 //! it appears; a certificate the broker does not trust is refused and its
 //! Broker says why; a broker crash and restart is survived. Multicast is
 //! off, so every KnownCluster here came through the broker.
@@ -20,6 +20,7 @@ use fluidos_api::network::{Broker, BrokerSpec};
 use fluidos_api::{KnownCluster, NodeIdentity};
 use fluidos_network_manager::broker::{self, BrokerSettings};
 use fluidos_network_manager::{NetworkManager, NetworkMetrics, Settings};
+use fluidos_rear_identity::Fingerprint;
 use fluidos_testenv::{ControlPlane, ControlPlaneOptions};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -31,6 +32,11 @@ use tokio_util::sync::CancellationToken;
 
 const TTL: Duration = Duration::from_secs(3);
 const WAIT: Duration = Duration::from_secs(60);
+
+/// The REAR key fingerprint node `node_id` announces.
+fn key(node_id: &str) -> Fingerprint {
+    Fingerprint::of_public_key(node_id.as_bytes())
+}
 
 fn identity(node_id: &str, port: u16) -> NodeIdentity {
     NodeIdentity {
@@ -54,13 +60,15 @@ fn broker_settings(namespace: &str) -> BrokerSettings {
     }
 }
 
-/// A node's network manager (LAN discovery off) and broker controller.
+/// A node's network manager (LAN discovery off) and broker controller,
+/// announcing [`key`] of its node ID.
 fn start_node(
     cp: &ControlPlane,
     namespace: &str,
     me: NodeIdentity,
     stop: &CancellationToken,
 ) -> NetworkMetrics {
+    let fingerprint = Some(key(&me.node_id));
     let metrics = NetworkMetrics::default();
     let settings = Settings {
         namespace: namespace.into(),
@@ -68,13 +76,14 @@ fn start_node(
         ttl: TTL,
         housekeeping_interval: Duration::from_millis(200),
     };
-    let manager = NetworkManager::bind(settings, me.clone(), metrics.clone()).unwrap();
+    let manager = NetworkManager::bind(settings, me.clone(), fingerprint, metrics.clone()).unwrap();
     let peers = manager.peer_sink();
     tokio::spawn(manager.run(cp.client(), stop.clone()));
     tokio::spawn(broker::run(
         cp.client(),
         broker_settings(namespace),
         me,
+        fingerprint,
         metrics.clone(),
         peers,
         stop.clone(),
@@ -162,6 +171,8 @@ async fn wait_condition(
     }
 }
 
+/// Waits for `node_id`'s KnownCluster, then checks its address and that
+/// it pinned the key `node_id` announces.
 async fn wait_known(cp: &ControlPlane, namespace: &str, node_id: &str, address: &str) {
     let api = Api::<KnownCluster>::namespaced(cp.client(), namespace);
     let name = format!("knowncluster-{node_id}");
@@ -171,6 +182,7 @@ async fn wait_known(cp: &ControlPlane, namespace: &str, node_id: &str, address: 
             && kc.status.is_some_and(|s| !s.expiration_time.is_empty())
         {
             assert_eq!(kc.spec.address, address);
+            assert_eq!(kc.spec.fingerprint, Some(key(node_id).to_string()));
             return;
         }
         assert!(

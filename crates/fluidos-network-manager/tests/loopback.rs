@@ -1,6 +1,7 @@
 //! Network managers on this host's loopback interface (multicast loopback
 //! on, interface 127.0.0.1) against a real kube-apiserver: discovery, the
-//! KnownCluster lifecycle, bounded writes, replicas, bad datagrams.
+//! KnownCluster lifecycle, bounded writes, replicas, bad datagrams, and
+//! the REAR key fingerprints carried and pinned.
 
 // A failed setup step is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -9,10 +10,12 @@ use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant};
 
 use fluidos_api::{KnownCluster, NodeIdentity};
+use fluidos_network_manager::known_clusters::{KnownClusters, Outcome};
 use fluidos_network_manager::multicast::MulticastSockets;
 use fluidos_network_manager::{
     Advertisement, Error, MulticastSettings, NetworkManager, NetworkMetrics, Settings, config,
 };
+use fluidos_rear_identity::Fingerprint;
 use fluidos_testenv::{ControlPlane, ControlPlaneOptions};
 use kube::Api;
 use tokio_util::sync::CancellationToken;
@@ -66,14 +69,29 @@ fn settings(namespace: &str, group: SocketAddrV4) -> Settings {
     }
 }
 
-/// Binds and runs a manager; cancel the token to stop it.
+/// A REAR key fingerprint (of made-up key bytes).
+fn key(name: &str) -> Fingerprint {
+    Fingerprint::of_public_key(name.as_bytes())
+}
+
+/// Binds and runs a manager without a REAR key; cancel the token to stop it.
 fn start(
     cp: &ControlPlane,
     settings: Settings,
     identity: NodeIdentity,
 ) -> (NetworkMetrics, CancellationToken) {
+    start_keyed(cp, settings, identity, None)
+}
+
+/// Binds and runs a manager advertising `fingerprint`.
+fn start_keyed(
+    cp: &ControlPlane,
+    settings: Settings,
+    identity: NodeIdentity,
+    fingerprint: Option<Fingerprint>,
+) -> (NetworkMetrics, CancellationToken) {
     let metrics = NetworkMetrics::default();
-    let manager = NetworkManager::bind(settings, identity, metrics.clone()).unwrap();
+    let manager = NetworkManager::bind(settings, identity, fingerprint, metrics.clone()).unwrap();
     let stop = CancellationToken::new();
     tokio::spawn(manager.run(cp.client(), stop.clone()));
     (metrics, stop)
@@ -122,15 +140,29 @@ async fn wait_gone(cp: &ControlPlane, ns: &str, name: &str, within: Duration) ->
 async fn two_nodes_find_each_other_refresh_sparingly_and_expire() {
     let cp = control_plane(&["node-a", "node-b"]).await;
     let g = group();
-    let (a_metrics, a_stop) = start(&cp, settings("node-a", g), identity("nodea", 30001));
-    let (_b_metrics, b_stop) = start(&cp, settings("node-b", g), identity("nodeb", 30002));
+    let (a_key, b_key) = (key("node a"), key("node b"));
+    let (a_metrics, a_stop) = start_keyed(
+        &cp,
+        settings("node-a", g),
+        identity("nodea", 30001),
+        Some(a_key),
+    );
+    let (_b_metrics, b_stop) = start_keyed(
+        &cp,
+        settings("node-b", g),
+        identity("nodeb", 30002),
+        Some(b_key),
+    );
 
     // Each side gets the other's KnownCluster, with an expiry from the very
-    // first advertisement (Go left it without one until the second).
+    // first advertisement (Go left it without one until the second), and
+    // the other's REAR key to pin.
     let b_at_a = wait_present(&cp, "node-a", "knowncluster-nodeb", Duration::from_secs(10)).await;
     assert_eq!(b_at_a.spec.address, "127.0.0.1:30002");
+    assert_eq!(b_at_a.spec.fingerprint, Some(b_key.to_string()));
     let a_at_b = wait_present(&cp, "node-b", "knowncluster-nodea", Duration::from_secs(10)).await;
     assert_eq!(a_at_b.spec.address, "127.0.0.1:30001");
+    assert_eq!(a_at_b.spec.fingerprint, Some(a_key.to_string()));
     // Own advertisements are heard (loopback) and ignored.
     assert!(get(&cp, "node-a", "knowncluster-nodea").await.is_none());
     assert!(a_metrics.dropped_count("own") > 0);
@@ -207,6 +239,10 @@ async fn garbage_and_huge_datagrams_are_dropped_and_counted() {
 
     let kc = wait_present(&cp, "fluidos", "knowncluster-peer", Duration::from_secs(10)).await;
     assert_eq!(kc.spec.address, "127.0.0.1:30009");
+    assert_eq!(
+        kc.spec.fingerprint, None,
+        "a Go-style advertisement pins no key"
+    );
     assert_eq!(metrics.dropped_count("malformed"), 2);
     assert_eq!(metrics.dropped_count("node_id"), 1);
     assert_eq!(metrics.dropped_count("too_large"), 1);
@@ -285,14 +321,16 @@ async fn replicas_share_one_object_without_conflicts() {
 async fn discovery_off_needs_no_socket_and_unknown_interfaces_are_refused() {
     let mut off = settings("fluidos", group());
     off.multicast = None;
-    let manager = NetworkManager::bind(off, identity("me", 1), NetworkMetrics::default()).unwrap();
+    let manager =
+        NetworkManager::bind(off, identity("me", 1), None, NetworkMetrics::default()).unwrap();
     assert!(manager.sockets().is_none());
 
     let mut bad = settings("fluidos", group());
     if let Some(m) = bad.multicast.as_mut() {
         m.interface = Some("nosuchif0".into());
     }
-    let err = NetworkManager::bind(bad, identity("me", 1), NetworkMetrics::default()).unwrap_err();
+    let err =
+        NetworkManager::bind(bad, identity("me", 1), None, NetworkMetrics::default()).unwrap_err();
     assert!(
         matches!(err, Error::NoSuchInterface(ref i) if i == "nosuchif0"),
         "{err}"
@@ -306,7 +344,7 @@ async fn discovery_off_needs_no_socket_and_unknown_interfaces_are_refused() {
 async fn a_live_peer_cannot_be_repointed_and_new_peers_are_capped() {
     let cp = control_plane(&["fluidos"]).await;
     let metrics = NetworkMetrics::default();
-    let mut known = fluidos_network_manager::KnownClusters::new(
+    let mut known = KnownClusters::new(
         cp.client(),
         "fluidos",
         Duration::from_secs(30),
@@ -319,7 +357,6 @@ async fn a_live_peer_cannot_be_repointed_and_new_peers_are_capped() {
         ip: ip.into(),
         fingerprint: None,
     };
-    use fluidos_network_manager::known_clusters::Outcome;
     assert_eq!(
         known
             .observe(&ad("provider01", "127.0.0.1:30001"))
@@ -357,5 +394,136 @@ async fn a_live_peer_cannot_be_repointed_and_new_peers_are_capped() {
     assert!(get(&cp, "fluidos", "knowncluster-spoofed").await.is_none());
     assert_eq!(metrics.dropped_count("address_conflict"), 1);
     assert_eq!(metrics.dropped_count("capacity"), 1);
+    cp.stop().await;
+}
+
+/// Polls until `name`'s `spec.fingerprint` is `want`, or panics after 10 s.
+async fn wait_fingerprint(cp: &ControlPlane, ns: &str, name: &str, want: Option<&Fingerprint>) {
+    let want = want.map(ToString::to_string);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = get(cp, ns, name).await.map(|kc| kc.spec.fingerprint);
+        if got.as_ref() == Some(&want) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{ns}/{name}: fingerprint {got:?}, want {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Over real multicast: a live peer keeps the key it was first seen with
+/// (advertisements of its node ID with another key, or none, are dropped
+/// and counted without a write); a keyless (Go) peer adopts the first key
+/// it advertises; once an entry has expired a new key is taken (rotation).
+#[tokio::test]
+async fn a_live_peer_keeps_its_first_key_until_it_expires() {
+    let cp = control_plane(&["fluidos"]).await;
+    let g = group();
+    let (metrics, stop) = start(&cp, settings("fluidos", g), identity("listener", 30001));
+    let (_, raw) = MulticastSockets::open(settings("fluidos", g).multicast.as_ref().unwrap())
+        .unwrap()
+        .split();
+    let peer = Advertisement::of(&identity("peer", 30009));
+    let (first, forged) = (key("first"), key("forged"));
+    raw.send(&peer.clone().with_fingerprint(Some(&first)).to_bytes())
+        .await
+        .unwrap();
+    let kc = wait_present(&cp, "fluidos", "knowncluster-peer", Duration::from_secs(10)).await;
+    assert_eq!(kc.spec.fingerprint, Some(first.to_string()));
+
+    let specs = metrics.write_count("spec");
+    for other in [Some(&forged), None, Some(&forged)] {
+        raw.send(&peer.clone().with_fingerprint(other).to_bytes())
+            .await
+            .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while metrics.dropped_count("fingerprint_conflict") < 3 {
+        assert!(Instant::now() < deadline, "conflicting keys not counted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let kc = get(&cp, "fluidos", "knowncluster-peer").await.unwrap();
+    assert_eq!(
+        kc.spec.fingerprint,
+        Some(first.to_string()),
+        "still the first key"
+    );
+    assert_eq!(
+        metrics.write_count("spec"),
+        specs,
+        "a conflict costs no write"
+    );
+
+    // A Go node's entry (no key) adopts the first key its node advertises.
+    let go = Advertisement::of(&identity("gonode", 30010));
+    raw.send(&go.to_bytes()).await.unwrap();
+    let kc = wait_present(
+        &cp,
+        "fluidos",
+        "knowncluster-gonode",
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(kc.spec.fingerprint, None);
+    raw.send(&go.clone().with_fingerprint(Some(&first)).to_bytes())
+        .await
+        .unwrap();
+    wait_fingerprint(&cp, "fluidos", "knowncluster-gonode", Some(&first)).await;
+
+    // The peer stops; once its entry is gone, a new key is taken.
+    wait_gone(
+        &cp,
+        "fluidos",
+        "knowncluster-peer",
+        TTL + Duration::from_secs(3),
+    )
+    .await;
+    raw.send(&peer.with_fingerprint(Some(&forged)).to_bytes())
+        .await
+        .unwrap();
+    wait_fingerprint(&cp, "fluidos", "knowncluster-peer", Some(&forged)).await;
+    stop.cancel();
+    cp.stop().await;
+}
+
+/// Key rotation when the expired entry is still cached (no sweep ran): the
+/// next advertisement takes it over with its key, or without one, and then
+/// the stored key is removed.
+#[tokio::test]
+async fn an_expired_entry_takes_the_next_key_or_none() {
+    let cp = control_plane(&["fluidos"]).await;
+    let metrics = NetworkMetrics::default();
+    let ttl = Duration::from_secs(1);
+    let mut known = KnownClusters::new(cp.client(), "fluidos", ttl, metrics.clone());
+    let peer = Advertisement::of(&identity("peer", 30009));
+    let (old, new) = (key("old"), key("new"));
+    let observe = async |known: &mut KnownClusters, key: Option<&Fingerprint>| {
+        let ad = peer.clone().with_fingerprint(key);
+        known.observe(&ad).await.unwrap()
+    };
+    let fingerprint = async || {
+        get(&cp, "fluidos", "knowncluster-peer")
+            .await
+            .unwrap()
+            .spec
+            .fingerprint
+    };
+    assert_eq!(observe(&mut known, Some(&old)).await, Outcome::Created);
+    assert_eq!(
+        observe(&mut known, Some(&new)).await,
+        Outcome::Ignored("fingerprint_conflict")
+    );
+    assert_eq!(fingerprint().await, Some(old.to_string()));
+    // The expiry is rounded up to the second: at most 2 s away.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    assert_eq!(observe(&mut known, Some(&new)).await, Outcome::Created);
+    assert_eq!(fingerprint().await, Some(new.to_string()));
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    assert_eq!(observe(&mut known, None).await, Outcome::Created);
+    assert_eq!(fingerprint().await, None, "the old key is not left behind");
+    assert_eq!(metrics.dropped_count("fingerprint_conflict"), 1);
     cp.stop().await;
 }

@@ -1,5 +1,7 @@
 //! Two nodes in two network namespaces joined by a veth pair find each
 //! other by multicast; one that stops advertising disappears after the TTL.
+//! Node A advertises a REAR key fingerprint, which B's KnownCluster pins;
+//! node B advertises none, as a Go node, and A's KnownCluster has none.
 //!
 //! How the parts are split, and why: the API server (fluidos-testenv) listens
 //! on loopback in the root namespace, which a process inside another network
@@ -24,6 +26,7 @@ use std::time::{Duration, Instant};
 use fluidos_api::KnownCluster;
 use fluidos_network_manager::known_clusters::{self, KnownClusters};
 use fluidos_network_manager::{NetworkMetrics, advertisement};
+use fluidos_rear_identity::Fingerprint;
 use fluidos_testenv::{ControlPlane, ControlPlaneOptions};
 use kube::Api;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -104,8 +107,16 @@ impl Drop for Lan {
     }
 }
 
-/// The network side of one node, inside `netns`.
-fn spawn_network_side(netns: &str, device: &str, node_id: &str, address: &str) -> Child {
+/// The network side of one node, inside `netns`, advertising `fingerprint`.
+fn spawn_network_side(
+    netns: &str,
+    device: &str,
+    (node_id, address): (&str, &str),
+    fingerprint: Option<&Fingerprint>,
+) -> Child {
+    let key: Vec<String> = fingerprint
+        .map(|f| vec!["--fingerprint".to_owned(), f.to_string()])
+        .unwrap_or_default();
     tokio::process::Command::new("ip")
         .args([
             "netns",
@@ -116,6 +127,7 @@ fn spawn_network_side(netns: &str, device: &str, node_id: &str, address: &str) -
         .args(["--multicast-address", GROUP, "--interface", device])
         .args(["--node-id", node_id, "--ip", address])
         .args(["--interval-ms", &INTERVAL_MS.to_string()])
+        .args(&key)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .kill_on_drop(true)
@@ -215,8 +227,19 @@ async fn nodes_in_two_network_namespaces_discover_each_other_over_a_veth_pair() 
     let lan = Lan::create();
     let tag = std::process::id() % 100_000;
     let stop = CancellationToken::new();
-    let mut a = spawn_network_side(&lan.a, &format!("fnma{tag}"), "nodea", "10.213.0.1:30001");
-    let mut b = spawn_network_side(&lan.b, &format!("fnmb{tag}"), "nodeb", "10.213.0.2:30001");
+    let a_key = Fingerprint::of_public_key(b"node a");
+    let mut a = spawn_network_side(
+        &lan.a,
+        &format!("fnma{tag}"),
+        ("nodea", "10.213.0.1:30001"),
+        Some(&a_key),
+    );
+    let mut b = spawn_network_side(
+        &lan.b,
+        &format!("fnmb{tag}"),
+        ("nodeb", "10.213.0.2:30001"),
+        None,
+    );
     let a_metrics = spawn_api_side(&cp, "node-a", &mut a, &stop);
     let _b_metrics = spawn_api_side(&cp, "node-b", &mut b, &stop);
 
@@ -230,6 +253,7 @@ async fn nodes_in_two_network_namespaces_discover_each_other_over_a_veth_pair() 
     .await
     .unwrap();
     assert_eq!(b_at_a.spec.address, "10.213.0.2:30001");
+    assert_eq!(b_at_a.spec.fingerprint, None, "B advertises no key, as Go");
     let a_at_b = wait_for(
         &cp,
         "node-b",
@@ -240,6 +264,7 @@ async fn nodes_in_two_network_namespaces_discover_each_other_over_a_veth_pair() 
     .await
     .unwrap();
     assert_eq!(a_at_b.spec.address, "10.213.0.1:30001");
+    assert_eq!(a_at_b.spec.fingerprint, Some(a_key.to_string()));
     // Own advertisements were dropped in the child: never a KnownCluster.
     assert!(
         Api::<KnownCluster>::namespaced(cp.client(), "node-a")

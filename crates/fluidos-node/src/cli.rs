@@ -142,7 +142,9 @@ pub struct Args {
     #[arg(long, env = "FLUIDOS_PEERING", default_value_t = true, action = clap::ArgAction::Set)]
     pub peering: bool,
 
-    /// Providers to query besides KnownClusters (`host:port`, comma-separated).
+    /// Providers to query besides KnownClusters, comma-separated: `host:port`
+    /// (plain HTTP, e.g. a Go node) or `host:port#sha256:<64 hex>` (TLS,
+    /// accepted only with that key fingerprint).
     #[arg(long = "peers", env = "FLUIDOS_PEERS", value_delimiter = ',')]
     pub peers: Vec<String>,
 
@@ -184,6 +186,14 @@ pub struct Args {
     /// Longest life of a hold in seconds, however often it is renewed.
     #[arg(long, env = "FLUIDOS_REAR_MAX_HOLD_AGE_SECONDS", default_value_t = 7200, value_parser = clap::value_parser!(u64).range(1..))]
     pub rear_max_hold_age_seconds: u64,
+
+    /// Which peers may reserve and buy over plain HTTP, which proves nothing
+    /// about the buyer: `off`, `all`, or a comma-separated list of addresses
+    /// and CIDR networks. Unmodified Go nodes only speak `http://`; FLUIDOS-rs
+    /// consumers that know this node's key fingerprint buy over TLS on the
+    /// same port. Listing flavors is open either way.
+    #[arg(long, env = "FLUIDOS_REAR_PLAIN_HTTP_SALES", default_value = "off")]
+    pub rear_plain_http_sales: fluidos_rear_gateway::PlainHttpSales,
 
     /// How a sold service's endpoint Service is exposed to its buyer
     /// (delivery without Liqo): `node-port` (addresses `<node>:<nodePort>`)
@@ -439,6 +449,11 @@ mod tests {
                 a.rear_max_hold_age_seconds
             ),
             (50, 200, 32, 7200)
+        );
+        // Plain HTTP proves nothing about a buyer: sales there are opt-in.
+        assert_eq!(
+            a.rear_plain_http_sales,
+            fluidos_rear_gateway::PlainHttpSales::Off
         );
         let f = &a.flavor;
         assert!(f.enable_auto_discovery);

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use fluidos_api::NodeIdentity;
-use fluidos_rear_identity::NodeKey;
 use fluidos_controller::Metrics;
+use fluidos_rear_identity::NodeKey;
 use kube::Client;
 
 use crate::cli::Args;
@@ -32,7 +32,7 @@ pub struct Context {
     /// `fluidos_leader` (registered in `metrics`): 1 while this replica leads.
     pub leader: prometheus_client::metrics::gauge::Gauge,
     /// This node's REAR key (Secret `fluidos-node-identity`), loaded when a
-    /// component that talks REAR is selected.
+    /// component that talks REAR or announces the node is selected.
     pub node_key: Option<Arc<NodeKey>>,
 }
 

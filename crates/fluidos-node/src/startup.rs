@@ -115,6 +115,10 @@ pub async fn client_config(args: &Args) -> Result<kube::Config, StartupError> {
     }
 }
 
+/// How long a network manager started alone waits for the REAR key another
+/// component creates.
+const KEY_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Longest wait for any API-server response.
 pub const API_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(295);
 
@@ -157,20 +161,41 @@ async fn start_with_clients(
     identity.additional_information =
         liqo_id.map(|id| fluidos_api::NodeIdentityAdditionalInfo { liqo_id: Some(id) });
 
-    let needs_key = args
-        .selected_components()
+    // The REAR components use the key (and create it on first start); the
+    // network manager only announces its fingerprint, so it reads the key
+    // once one of them has made it and is granted no Secret creation.
+    let selected = args.selected_components();
+    let uses_key = selected
         .iter()
         .any(|c| matches!(c, Component::RearGateway | Component::RearManager));
-    let node_key = if needs_key {
+    let secret = fluidos_rear_identity::secret::DEFAULT_SECRET_NAME;
+    let node_key = if uses_key {
         Some(std::sync::Arc::new(
             fluidos_rear_identity::secret::load_or_create(
                 &client,
                 &args.namespace,
-                fluidos_rear_identity::secret::DEFAULT_SECRET_NAME,
+                secret,
                 &identity.node_id,
             )
             .await?,
         ))
+    } else if selected.contains(&Component::NetworkManager) {
+        let key = fluidos_rear_identity::secret::wait_for(
+            &client,
+            &args.namespace,
+            secret,
+            &identity.node_id,
+            KEY_WAIT,
+        )
+        .await?;
+        if key.is_none() {
+            tracing::warn!(
+                secret,
+                "no REAR key after {KEY_WAIT:?} (the rear-gateway or rear-manager creates it): \
+                 advertisements carry no fingerprint, so peers will call this node over plain HTTP"
+            );
+        }
+        key.map(std::sync::Arc::new)
     } else {
         None
     };

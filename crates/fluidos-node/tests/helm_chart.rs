@@ -24,6 +24,7 @@ use fluidos_api::network::KnownClusterSpec;
 use fluidos_api::solver::{Selector, SolverSpec};
 use fluidos_api::{Flavor, KnownCluster, Phase, ServiceBlueprint, Solver};
 use fluidos_testenv::{ControlPlane, ControlPlaneOptions, fixtures};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::rbac::v1::Role;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
@@ -394,16 +395,6 @@ async fn chart_rbac_suffices_for_a_full_sale_and_refuses_the_rest() {
     fixtures::worker_node(&provider, "worker-1", "8", "16Gi")
         .await
         .unwrap();
-    let known = KnownCluster::new(
-        "knowncluster-provider01",
-        KnownClusterSpec {
-            address: format!("127.0.0.1:{pport}"),
-        },
-    );
-    Api::<KnownCluster>::namespaced(consumer.client(), NS)
-        .create(&PostParams::default(), &known)
-        .await
-        .unwrap();
     let samples = fluidos_testenv::shared_reference_dir().map(|d| d.join("fluidos-samples"));
     let service_solver: Option<Solver> = samples
         .as_ref()
@@ -466,6 +457,38 @@ async fn chart_rbac_suffices_for_a_full_sale_and_refuses_the_rest() {
         dir.path(),
     )
     .await;
+    // The consumer pins the key the provider created on first start, under
+    // its chart ServiceAccounts.
+    let secrets = Api::<Secret>::namespaced(provider.client(), NS);
+    let provider_key = eventually(
+        "the provider's REAR key",
+        Duration::from_secs(60),
+        &[&gateway.node, &network.node],
+        || {
+            let secrets = secrets.clone();
+            async move {
+                secrets
+                    .get_opt(fluidos_rear_identity::secret::DEFAULT_SECRET_NAME)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|s| s.metadata.annotations)
+                    .and_then(|a| a.get("fluidos.eu/key-fingerprint").cloned())
+            }
+        },
+    )
+    .await;
+    let known = KnownCluster::new(
+        "knowncluster-provider01",
+        KnownClusterSpec {
+            address: format!("127.0.0.1:{pport}"),
+            fingerprint: Some(provider_key),
+        },
+    );
+    Api::<KnownCluster>::namespaced(consumer.client(), NS)
+        .create(&PostParams::default(), &known)
+        .await
+        .unwrap();
     let running = [&lrm, &gateway, &manager, &network];
     let logs: Vec<&NodeProcess> = running.iter().map(|r| &r.node).collect();
 

@@ -89,8 +89,14 @@ impl Node {
 
     /// A replica: the components under test, with `--leader-elect` and the
     /// short Lease.
-    fn replica(cp: &ControlPlane, name: &'static str, provider_rear: u16) -> Node {
-        let peers = format!("127.0.0.1:{provider_rear}");
+    /// The replicas reach the provider through `--peers`, pinned to its key.
+    fn replica(
+        cp: &ControlPlane,
+        name: &'static str,
+        provider_rear: u16,
+        provider_key: &str,
+    ) -> Node {
+        let peers = format!("127.0.0.1:{provider_rear}#{provider_key}");
         let (lease, renew, retry) = (
             LEASE_SECONDS.to_string(),
             RENEW_SECONDS.to_string(),
@@ -313,6 +319,17 @@ async fn one_replica_leads_and_the_other_takes_over_when_it_dies() {
     fixtures::node_identity(&cp, PROVIDER_NS, "provider01", "127.0.0.1", provider_rear)
         .await
         .unwrap();
+    // The provider's REAR key, made before it starts (it loads it then).
+    let provider_key = fluidos_rear_identity::secret::load_or_create(
+        &cp.client(),
+        PROVIDER_NS,
+        fluidos_rear_identity::secret::DEFAULT_SECRET_NAME,
+        "provider01",
+    )
+    .await
+    .unwrap()
+    .fingerprint()
+    .to_string();
     // The replicas share one identity, as a Deployment's Pods do.
     fixtures::node_identity(&cp, NS, "consumer01", "127.0.0.1", free_port())
         .await
@@ -325,8 +342,8 @@ async fn one_replica_leads_and_the_other_takes_over_when_it_dies() {
         provider_rear,
         &["--liqo-cluster-id", "liqo-provider"],
     );
-    let mut a = Node::replica(&cp, "replica-a", provider_rear);
-    let mut b = Node::replica(&cp, "replica-b", provider_rear);
+    let mut a = Node::replica(&cp, "replica-a", provider_rear, &provider_key);
+    let mut b = Node::replica(&cp, "replica-b", provider_rear, &provider_key);
 
     // Exactly one holds the Lease; both are ready (the standby because its
     // gateway serves); only the leader says it leads.

@@ -77,7 +77,7 @@ struct Market {
 async fn market() -> Market {
     let (provider, consumer) = tokio::join!(cluster(), cluster());
     let (pport, cport) = (free_port(), free_port());
-    prepare(&provider, "provider01", pport).await;
+    let provider_key = prepare(&provider, "provider01", pport).await;
     prepare(&consumer, "consumer01", cport).await;
     fixtures::worker_node(&provider, "worker-1", "8", "16Gi")
         .await
@@ -87,6 +87,7 @@ async fn market() -> Market {
         "knowncluster-provider01",
         KnownClusterSpec {
             address: rear.clone(),
+            fingerprint: Some(provider_key),
         },
     );
     Api::<KnownCluster>::namespaced(consumer.client(), NS)
@@ -354,7 +355,13 @@ async fn one_provider_down_of_three_does_not_stop_the_solver() {
         known
             .create(
                 &PostParams::default(),
-                &KnownCluster::new(name, KnownClusterSpec { address }),
+                &KnownCluster::new(
+                    name,
+                    KnownClusterSpec {
+                        address,
+                        fingerprint: None,
+                    },
+                ),
             )
             .await
             .unwrap();

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use fluidos_api::rear::{PurchaseRequest, ReserveRequest};
-use fluidos_rear_client::{ClientConfig, RearClient};
+use fluidos_rear_client::{ClientConfig, NodeKey, ProviderAddress, RearClient};
 use fluidos_testenv::fixtures;
 use openmetrics_parser::{
     MetricsExposition, OpenMetricsType, OpenMetricsValue, openmetrics::parse_openmetrics,
@@ -131,7 +131,7 @@ fn assert_histogram_observed(
 async fn metrics_move_during_a_sale() {
     let cp = cluster().await;
     let rear_port = free_port();
-    prepare(&cp, "provider01", rear_port).await;
+    let provider_key = prepare(&cp, "provider01", rear_port).await;
     fixtures::worker_node(&cp, "worker-1", "8", "16Gi")
         .await
         .unwrap();
@@ -172,7 +172,10 @@ async fn metrics_move_during_a_sale() {
     );
 
     // The sale, as a consumer node makes it.
-    let rear = RearClient::new(ClientConfig::default()).unwrap();
+    // Over TLS, pinned to the provider's key, with a buyer key of its own.
+    let buyer_key = std::sync::Arc::new(NodeKey::generate("consumer01").unwrap());
+    let rear = RearClient::with_key(ClientConfig::default(), buyer_key).unwrap();
+    let rear_address = ProviderAddress::pinned(rear_address.clone(), provider_key.parse().unwrap());
     let flavor = support::eventually("the provider's flavor on REAR", LIMIT, &[&node], || async {
         rear.list_flavors(&rear_address, None)
             .await

@@ -6,16 +6,47 @@
 //! connect and a request timeout; only requests that cannot change provider
 //! state twice are retried (listing always; reserve and purchase only when the
 //! connection was never made, and both are idempotent on the provider anyway).
+//!
+//! A provider is a [`ProviderAddress`]: with the fingerprint of its key it is
+//! called over TLS 1.3 that accepts only that key (and, from a client made
+//! [`with_key`](RearClient::with_key), presents this node's certificate, so
+//! the provider knows the buyer by its key); without, over plain HTTP, the
+//! only scheme unmodified Go nodes serve. A server holding another key is
+//! [`RearError::WrongKey`], never retried.
+//!
+//! HTTP is hyper's, not reqwest's: reqwest's TLS features are unified across
+//! the workspace, and the one that would fit (`rustls-no-provider`) makes
+//! every reqwest client panic unless a process-wide crypto provider is
+//! installed (`docs/rear-identity.md`). Nothing process-wide is installed
+//! here: the rustls configurations name the ring provider themselves.
 
+mod address;
+
+use std::collections::HashMap;
+use std::error::Error as StdError;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use bytes::Bytes;
 use fluidos_api::quantity::Amount;
 use fluidos_api::rear::{
     PurchaseRequest, ReserveRequest, ServiceAccess, WireContract, WireFlavor, WireTransaction,
 };
 use fluidos_api::solver::{FlavorSelector, QuantityFilter, StringFilter};
+use fluidos_rear_identity::tls::{self, UnexpectedKey};
+use http::{Method, Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::{self, connect::HttpConnector};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde::de::DeserializeOwned;
+
+pub use address::{ADDRESS_FORM, AddressError, ProviderAddress};
+/// The identity types the API takes, re-exported so that callers need not
+/// depend on `fluidos-rear-identity` for them.
+pub use fluidos_rear_identity::{Fingerprint, NodeKey};
 
 /// Timeouts and retries.
 #[derive(Clone, Debug)]
@@ -81,6 +112,29 @@ pub enum RearError {
         /// Decoder error.
         message: String,
     },
+    /// The server at the address holds another key than the one pinned for
+    /// the provider: whoever answers is not that provider. Never retried.
+    #[error(
+        "provider {address} presented key {presented}, not the pinned {expected}: \
+         refusing to talk to it (the provider's key changed, or another server answers at that address)"
+    )]
+    WrongKey {
+        /// `host:port` called.
+        address: String,
+        /// The fingerprint the provider was pinned to.
+        expected: Fingerprint,
+        /// The fingerprint of the key the server proved it holds.
+        presented: Fingerprint,
+    },
+    /// The request could not be made from what was given (an address that
+    /// is not `host:port`, a value that cannot be a header).
+    #[error("cannot call provider {address}: {message}")]
+    Invalid {
+        /// `host:port` given.
+        address: String,
+        /// What is wrong.
+        message: String,
+    },
     /// The client could not be built.
     #[error("cannot build the HTTP client: {0}")]
     Build(String),
@@ -92,6 +146,11 @@ impl RearError {
         matches!(self, RearError::Unreachable { .. })
     }
 
+    /// True when the provider presented another key than the pinned one.
+    pub fn is_wrong_key(&self) -> bool {
+        matches!(self, RearError::WrongKey { .. })
+    }
+
     /// The HTTP status of a rejection.
     pub fn status(&self) -> Option<u16> {
         match self {
@@ -101,13 +160,60 @@ impl RearError {
     }
 }
 
-/// The REAR client; cheap to clone (one connection pool).
-#[derive(Clone, Debug)]
-pub struct RearClient {
-    http: reqwest::Client,
-    config: ClientConfig,
+/// A request body (JSON, or empty).
+type RequestBody = Full<Bytes>;
+/// Plain HTTP connections, one pool for every provider without a fingerprint.
+type PlainPool = legacy::Client<HttpConnector, RequestBody>;
+/// TLS connections accepting one key only.
+type PinnedPool = legacy::Client<HttpsConnector<HttpConnector>, RequestBody>;
+
+/// The connection pool a call goes through.
+#[derive(Clone)]
+enum Pool {
+    Plain(PlainPool),
+    Pinned(PinnedPool),
 }
 
+impl Pool {
+    fn request(&self, request: Request<RequestBody>) -> legacy::ResponseFuture {
+        match self {
+            Pool::Plain(c) => c.request(request),
+            Pool::Pinned(c) => c.request(request),
+        }
+    }
+}
+
+/// Most providers' keys with a connection pool at once.
+const MAX_PINNED_POOLS: usize = 256;
+
+struct Shared {
+    config: ClientConfig,
+    key: Option<Arc<NodeKey>>,
+    plain: PlainPool,
+    /// One pool per pinned key, so that keep-alive connections are reused;
+    /// a pool only ever talks to servers holding its key.
+    pinned: Mutex<HashMap<Fingerprint, PinnedPool>>,
+}
+
+/// The REAR client; cheap to clone (the clones share their connection pools).
+///
+/// A [`ProviderAddress`] with a fingerprint is called over TLS 1.3 that
+/// accepts only that key; one without is called over plain HTTP.
+#[derive(Clone)]
+pub struct RearClient {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for RearClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RearClient")
+            .field("config", &self.shared.config)
+            .field("key", &self.key_fingerprint())
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Clone, Copy)]
 enum Retry {
     /// Idempotent read: retry on any transport failure and on 5xx/503.
     Always,
@@ -115,26 +221,156 @@ enum Retry {
     ConnectOnly,
 }
 
+/// One REAR call, rebuilt for each attempt.
+struct Call<'a> {
+    method: Method,
+    path: String,
+    json: Option<Bytes>,
+    transaction_id: Option<&'a str>,
+    timeout: Duration,
+    retry: Retry,
+}
+
+impl Call<'_> {
+    fn get(path: String, timeout: Duration) -> Self {
+        Call {
+            method: Method::GET,
+            path,
+            json: None,
+            transaction_id: None,
+            timeout,
+            retry: Retry::Always,
+        }
+    }
+
+    fn post(
+        address: &str,
+        path: String,
+        body: &impl serde::Serialize,
+        timeout: Duration,
+    ) -> Result<Self, RearError> {
+        let json = serde_json::to_vec(body).map_err(|e| RearError::Invalid {
+            address: address.to_owned(),
+            message: format!("the request body cannot be encoded: {e}"),
+        })?;
+        Ok(Call {
+            method: Method::POST,
+            path,
+            json: Some(Bytes::from(json)),
+            transaction_id: None,
+            timeout,
+            retry: Retry::ConnectOnly,
+        })
+    }
+
+    fn request(&self, uri: Uri) -> Result<Request<RequestBody>, http::Error> {
+        let mut builder = Request::builder().method(self.method.clone()).uri(uri);
+        if let Some(id) = self.transaction_id {
+            builder = builder.header(fluidos_api::rear::TRANSACTION_ID_HEADER, id);
+        }
+        let body = match &self.json {
+            Some(json) => {
+                builder = builder.header(http::header::CONTENT_TYPE, "application/json");
+                Full::new(json.clone())
+            }
+            None => Full::new(Bytes::new()),
+        };
+        builder.body(body)
+    }
+}
+
+/// A TCP connector with the configured connect timeout.
+fn tcp_connector(config: &ClientConfig) -> HttpConnector {
+    let mut http = HttpConnector::new();
+    http.set_connect_timeout(Some(config.connect_timeout));
+    http.set_nodelay(true);
+    http
+}
+
+fn pool_builder() -> legacy::Builder {
+    let mut builder = legacy::Client::builder(TokioExecutor::new());
+    builder.pool_timer(TokioTimer::new());
+    builder
+}
+
 impl RearClient {
-    /// A client with these timeouts.
+    /// An anonymous client with these timeouts: pinned providers are called
+    /// over TLS without a client certificate.
     pub fn new(config: ClientConfig) -> Result<Self, RearError> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(config.connect_timeout)
-            .build()
-            .map_err(|e| RearError::Build(e.to_string()))?;
-        Ok(RearClient { http, config })
+        Ok(Self::build(config, None))
+    }
+
+    /// A client that presents `key`'s certificate to pinned providers, which
+    /// then know this node by its key's fingerprint.
+    pub fn with_key(config: ClientConfig, key: Arc<NodeKey>) -> Result<Self, RearError> {
+        Ok(Self::build(config, Some(key)))
+    }
+
+    fn build(config: ClientConfig, key: Option<Arc<NodeKey>>) -> Self {
+        let plain = pool_builder().build(tcp_connector(&config));
+        RearClient {
+            shared: Arc::new(Shared {
+                config,
+                key,
+                plain,
+                pinned: Mutex::new(HashMap::new()),
+            }),
+        }
     }
 
     /// The timeouts and retries in use.
     pub fn config(&self) -> &ClientConfig {
-        &self.config
+        &self.shared.config
+    }
+
+    /// The fingerprint of the key presented to pinned providers (`None`:
+    /// anonymous).
+    pub fn key_fingerprint(&self) -> Option<Fingerprint> {
+        self.shared.key.as_ref().map(|k| k.fingerprint())
+    }
+
+    /// The pool for `provider`: the plain one, or the one for its key (made
+    /// on first use).
+    fn pool(&self, provider: &ProviderAddress) -> Result<Pool, RearError> {
+        let Some(expected) = provider.fingerprint else {
+            return Ok(Pool::Plain(self.shared.plain.clone()));
+        };
+        let mut pools = self
+            .shared
+            .pinned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(pool) = pools.get(&expected) {
+            return Ok(Pool::Pinned(pool.clone()));
+        }
+        let tls = match &self.shared.key {
+            Some(key) => tls::client_config(key, expected),
+            None => tls::anonymous_client_config(expected),
+        }
+        .map_err(|e| RearError::Build(e.to_string()))?;
+        let mut tcp = tcp_connector(&self.shared.config);
+        // The TLS layer above it takes https:// URIs.
+        tcp.enforce_http(false);
+        // Not hyper-rustls's builder: it refuses a configuration that
+        // already offers ALPN (ours offers `http/1.1`, as the gateway's does).
+        let mut connector = HttpsConnector::from((tcp, tls));
+        connector.enforce_https();
+        let pool = pool_builder().build(connector);
+        // Keys come and go with KnownClusters (anyone on the LAN can
+        // announce new ones): the pools are bounded, the oldest idle
+        // connections simply dropped with their pool.
+        if pools.len() >= MAX_PINNED_POOLS {
+            pools.clear();
+        }
+        pools.insert(expected, pool.clone());
+        Ok(Pool::Pinned(pool))
     }
 
     /// Lists flavors: the typed route with the selector's filters, or
     /// `/api/v2/flavors` without a selector.
     pub async fn list_flavors(
         &self,
-        address: &str,
+        provider: &ProviderAddress,
         selector: Option<&FlavorSelector>,
     ) -> Result<Vec<WireFlavor>, RearError> {
         let path = match selector {
@@ -144,18 +380,13 @@ impl RearClient {
                 format!("/api/v2/flavors/{route}?{}", encode_selector(sel))
             }
         };
-        let body = self
-            .send(
-                address,
-                Retry::Always,
-                |c, url| c.get(url).timeout(self.config.list_timeout),
-                &path,
-            )
-            .await?;
+        let call = Call::get(path, self.config().list_timeout);
+        let body = self.send(provider, &call).await?;
         match body {
             None => Ok(Vec::new()),
             Some(bytes) => {
-                let list: Option<Vec<WireFlavor>> = decode(address, "flavor list", &bytes)?;
+                let list: Option<Vec<WireFlavor>> =
+                    decode(&provider.address, "flavor list", &bytes)?;
                 Ok(list.unwrap_or_default())
             }
         }
@@ -164,21 +395,17 @@ impl RearClient {
     /// RESERVE: `POST /api/v2/reservations`.
     pub async fn reserve(
         &self,
-        address: &str,
+        provider: &ProviderAddress,
         request: &ReserveRequest,
     ) -> Result<WireTransaction, RearError> {
-        let body = self
-            .send(
-                address,
-                Retry::ConnectOnly,
-                |c, url| {
-                    c.post(url)
-                        .timeout(self.config.reserve_timeout)
-                        .json(request)
-                },
-                "/api/v2/reservations",
-            )
-            .await?;
+        let address = provider.address.as_str();
+        let call = Call::post(
+            address,
+            "/api/v2/reservations".to_owned(),
+            request,
+            self.config().reserve_timeout,
+        )?;
+        let body = self.send(provider, &call).await?;
         let tx: WireTransaction = decode_required(address, "transaction", body)?;
         if tx.transaction_id.is_empty() {
             return Err(RearError::Malformed {
@@ -193,25 +420,20 @@ impl RearClient {
     /// PURCHASE: `POST /api/v2/transactions/{id}/purchase`.
     pub async fn purchase(
         &self,
-        address: &str,
+        provider: &ProviderAddress,
         transaction_id: &str,
         request: &PurchaseRequest,
     ) -> Result<WireContract, RearError> {
         let id: String = form_urlencoded::byte_serialize(transaction_id.as_bytes()).collect();
         let path = format!("/api/v2/transactions/{id}/purchase");
-        let body = self
-            .send(
-                address,
-                Retry::ConnectOnly,
-                |c, url| {
-                    c.post(url)
-                        .timeout(self.config.purchase_timeout)
-                        .json(request)
-                },
-                &path,
-            )
-            .await?;
-        decode_required(address, "contract", body)
+        let call = Call::post(
+            &provider.address,
+            path,
+            request,
+            self.config().purchase_timeout,
+        )?;
+        let body = self.send(provider, &call).await?;
+        decode_required(&provider.address, "contract", body)
     }
 
     /// How the buyer `buyer_id` reaches the service of contract `contract_id`:
@@ -221,7 +443,7 @@ impl RearClient {
     /// ready yet, 410 that it will not come.
     pub async fn service_access(
         &self,
-        address: &str,
+        provider: &ProviderAddress,
         contract_id: &str,
         buyer_id: &str,
         transaction_id: &str,
@@ -229,73 +451,81 @@ impl RearClient {
         let id: String = form_urlencoded::byte_serialize(contract_id.as_bytes()).collect();
         let buyer: String = form_urlencoded::byte_serialize(buyer_id.as_bytes()).collect();
         let path = format!("/api/v2/contracts/{id}/service?buyerID={buyer}");
-        let body = self
-            .send(
-                address,
-                Retry::Always,
-                |c, url| {
-                    c.get(url)
-                        .header(fluidos_api::rear::TRANSACTION_ID_HEADER, transaction_id)
-                        .timeout(self.config.list_timeout)
-                },
-                &path,
-            )
-            .await?;
-        decode_required(address, "service access", body)
+        let mut call = Call::get(path, self.config().list_timeout);
+        call.transaction_id = Some(transaction_id);
+        let body = self.send(provider, &call).await?;
+        decode_required(&provider.address, "service access", body)
     }
 
     /// Sends with retries; `Ok(None)` is a 204.
     async fn send(
         &self,
-        address: &str,
-        retry: Retry,
-        build: impl Fn(&reqwest::Client, String) -> reqwest::RequestBuilder,
-        path: &str,
+        provider: &ProviderAddress,
+        call: &Call<'_>,
     ) -> Result<Option<Vec<u8>>, RearError> {
-        let url = format!("http://{address}{path}");
-        let mut delay = self.config.backoff;
+        let address = provider.address.as_str();
+        let invalid = |message: String| RearError::Invalid {
+            address: address.chars().take(MAX_ERROR_CHARS).collect(),
+            message,
+        };
+        let scheme = if provider.is_pinned() {
+            "https"
+        } else {
+            "http"
+        };
+        let uri: Uri = format!("{scheme}://{address}{}", call.path)
+            .parse()
+            .map_err(|e| invalid(format!("not a host:port address ({e})")))?;
+        let pool = self.pool(provider)?;
+        let config = self.config();
+        let mut delay = config.backoff;
         let mut attempt = 0;
         loop {
-            let outcome = self.once(address, build(&self.http, url.clone())).await;
-            let retryable = match (&outcome, &retry) {
-                (Ok(_), _) => false,
+            let request = call
+                .request(uri.clone())
+                .map_err(|e| invalid(format!("the request cannot be built: {e}")))?;
+            let outcome = match tokio::time::timeout(call.timeout, once(&pool, request)).await {
+                Ok(outcome) => outcome,
+                Err(_) => Err(Failure::Transport(
+                    format!("no complete answer within {:?}", call.timeout),
+                    true,
+                )),
+            };
+            let retryable = match (&outcome, call.retry) {
+                (Ok(_) | Err(Failure::WrongKey { .. }), _) => false,
                 (Err(Failure::Connect(_)), _) => true,
                 (Err(Failure::Transport(_, _)), Retry::Always) => true,
                 (Err(Failure::Status(s, _)), Retry::Always) => *s >= 500,
                 _ => false,
             };
-            if !retryable || attempt >= self.config.retries {
+            if !retryable || attempt >= config.retries {
                 return outcome.map_err(|f| f.into_error(address));
             }
             attempt += 1;
-            tracing::debug!(address, path, attempt, "retrying REAR request");
+            tracing::debug!(address, path = call.path, attempt, "retrying REAR request");
             tokio::time::sleep(delay).await;
             delay *= 2;
         }
     }
+}
 
-    async fn once(
-        &self,
-        _address: &str,
-        request: reqwest::RequestBuilder,
-    ) -> Result<Option<Vec<u8>>, Failure> {
-        let response = request.send().await.map_err(|e| {
-            if e.is_connect() {
-                Failure::Connect(e.to_string())
-            } else {
-                Failure::Transport(e.to_string(), e.is_timeout())
-            }
-        })?;
-        let status = response.status();
-        let bytes = read_capped(response, MAX_RESPONSE_BYTES).await?;
-        if status == reqwest::StatusCode::NO_CONTENT {
-            return Ok(None);
-        }
-        if !status.is_success() {
-            return Err(Failure::Status(status.as_u16(), error_message(&bytes)));
-        }
-        Ok(Some(bytes.to_vec()))
+/// One attempt: the status and the whole (capped) body.
+async fn once(pool: &Pool, request: Request<RequestBody>) -> Result<Option<Vec<u8>>, Failure> {
+    let response = pool.request(request).await.map_err(Failure::of_request)?;
+    let status = response.status();
+    let length = response
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let bytes = read_capped(response.into_body(), length, MAX_RESPONSE_BYTES).await?;
+    if status == StatusCode::NO_CONTENT {
+        return Ok(None);
     }
+    if !status.is_success() {
+        return Err(Failure::Status(status.as_u16(), error_message(&bytes)));
+    }
+    Ok(Some(bytes))
 }
 
 /// The largest REAR answer read: a flavor list of several thousand flavors
@@ -304,38 +534,62 @@ const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 /// The most of a provider's error text kept (it reaches statuses and logs).
 const MAX_ERROR_CHARS: usize = 500;
 
-/// The body, read chunk by chunk and refused once over `limit` bytes.
-async fn read_capped(mut response: reqwest::Response, limit: usize) -> Result<Vec<u8>, Failure> {
-    if response.content_length().is_some_and(|n| n > limit as u64) {
+/// The body, read frame by frame and refused once over `limit` bytes.
+async fn read_capped(
+    mut body: Incoming,
+    content_length: Option<u64>,
+    limit: usize,
+) -> Result<Vec<u8>, Failure> {
+    if content_length.is_some_and(|n| n > limit as u64) {
         return Err(Failure::Transport(
             format!("the answer is over {limit} bytes (Content-Length)"),
             false,
         ));
     }
-    let mut body = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| Failure::Transport(e.to_string(), e.is_timeout()))?
-    {
-        if body.len() + chunk.len() > limit {
+    let mut out = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| Failure::Transport(error_chain(&e), false))?;
+        let Ok(chunk) = frame.into_data() else {
+            continue; // trailers
+        };
+        if out.len() + chunk.len() > limit {
             return Err(Failure::Transport(
                 format!("the answer is over {limit} bytes"),
                 false,
             ));
         }
-        body.extend_from_slice(&chunk);
+        out.extend_from_slice(&chunk);
     }
-    Ok(body)
+    Ok(out)
 }
 
 enum Failure {
     Connect(String),
     Transport(String, bool),
     Status(u16, String),
+    WrongKey {
+        expected: Fingerprint,
+        presented: Fingerprint,
+    },
 }
 
 impl Failure {
+    /// A failed request: the wrong key, no connection, or a broken one.
+    fn of_request(e: legacy::Error) -> Failure {
+        if let Some(k) = unexpected_key(&e) {
+            return Failure::WrongKey {
+                expected: k.expected,
+                presented: k.got,
+            };
+        }
+        let message = error_chain(&e);
+        if e.is_connect() {
+            Failure::Connect(message)
+        } else {
+            Failure::Transport(message, false)
+        }
+    }
+
     fn into_error(self, address: &str) -> RearError {
         let address = address.to_owned();
         match self {
@@ -354,8 +608,69 @@ impl Failure {
                 status,
                 message,
             },
+            Failure::WrongKey {
+                expected,
+                presented,
+            } => RearError::WrongKey {
+                address,
+                expected,
+                presented,
+            },
         }
     }
+}
+
+/// The pinned-key refusal somewhere in `e`'s causes. rustls reports it as
+/// `InvalidCertificate(Other(UnexpectedKey))`, which tokio-rustls and
+/// hyper-rustls wrap in `io::Error`s; an `io::Error`'s `source()` skips
+/// the error it wraps, so each is opened with `get_ref()`.
+fn unexpected_key<'e>(e: &'e (dyn StdError + 'static)) -> Option<&'e UnexpectedKey> {
+    let mut cause = Some(e);
+    while let Some(err) = cause {
+        if let Some(found) = err.downcast_ref::<UnexpectedKey>() {
+            return Some(found);
+        }
+        if let Some(rustls::Error::InvalidCertificate(rustls::CertificateError::Other(other))) =
+            err.downcast_ref::<rustls::Error>()
+        {
+            let inner: &(dyn StdError + 'static) = &*other.0;
+            if let Some(found) = unexpected_key(inner) {
+                return Some(found);
+            }
+        }
+        if let Some(inner) = err
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            let inner: &(dyn StdError + 'static) = inner;
+            if let Some(found) = unexpected_key(inner) {
+                return Some(found);
+            }
+        }
+        cause = err.source();
+    }
+    None
+}
+
+/// `e` and its causes, `: `-separated (hyper's own text is only "client
+/// error (Connect)"), without control characters and bounded.
+fn error_chain(e: &(dyn StdError + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut cause = Some(e);
+    while let Some(err) = cause {
+        let text = err.to_string();
+        // An io::Error shows the error it wraps: do not repeat it.
+        if !parts.last().is_some_and(|last| last.contains(&text)) {
+            parts.push(text);
+        }
+        cause = err.source();
+    }
+    parts
+        .join(": ")
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(MAX_ERROR_CHARS)
+        .collect()
 }
 
 /// The provider's error text: JSON `{"error": ...}` (ours) or plain text (Go).
@@ -533,6 +848,44 @@ mod tests {
         assert!(!m.contains('\u{1b}'), "{m:?}");
     }
 
+    /// A refused connection is unreachable, and says why (hyper's own text
+    /// is only "client error (Connect)").
+    #[tokio::test]
+    async fn a_refused_connection_is_unreachable_and_says_why() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        drop(listener);
+        let client = RearClient::new(ClientConfig {
+            retries: 0,
+            ..ClientConfig::default()
+        })
+        .unwrap();
+        let e = client
+            .list_flavors(&ProviderAddress::plain(addr.clone()), None)
+            .await
+            .unwrap_err();
+        assert!(e.is_unreachable(), "{e:?}");
+        let text = e.to_string();
+        assert!(
+            text.starts_with(&format!("provider {addr} is unreachable: ")),
+            "{text}"
+        );
+        assert!(text.to_lowercase().contains("refused"), "{text}");
+    }
+
+    #[test]
+    fn an_address_that_is_not_host_port_is_refused_before_any_call() {
+        let client = RearClient::new(ClientConfig::default()).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let e = runtime
+            .block_on(client.list_flavors(&ProviderAddress::plain("bad host:1"), None))
+            .unwrap_err();
+        assert!(matches!(e, RearError::Invalid { .. }), "{e:?}");
+    }
+
     /// A peer that streams an endless answer is cut off at the limit.
     #[tokio::test]
     async fn an_endless_answer_is_cut_off() {
@@ -559,7 +912,10 @@ mod tests {
             }
         });
         let client = RearClient::new(ClientConfig::default()).unwrap();
-        let e = client.list_flavors(&addr, None).await.unwrap_err();
+        let e = client
+            .list_flavors(&ProviderAddress::plain(addr), None)
+            .await
+            .unwrap_err();
         assert!(e.to_string().contains("over 16777216 bytes"), "{e}");
     }
 }

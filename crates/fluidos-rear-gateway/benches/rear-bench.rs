@@ -2,7 +2,10 @@
 //! gateway in-process on loopback, and a bounded load per route.
 //!
 //! `cargo bench -p fluidos-rear-gateway` prints requests/s and p50/p99 latency
-//! for plain and filtered lists, reserve, and reserve+purchase, plus the RSS.
+//! for plain and filtered lists, reserve, and reserve+purchase, plus the RSS;
+//! then the list and the sequential sale again through the consumer's REAR
+//! client, over plain HTTP and over TLS with client certificates, side by
+//! side.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -15,7 +18,9 @@ use fluidos_api::flavor::{
 };
 use fluidos_api::ledger::q;
 use fluidos_api::{Flavor, flavor::FlavorTypeData};
+use fluidos_rear_client::{ClientConfig, ProviderAddress, RearClient};
 use fluidos_rear_gateway::{Gateway, GatewayConfig};
+use fluidos_rear_identity::NodeKey;
 use fluidos_testenv::{ControlPlane, ControlPlaneOptions};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
@@ -267,7 +272,12 @@ async fn bench() {
             .await
             .unwrap();
     }
-    let mut cfg = GatewayConfig::new(NS, identity(), cp.server_url());
+    let provider_key = NodeKey::generate("bench-provider").unwrap();
+    let mut cfg = GatewayConfig::new(NS, identity(), cp.server_url())
+        .with_node_key(&provider_key)
+        .unwrap();
+    // The reqwest client below speaks plain HTTP, as a Go node does.
+    cfg.plain_http_sales = fluidos_rear_gateway::PlainHttpSales::All;
     cfg.liqo_cluster_id = Some("liqo-bench-provider".into());
     // One client address sends every request here: the per-peer rate limit
     // is raised out of the way (it still runs on every request, so its cost
@@ -428,6 +438,64 @@ async fn bench() {
     let ledger_after = mean_ledger(&flavors).await;
     let mut loaded = sequential_sales("  same, after the load above", &c, &base, 200).await;
     loaded.print();
+
+    // The same list and sequential sale through the consumer's REAR client
+    // (which also decodes every answer), plain HTTP then TLS 1.3 with a
+    // client certificate over reused connections.
+    let address = base.trim_start_matches("http://").to_owned();
+    let buyer_key = Arc::new(NodeKey::generate("bench-buyer").unwrap());
+    let rear = RearClient::with_key(ClientConfig::default(), buyer_key).unwrap();
+    let mut side_by_side = Vec::new();
+    for (transport, provider) in [
+        ("plain", ProviderAddress::plain(address.clone())),
+        (
+            "TLS",
+            ProviderAddress::pinned(address.clone(), provider_key.fingerprint()),
+        ),
+    ] {
+        let (list_name, sale_name) = match transport {
+            "plain" => ("REAR client list, plain", "REAR client sale, plain"),
+            _ => ("REAR client list, TLS", "REAR client sale, TLS"),
+        };
+        let (r, p) = (rear.clone(), provider.clone());
+        let mut list = load(list_name, 20_000, 8, move |_| {
+            let (r, p) = (r.clone(), p.clone());
+            async move {
+                assert_eq!(r.list_flavors(&p, None).await.unwrap().len(), FLAVORS);
+            }
+        })
+        .await;
+        list.print();
+        let (r, p) = (rear.clone(), provider.clone());
+        let mut sales = load(sale_name, 200, 1, move |i| {
+            let (r, p) = (r.clone(), p.clone());
+            async move {
+                let request: fluidos_api::rear::ReserveRequest = serde_json::from_value(
+                    reserve_body((i * 7 + 3) % FLAVORS, &format!("tls-buyer-{}", i % 10)),
+                )
+                .unwrap();
+                let tx = r.reserve(&p, &request).await.unwrap();
+                r.purchase(&p, &tx.transaction_id, &Default::default())
+                    .await
+                    .unwrap();
+            }
+        })
+        .await;
+        sales.print();
+        side_by_side.push((transport, list, sales));
+    }
+    for (transport, list, sales) in &mut side_by_side {
+        let rate = list.latencies.len() as f64 / list.wall.as_secs_f64();
+        let p99 = {
+            list.latencies.sort();
+            let n = list.latencies.len();
+            list.latencies[((n as f64 * 0.99) as usize).min(n - 1)].as_secs_f64() * 1e3
+        };
+        println!(
+            "{transport:>5}: list {rate:.0} req/s p99 {p99:.2} ms; reserve+purchase p50 {:.2} ms",
+            sales.p50_ms()
+        );
+    }
     println!(
         "ledger entries per flavor: {ledger_before:.1} before the sequential sales, {ledger_after:.1} before the second run"
     );

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use axum::Extension;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
@@ -16,6 +17,7 @@ use fluidos_api::FlavorTypeIdentifier;
 use utoipa::OpenApi;
 
 use crate::State;
+use crate::buyer::{self, Caller};
 use crate::error::{ApiError, ErrorBody};
 use crate::openapi::{
     ContractDoc, FlavorDoc, PurchaseRequestDoc, ReserveRequestDoc, ServiceAccessDoc, TransactionDoc,
@@ -53,6 +55,13 @@ fn wire_response(json: Result<String, serde_json::Error>) -> Result<Response, Ap
 /// The body, or the matching 4xx (413 when over the limit) as JSON.
 fn body_or_error(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     body.map_err(|r| ApiError::new(r.status(), r.body_text()))
+}
+
+/// What the connection proved about the sender; a request that came in
+/// without the server loop (the router called in-process) is plain HTTP
+/// from nowhere, which only `PlainHttpSales::All` lets buy.
+fn caller_of(caller: Option<Extension<Caller>>) -> Caller {
+    caller.map_or(Caller::Plain(None), |Extension(c)| c)
 }
 
 /// Every available flavor.
@@ -117,9 +126,10 @@ async fn list_service(AxState(st): AxState<Arc<State>>, RawQuery(q): RawQuery) -
     responses(
         (status = 200, description = "The transaction (the same one for a repeated request of the buyer)", body = TransactionDoc),
         (status = 400, description = "Malformed body, bad configuration, unsupported type, missing liqoID, a field over its size or format (named in `field`), a flavorID that is not a Kubernetes name, a zero-size partition", body = ErrorBody),
+        (status = 403, description = "Plain HTTP while plain-HTTP sales are off for the caller's address (the message says how to enable them), TLS without a client certificate, or a repeated reserve of a hold made with another key", body = ErrorBody),
         (status = 404, description = "Unknown flavor", body = ErrorBody),
         (status = 408, description = "The body did not arrive in time", body = ErrorBody),
-        (status = 409, description = "Not available, or not enough left, or the buyer already has its maximum of live holds (field buyerID.ID)", body = ErrorBody),
+        (status = 409, description = "Not available, or not enough left, or the buyer already holds the flavor with another configuration (field configuration)", body = ErrorBody),
         (status = 413, description = "Body over the limit", body = ErrorBody),
         (status = 429, description = "Over the per-peer request rate", body = ErrorBody, headers(("Retry-After" = u64, description = "Seconds to wait"))),
         (status = 503, description = "Starting, or the provider's Kubernetes API server is busy or unavailable (conflict, throttling, 5xx, timeout); retry", body = ErrorBody, headers(("Retry-After" = u64, description = "Seconds to wait"))),
@@ -128,10 +138,12 @@ async fn list_service(AxState(st): AxState<Arc<State>>, RawQuery(q): RawQuery) -
 #[tracing::instrument(skip_all, fields(flavor_id = tracing::field::Empty, transaction_id = tracing::field::Empty))]
 async fn reserve(
     AxState(st): AxState<Arc<State>>,
+    caller: Option<Extension<Caller>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let owner = buyer::owner_of(caller_of(caller), &st.cfg.plain_http_sales)?;
     let body = body_or_error(body)?;
-    let tx = st.reserve(&body).await?;
+    let tx = st.reserve(&body, owner).await?;
     tracing::Span::current().record("transaction_id", tx.transaction_id.as_str());
     wire_response(serde_json::to_string(&tx))
 }
@@ -143,6 +155,7 @@ async fn reserve(
     responses(
         (status = 200, description = "The contract (the same one when bought again)", body = ContractDoc),
         (status = 400, description = "Malformed body; Service without liqoCredentials; a field over its size or format (named in `field`)", body = ErrorBody),
+        (status = 403, description = "The transaction was reserved with another key (or over plain HTTP, or this is plain HTTP and it was reserved over TLS); or plain-HTTP sales are off, or TLS without a client certificate", body = ErrorBody),
         (status = 404, description = "Unknown transaction", body = ErrorBody),
         (status = 408, description = "The transaction expired (upstream's code), or the body did not arrive in time", body = ErrorBody),
         (status = 413, description = "Body over the limit", body = ErrorBody),
@@ -152,11 +165,13 @@ async fn reserve(
 #[tracing::instrument(skip_all, fields(transaction_id = %tx_id))]
 async fn purchase(
     AxState(st): AxState<Arc<State>>,
+    caller: Option<Extension<Caller>>,
     Path(tx_id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let owner = buyer::owner_of(caller_of(caller), &st.cfg.plain_http_sales)?;
     let body = body_or_error(body)?;
-    let contract = st.purchase(&tx_id, &body).await?;
+    let contract = st.purchase(&tx_id, &body, owner).await?;
     wire_response(serde_json::to_string(&contract))
 }
 
@@ -170,12 +185,13 @@ struct BuyerQuery {
 /// How the buyer of a Service contract reaches its service (not in the Go node's REAR).
 ///
 /// Answered only to the contract's buyer, once the provider's Allocation is
-/// Active. REAR has no authentication yet: the buyer is the node ID given as
-/// `buyerID`, compared with the contract's buyer, and proves it bought the
-/// contract with the contract's `transactionID` in the
-/// `X-Fluidos-Transaction-Id` header, compared in constant time (issue 11
-/// will authenticate it). An unknown contract, another buyer and a wrong or
-/// missing transaction ID get the same 404.
+/// Active: the node ID given as `buyerID` must be the contract's buyer, the
+/// contract's `transactionID` must come in the `X-Fluidos-Transaction-Id`
+/// header (compared in constant time), and the caller must hold the key
+/// the contract was bought with (over TLS; a plain-HTTP sale only over
+/// plain HTTP). An unknown contract, another buyer and a wrong or missing
+/// transaction ID get the same 404, so the route is no oracle of contract
+/// names; only a caller that knew both and has the wrong key gets 403.
 #[utoipa::path(get, path = "/api/v2/contracts/{contractID}/service",
     params(
         ("contractID" = String, Path, description = "The Contract's name (the wire contractID)"),
@@ -185,6 +201,7 @@ struct BuyerQuery {
     responses(
         (status = 200, description = "Endpoints reachable from outside the provider's cluster, and the credentials", body = ServiceAccessDoc),
         (status = 400, description = "No buyerID, or not a Service contract", body = ErrorBody),
+        (status = 403, description = "buyerID and the transaction ID are right but the contract was bought with another key (or over the other transport); or plain-HTTP sales are off, or TLS without a client certificate", body = ErrorBody),
         (status = 404, description = "Unknown contract, not bought by buyerID, or wrong or missing X-Fluidos-Transaction-Id (one answer for all)", body = ErrorBody),
         (status = 409, description = "Not ready yet (being created, waiting for its workloads or its external address, degraded); ask again", body = ErrorBody),
         (status = 410, description = "The service failed to be created, or was removed; it will not come", body = ErrorBody),
@@ -194,6 +211,7 @@ struct BuyerQuery {
 #[tracing::instrument(skip_all, fields(contract = %id, buyer = %q.buyer_id))]
 async fn service_access(
     AxState(st): AxState<Arc<State>>,
+    caller: Option<Extension<Caller>>,
     Path(id): Path<String>,
     axum::extract::Query(q): axum::extract::Query<BuyerQuery>,
     headers: axum::http::HeaderMap,
@@ -202,7 +220,8 @@ async fn service_access(
         .get(fluidos_api::rear::TRANSACTION_ID_HEADER)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
-    let access = st.service_access(&id, &q.buyer_id, tx).await?;
+    let owner = buyer::owner_of(caller_of(caller), &st.cfg.plain_http_sales)?;
+    let access = st.service_access(&id, &q.buyer_id, tx, owner).await?;
     wire_response(serde_json::to_string(&access))
 }
 
@@ -502,8 +521,16 @@ mod tests {
         );
         let route = &doc["paths"]["/api/v2/contracts/{contractID}/service"]["get"];
         assert!(
-            route["responses"].get("404").is_some() && route["responses"].get("403").is_none(),
-            "one 404 for unknown and not bought (no 403 oracle)"
+            route["responses"]["404"]["description"]
+                .as_str()
+                .is_some_and(|d| d.contains("one answer for all")),
+            "one 404 for unknown and not bought (no oracle of contract names)"
+        );
+        assert!(
+            route["responses"]["403"]["description"]
+                .as_str()
+                .is_some_and(|d| d.contains("another key")),
+            "403 only once the caller proved buyer and transaction"
         );
         assert!(
             route["parameters"]

@@ -18,6 +18,7 @@
 //! The JSON is the Go node's, key for key (see `docs/rear-quirks.md`).
 
 mod book;
+pub mod buyer;
 mod catalog;
 mod contract_end;
 pub mod credentials;
@@ -49,6 +50,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub use buyer::{Caller, PlainHttpSales};
 pub use error::{ApiError, Error, ErrorBody};
 pub use http::ApiDoc;
 pub use purchase::{allocation_name, contract_name};
@@ -70,6 +72,10 @@ pub mod labels {
     pub const FLAVOR_TIMESTAMP: &str = "fluidos.eu/flavor-timestamp";
     /// Contract (and peer ServiceAccount) annotation: the buyer's node ID.
     pub const BUYER: &str = "fluidos.eu/buyer-id";
+    /// Transaction and Contract annotation: the fingerprint of the key the
+    /// buyer reserved with over TLS (`sha256:<hex>`); absent on a sale made
+    /// over plain HTTP. Only that key may buy, renew or read the sale.
+    pub const BUYER_KEY: &str = "fluidos.eu/buyer-key";
     /// Annotation on a service's credentials Secret: the `host:port`
     /// addresses reachable from outside this cluster, comma-joined (written
     /// by the service allocation controller, served to the buyer).
@@ -175,6 +181,12 @@ pub struct GatewayConfig {
     pub request_timeout: Duration,
     /// Connections served at once; more wait for one to close.
     pub max_connections: usize,
+    /// TLS on the REAR port (connections that open with a handshake), with
+    /// client certificates naming buyers; `None`: plain HTTP only.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Which plain-HTTP peers may reserve and buy (unmodified Go nodes
+    /// speak only `http://`); listing flavors is open to all.
+    pub plain_http_sales: PlainHttpSales,
 }
 
 impl GatewayConfig {
@@ -206,7 +218,21 @@ impl GatewayConfig {
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            tls: None,
+            plain_http_sales: PlainHttpSales::Off,
         }
+    }
+
+    /// Serves TLS with this node key next to plain HTTP: a client that
+    /// presents a certificate buys as its key's fingerprint.
+    pub fn with_node_key(
+        mut self,
+        key: &fluidos_rear_identity::NodeKey,
+    ) -> Result<Self, fluidos_rear_identity::tls::TlsConfigError> {
+        self.tls = Some(Arc::new(fluidos_rear_identity::tls::server_config(
+            key, false,
+        )?));
+        Ok(self)
     }
 
     /// Takes the API server URL and CA from a kube client configuration.
@@ -398,12 +424,15 @@ impl Gateway {
             context: "reading the listener's address".into(),
             source,
         })?;
-        tracing::info!(%addr, namespace = %self.state.cfg.namespace, "REAR gateway serving");
+        let cfg = &self.state.cfg;
+        tracing::info!(%addr, namespace = %cfg.namespace, tls = cfg.tls.is_some(),
+            plain_http_sales = %cfg.plain_http_sales, "REAR gateway serving");
         let limits = server::ConnectionLimits {
-            header_read_timeout: self.state.cfg.header_read_timeout,
-            max_connections: self.state.cfg.max_connections,
+            header_read_timeout: cfg.header_read_timeout,
+            max_connections: cfg.max_connections,
         };
-        server::serve(listener, self.router(), limits, shutdown).await;
+        let tls = cfg.tls.clone().map(tokio_rustls::TlsAcceptor::from);
+        server::serve(listener, self.router(), limits, tls, shutdown).await;
         Ok(())
     }
 }

@@ -28,6 +28,7 @@ use kube::ResourceExt;
 use kube::api::{ObjectMeta, PostParams};
 
 use crate::book::Decision;
+use crate::buyer::{SaleOwner, check_owner};
 use crate::catalog::creation_timestamp;
 use fluidos_controller::api_error::{is_already_exists, is_not_found};
 
@@ -151,26 +152,16 @@ impl State {
         self: &Arc<Self>,
         tx_id: &str,
         body: &[u8],
+        caller: SaleOwner,
     ) -> Result<WireContract, ApiError> {
         let req: PurchaseRequest = decode::json_or_default(body)?;
         if !plausible_tx_id(tx_id) {
             return Err(tx_not_found(tx_id));
         }
         crate::limits::check_purchase(&req)?;
-        let remembered = self.recent.get(tx_id);
-        let from_memory = remembered.is_some();
-        let fetched = match remembered {
-            Some(t) => Ok((*t).clone()),
-            None => self.transactions.get(tx_id).await,
-        };
-        let tx = match fetched {
-            Ok(t) if t.labels().get(labels::SIDE).map(String::as_str) == Some(labels::PROVIDER) => {
-                t
-            }
-            // A consumer-side Transaction of this node is not ours to sell.
-            Ok(_) => return Err(tx_not_found(tx_id)),
-            Err(e) if is_not_found(&e) => return self.sold_contract(tx_id).await,
-            Err(e) => return Err(ApiError::kube("reading the Transaction", &e)),
+        let (tx, from_memory) = match self.open_transaction(tx_id, caller).await? {
+            Some(found) => found,
+            None => return self.sold_contract(tx_id, caller).await,
         };
         let Some(liqo_id) = self.cfg.liqo_cluster_id.clone().filter(|s| !s.is_empty()) else {
             return Err(ApiError::unavailable(
@@ -212,7 +203,7 @@ impl State {
                 Ok(Some(_)) => {}
                 Ok(None) => {
                     self.recent.forget(tx_id);
-                    return self.sold_contract(tx_id).await;
+                    return self.sold_contract(tx_id, caller).await;
                 }
                 Err(e) => return Err(ApiError::kube("reading the Transaction", &e)),
             }
@@ -254,7 +245,7 @@ impl State {
         let spec = self.contract_spec(&flavor, &tx, &liqo_id, kubeconfig, &req);
         // Independent objects: created concurrently to save a round trip.
         let (stored, ()) = tokio::try_join!(
-            self.ensure_contract(&contract, &flavor, spec),
+            self.ensure_contract(&contract, &flavor, spec, caller),
             self.ensure_allocation(&flavor_id, tx_id, suffix, &contract)
         )?;
         // The sale is complete; consuming the Transaction need not delay the
@@ -265,6 +256,38 @@ impl State {
         tokio::spawn(async move { me.delete_transaction(&id).await });
         tracing::info!(transaction = %tx_id, contract = %contract, buyer = %buyer_id, "sold");
         self.wire_contract(&stored)
+    }
+
+    /// The provider-side Transaction `tx_id` if it is still open, and
+    /// whether it came from this process's memory; `None` once consumed
+    /// (sold). 403 unless `caller` is the peer that reserved it: a
+    /// transaction ID seen on the wire or guessed is not enough to buy.
+    async fn open_transaction(
+        &self,
+        tx_id: &str,
+        caller: SaleOwner,
+    ) -> Result<Option<(Transaction, bool)>, ApiError> {
+        let remembered = self.recent.get(tx_id);
+        let from_memory = remembered.is_some();
+        let fetched = match remembered {
+            Some(t) => Ok((*t).clone()),
+            None => self.transactions.get(tx_id).await,
+        };
+        let tx = match fetched {
+            Ok(t) if t.labels().get(labels::SIDE).map(String::as_str) == Some(labels::PROVIDER) => {
+                t
+            }
+            // A consumer-side Transaction of this node is not ours to sell.
+            Ok(_) => return Err(tx_not_found(tx_id)),
+            Err(e) if is_not_found(&e) => return Ok(None),
+            Err(e) => return Err(ApiError::kube("reading the Transaction", &e)),
+        };
+        check_owner(
+            SaleOwner::recorded(tx.annotations()),
+            caller,
+            &format!("transaction {tx_id}"),
+        )?;
+        Ok(Some((tx, from_memory)))
     }
 
     /// The kubeconfig for the buyer; for a K8Slice, also the rights its Liqo
@@ -349,8 +372,19 @@ impl State {
         name: &str,
         flavor: &Flavor,
         spec: ContractSpec,
+        owner: SaleOwner,
     ) -> Result<Contract, ApiError> {
         let tx_id = spec.transaction_id.clone();
+        let mut annotations = BTreeMap::from([
+            (
+                labels::FLAVOR_TIMESTAMP.to_owned(),
+                creation_timestamp(flavor),
+            ),
+            (labels::BUYER.to_owned(), spec.buyer.node_id.clone()),
+        ]);
+        if let Some(key) = owner.annotation() {
+            annotations.insert(labels::BUYER_KEY.to_owned(), key);
+        }
         let contract = Contract {
             metadata: ObjectMeta {
                 name: Some(name.to_owned()),
@@ -359,13 +393,7 @@ impl State {
                     (labels::SIDE.to_owned(), labels::PROVIDER.to_owned()),
                     (labels::TRANSACTION.to_owned(), tx_id.clone()),
                 ])),
-                annotations: Some(BTreeMap::from([
-                    (
-                        labels::FLAVOR_TIMESTAMP.to_owned(),
-                        creation_timestamp(flavor),
-                    ),
-                    (labels::BUYER.to_owned(), spec.buyer.node_id.clone()),
-                ])),
+                annotations: Some(annotations),
                 ..Default::default()
             },
             spec,
@@ -433,7 +461,13 @@ impl State {
     }
 
     /// A purchase repeated after the Transaction was consumed: the same Contract.
-    async fn sold_contract(&self, tx_id: &str) -> Result<WireContract, ApiError> {
+    /// The Contract a consumed transaction became, for the peer that bought
+    /// it only (it carries the buyer's credentials).
+    async fn sold_contract(
+        &self,
+        tx_id: &str,
+        caller: SaleOwner,
+    ) -> Result<WireContract, ApiError> {
         let lp = labels::sale(tx_id);
         let list = self
             .contracts
@@ -441,7 +475,14 @@ impl State {
             .await
             .map_err(|e| ApiError::kube("looking up the Contract of a transaction", &e))?;
         match list.items.first() {
-            Some(c) => self.wire_contract(c),
+            Some(c) => {
+                check_owner(
+                    SaleOwner::recorded(c.annotations()),
+                    caller,
+                    &format!("transaction {tx_id}"),
+                )?;
+                self.wire_contract(c)
+            }
             None => Err(tx_not_found(tx_id)),
         }
     }
@@ -481,6 +522,7 @@ mod tests {
         let taken = LedgerEntry {
             transaction_id: "other".into(),
             buyer_id: "b".into(),
+            buyer_key: None,
             state: LedgerState::Sold,
             resources: None,
             expiration_time: None,

@@ -26,6 +26,7 @@ use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 
 use crate::book::Decision;
+use crate::buyer::{SaleOwner, check_owner};
 use crate::catalog::remaining;
 use fluidos_controller::api_error::is_not_found;
 
@@ -259,10 +260,51 @@ fn refuse_full_ledger(live_entries: usize) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Live holds of `buyer` over `flavors` at `now` (pure).
+/// Whose holds the per-buyer cap counts together: everything one key
+/// reserved, whatever buyer IDs it wrote; a plain-HTTP buyer by its ID
+/// (pure).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct HoldCounter {
+    owner: SaleOwner,
+    buyer_id: String,
+}
+
+impl HoldCounter {
+    pub(crate) fn new(owner: SaleOwner, buyer_id: &str) -> Self {
+        HoldCounter {
+            owner,
+            buyer_id: buyer_id.to_owned(),
+        }
+    }
+
+    fn counts(&self, e: &LedgerEntry) -> bool {
+        match self.owner {
+            SaleOwner::Key(fp) => e.buyer_key.as_deref() == Some(fp.to_string().as_str()),
+            SaleOwner::Unauthenticated => e.buyer_key.is_none() && e.buyer_id == self.buyer_id,
+        }
+    }
+
+    /// The key of its in-progress count.
+    fn slot_key(&self) -> String {
+        match self.owner {
+            SaleOwner::Key(fp) => fp.to_string(),
+            SaleOwner::Unauthenticated => format!("id:{}", self.buyer_id),
+        }
+    }
+
+    /// How the buyer is named in the refusal.
+    fn describe(&self) -> String {
+        match self.owner {
+            SaleOwner::Key(fp) => format!("the peer with key {fp}"),
+            SaleOwner::Unauthenticated => format!("buyer {}", self.buyer_id),
+        }
+    }
+}
+
+/// Live holds counted by `counter` over `flavors` at `now` (pure).
 pub(crate) fn live_holds_of<'a>(
     flavors: impl IntoIterator<Item = &'a Flavor>,
-    buyer: &str,
+    counter: &HoldCounter,
     now: &str,
 ) -> usize {
     flavors
@@ -271,7 +313,7 @@ pub(crate) fn live_holds_of<'a>(
             ledger_of(f)
                 .iter()
                 .filter(|e| {
-                    e.state == LedgerState::Held && e.buyer_id == buyer && ledger::is_live(e, now)
+                    e.state == LedgerState::Held && counter.counts(e) && ledger::is_live(e, now)
                 })
                 .count()
         })
@@ -367,11 +409,22 @@ fn take(
     }
 }
 
-/// The live hold of `buyer` on this flavor, if any.
-fn live_hold<'a>(entries: &'a [LedgerEntry], buyer: &str, now: &str) -> Option<&'a LedgerEntry> {
-    entries
-        .iter()
-        .find(|e| e.state == LedgerState::Held && e.buyer_id == buyer && ledger::is_live(e, now))
+/// The live hold of `buyer` on this flavor taken by `owner`, if any (pure).
+/// A hold is found by buyer ID **and** key: another key writing the same
+/// buyer ID neither renews nor blocks it, it reserves on its own (so that
+/// claiming someone's ID locks nobody out and reveals nothing).
+fn live_hold<'a>(
+    entries: &'a [LedgerEntry],
+    buyer: &str,
+    owner: Option<&str>,
+    now: &str,
+) -> Option<&'a LedgerEntry> {
+    entries.iter().find(|e| {
+        e.state == LedgerState::Held
+            && e.buyer_id == buyer
+            && e.buyer_key.as_deref() == owner
+            && ledger::is_live(e, now)
+    })
 }
 
 fn ledger_of(f: &Flavor) -> &[LedgerEntry] {
@@ -379,6 +432,38 @@ fn ledger_of(f: &Flavor) -> &[LedgerEntry] {
         .as_ref()
         .and_then(|s| s.ledger.as_deref())
         .unwrap_or_default()
+}
+
+/// The RESERVE body, checked in size and format before anything in it is
+/// logged, stored or looked up, and the buyer's Liqo ID it must carry.
+fn decode_reserve(body: &[u8]) -> Result<(ReserveRequest, String), ApiError> {
+    let req: ReserveRequest = decode::json(body)?;
+    crate::limits::check_reserve(&req)?;
+    // The REAR handler's span declares the field; a sale's log lines carry it.
+    tracing::Span::current().record("flavor_id", req.flavor_id.as_str());
+    let Some(liqo_id) = req.buyer.liqo_id().map(str::to_owned) else {
+        return Err(ApiError::bad_request("Error: LiqoID not provided")
+            .field("buyerID.additionalInformation.liqoID"));
+    };
+    Ok((req, liqo_id))
+}
+
+/// 409 when a repeated RESERVE asks for something else than the hold it
+/// would renew: answering with the old hold (as the Go node does) would let
+/// the buyer believe it holds what it asked for (pure).
+fn refuse_other_configuration(
+    held: Option<&Configuration>,
+    asked: Option<&Configuration>,
+    tx_id: &str,
+) -> Result<(), ApiError> {
+    if held == asked {
+        return Ok(());
+    }
+    Err(ApiError::conflict(format!(
+        "this buyer already holds the flavor with another configuration (transaction {tx_id}); \
+         buy that one, send the same configuration, or wait until the hold expires"
+    ))
+    .field("configuration"))
 }
 
 /// A fresh transaction ID: `<32 hex random>-<unix nanos>`.
@@ -408,28 +493,28 @@ enum Refresh {
 
 impl State {
     /// Handles a RESERVE body.
-    pub(crate) async fn reserve(&self, body: &[u8]) -> Result<WireTransaction, ApiError> {
-        let req: ReserveRequest = decode::json(body)?;
-        // Sizes and formats first: nothing unchecked is logged, stored or looked up.
-        crate::limits::check_reserve(&req)?;
-        // The REAR handler's span declares the field; a sale's log lines carry it.
-        tracing::Span::current().record("flavor_id", req.flavor_id.as_str());
-        let Some(liqo_id) = req.buyer.liqo_id().map(str::to_owned) else {
-            return Err(ApiError::bad_request("Error: LiqoID not provided")
-                .field("buyerID.additionalInformation.liqoID"));
-        };
+    pub(crate) async fn reserve(
+        &self,
+        body: &[u8],
+        caller: SaleOwner,
+    ) -> Result<WireTransaction, ApiError> {
+        let (req, liqo_id) = decode_reserve(body)?;
         let mut flavor = self.book.cached_or_fetch(&req.flavor_id).await?;
         let (crd_config, want) = validate(&flavor, &req)?;
 
+        let (buyer, buyer_key) = (req.buyer.id.clone(), caller.annotation());
         let mut slot = None;
         for round in 0..4 {
             if round > 0 {
                 flavor = self.book.fetch(&req.flavor_id).await?;
             }
             let now = time::now_string();
-            if let Some(hold) = live_hold(ledger_of(&flavor), &req.buyer.id, &now) {
+            if let Some(hold) = live_hold(ledger_of(&flavor), &buyer, buyer_key.as_deref(), &now) {
                 let tx_id = hold.transaction_id.clone();
-                match self.refresh(&req, &flavor, &tx_id).await? {
+                match self
+                    .refresh(&req, crd_config.as_ref(), caller, &flavor, &tx_id)
+                    .await?
+                {
                     Refresh::Done(tx) => return Ok(*tx),
                     Refresh::Gone => {
                         self.release(&flavor, &tx_id).await?;
@@ -438,7 +523,7 @@ impl State {
                 }
             }
             if slot.is_none() {
-                slot = Some(self.hold_slot(&req.buyer.id)?);
+                slot = Some(self.hold_slot(&HoldCounter::new(caller, &req.buyer.id))?);
             }
             // Cheap early answer from the cache; confirmed fresh before a 409.
             if let Err(e) = take(&flavor, &want, ledger_of(&flavor), &now) {
@@ -456,13 +541,12 @@ impl State {
                 &liqo_id,
                 &tx_id,
                 &expiration,
-                crd_config.clone(),
+                (crd_config.clone(), caller),
             );
-            let buyer = req.buyer.id.clone();
             let entry_tx = tx_id.clone();
             let entry_exp = expiration.clone();
             let hold = self.book.update(&req.flavor_id, |f, entries, now| {
-                if live_hold(entries, &buyer, now).is_some() {
+                if live_hold(entries, &buyer, buyer_key.as_deref(), now).is_some() {
                     return Ok(Decision::Keep(Outcome::Existing));
                 }
                 let resources = take(f, &want, entries, now)?;
@@ -470,6 +554,7 @@ impl State {
                 entries.push(LedgerEntry {
                     transaction_id: entry_tx.clone(),
                     buyer_id: buyer.clone(),
+                    buyer_key: buyer_key.clone(),
                     state: LedgerState::Held,
                     resources,
                     expiration_time: Some(entry_exp.clone()),
@@ -517,16 +602,16 @@ impl State {
         ))
     }
 
-    /// A slot for one more hold of `buyer`, or 429 when it already has
+    /// A slot for one more hold of the buyer, or 429 when it already has
     /// `max_holds_per_buyer` live or in progress.
-    fn hold_slot(&self, buyer: &str) -> Result<Slot<'_>, ApiError> {
+    fn hold_slot(&self, counter: &HoldCounter) -> Result<Slot<'_>, ApiError> {
         let cap = self.cfg.max_holds_per_buyer;
         self.reserving
             .take(
-                buyer,
+                &counter.slot_key(),
                 || {
                     let flavors = self.book.newest_all();
-                    live_holds_of(flavors.iter().map(AsRef::as_ref), buyer, &time::now_string())
+                    live_holds_of(flavors.iter().map(AsRef::as_ref), counter, &time::now_string())
                 },
                 cap,
             )
@@ -535,7 +620,8 @@ impl State {
             .map_err(|held| {
                 ApiError::too_many_requests(
                     format!(
-                        "buyer {buyer} already holds {held} reservations, the most this provider allows ({cap}); buy or let some expire first"
+                        "{} already holds {held} reservations, the most this provider allows ({cap}); buy or let some expire first",
+                        counter.describe()
                     ),
                     HOLD_CAP_RETRY_AFTER_SECS,
                 )
@@ -550,7 +636,7 @@ impl State {
         liqo_id: &str,
         tx_id: &str,
         expiration: &str,
-        configuration: Option<Configuration>,
+        (configuration, owner): (Option<Configuration>, SaleOwner),
     ) -> Transaction {
         let spec = TransactionSpec {
             flavor_id: req.flavor_id.clone(),
@@ -567,6 +653,9 @@ impl State {
                     labels::SIDE.to_owned(),
                     labels::PROVIDER.to_owned(),
                 )])),
+                annotations: owner
+                    .annotation()
+                    .map(|key| BTreeMap::from([(labels::BUYER_KEY.to_owned(), key)])),
                 // Deleting the flavor garbage-collects its reservations.
                 owner_references: flavor.owner_ref(&()).map(|r| vec![r]),
                 ..Default::default()
@@ -625,10 +714,13 @@ impl State {
             .map(|_| ())
     }
 
-    /// Idempotent re-reserve: extend the buyer's existing transaction.
+    /// Idempotent re-reserve: extend the buyer's existing transaction, if
+    /// the caller is the peer that made it and asks for the same thing.
     async fn refresh(
         &self,
         req: &ReserveRequest,
+        configuration: Option<&Configuration>,
+        caller: SaleOwner,
         flavor: &Flavor,
         tx_id: &str,
     ) -> Result<Refresh, ApiError> {
@@ -646,6 +738,17 @@ impl State {
                 Err(e) => return Err(ApiError::kube("reading the Transaction", &e)),
             }
         };
+        // The hold was found by the caller's key; its Transaction must agree
+        // (no transaction ID in the refusal: the caller did not send one).
+        check_owner(
+            SaleOwner::recorded(tx.annotations()),
+            caller,
+            &format!(
+                "the hold of buyer {} on flavor {}",
+                req.buyer.id, req.flavor_id
+            ),
+        )?;
+        refuse_other_configuration(tx.spec.configuration.as_ref(), configuration, tx_id)?;
         // Renewal extends the hold, up to its maximum age only.
         let expiration = renewed_expiry(
             jiff::Timestamp::now(),
@@ -693,7 +796,7 @@ impl State {
         Ok(Refresh::Done(Box::new(WireTransaction {
             transaction_id: tx_id.to_owned(),
             flavor_id: tx.spec.flavor_id.clone(),
-            // As upstream: the original configuration, not the new request's.
+            // The held configuration (the same as asked, checked above).
             configuration: tx
                 .spec
                 .configuration
@@ -806,6 +909,7 @@ mod tests {
                     .map(|(buyer, state, exp)| LedgerEntry {
                         transaction_id: format!("t-{buyer}"),
                         buyer_id: buyer.into(),
+                        buyer_key: None,
                         state,
                         resources: None,
                         expiration_time: (!exp.is_empty()).then(|| exp.to_owned()),
@@ -834,9 +938,79 @@ mod tests {
                 ("a", LedgerState::Sold, ""),
             ]),
         ];
-        assert_eq!(live_holds_of(&flavors, "a", now), 2);
-        assert_eq!(live_holds_of(&flavors, "b", now), 1);
-        assert_eq!(live_holds_of(&flavors, "c", now), 0);
+        let plain = |b| HoldCounter::new(SaleOwner::Unauthenticated, b);
+        assert_eq!(live_holds_of(&flavors, &plain("a"), now), 2);
+        assert_eq!(live_holds_of(&flavors, &plain("b"), now), 1);
+        assert_eq!(live_holds_of(&flavors, &plain("c"), now), 0);
+    }
+
+    #[test]
+    fn a_hold_is_found_by_buyer_and_key() {
+        let now = "2026-01-01T00:00:00Z";
+        let live = "2026-01-01T01:00:00Z";
+        let mut f = flavor_with(vec![
+            ("alice", LedgerState::Held, live),
+            ("alice", LedgerState::Held, live),
+        ]);
+        let ledger = f.status.as_mut().unwrap().ledger.as_mut().unwrap();
+        ledger[0].transaction_id = "plain".into();
+        ledger[1].transaction_id = "keyed".into();
+        ledger[1].buyer_key = Some("sha256:aa".into());
+        let entries = ledger.clone();
+        let found =
+            |owner| live_hold(&entries, "alice", owner, now).map(|e| e.transaction_id.as_str());
+        assert_eq!(found(None), Some("plain"));
+        assert_eq!(found(Some("sha256:aa")), Some("keyed"));
+        assert_eq!(
+            found(Some("sha256:bb")),
+            None,
+            "another key reserves on its own"
+        );
+        assert_eq!(live_hold(&entries, "bob", None, now), None);
+    }
+
+    #[test]
+    fn a_repeated_reserve_for_something_else_is_a_conflict() {
+        let config = |cpu: &str| -> Configuration {
+            serde_json::from_value(serde_json::json!({"type": "K8Slice",
+                "data": {"cpu": cpu, "memory": "1Gi", "pods": "10"}}))
+            .unwrap()
+        };
+        assert!(refuse_other_configuration(None, None, "t").is_ok());
+        assert!(refuse_other_configuration(Some(&config("1")), Some(&config("1")), "t").is_ok());
+        for (held, asked) in [
+            (Some(config("1")), Some(config("2"))),
+            (None, Some(config("1"))),
+            (Some(config("1")), None),
+        ] {
+            let e = refuse_other_configuration(held.as_ref(), asked.as_ref(), "t").unwrap_err();
+            assert_eq!(e.status, 409);
+            assert_eq!(e.body.field.as_deref(), Some("configuration"));
+            assert!(e.body.error.contains("transaction t"), "{}", e.body.error);
+        }
+    }
+
+    #[test]
+    fn one_key_counts_all_its_holds_whatever_buyer_ids_it_wrote() {
+        let now = "2026-01-01T00:00:00Z";
+        let live = "2026-01-01T01:00:00Z";
+        let key: fluidos_rear_identity::Fingerprint =
+            format!("sha256:{}", "ab".repeat(32)).parse().unwrap();
+        let mut f = flavor_with(vec![
+            ("x", LedgerState::Held, live),
+            ("y", LedgerState::Held, live),
+            ("a", LedgerState::Held, live),
+        ]);
+        let ledger = f.status.as_mut().unwrap().ledger.as_mut().unwrap();
+        ledger[0].buyer_key = Some(key.to_string());
+        ledger[1].buyer_key = Some(key.to_string());
+        let flavors = [f];
+        let keyed = HoldCounter::new(SaleOwner::Key(key), "z");
+        assert_eq!(live_holds_of(&flavors, &keyed, now), 2);
+        // A plain-HTTP buyer writing one of those IDs does not count them.
+        let plain = HoldCounter::new(SaleOwner::Unauthenticated, "x");
+        assert_eq!(live_holds_of(&flavors, &plain, now), 0);
+        assert_ne!(keyed.slot_key(), plain.slot_key());
     }
 
     #[test]

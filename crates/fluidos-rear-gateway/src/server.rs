@@ -9,7 +9,14 @@
 //!   both closed when it runs out (hyper starts the timer whenever it
 //!   waits for a request head).
 //! - Each request carries the peer's address (`ConnectInfo`) for the
-//!   per-peer rate limit.
+//!   per-peer rate limit, and what its connection proves about the sender
+//!   ([`Caller`]).
+//! - TLS and plain HTTP share the port, as the Go node's `http://` clients
+//!   and our TLS clients both know only one REAR address: a connection
+//!   whose first byte is a TLS handshake record (0x16, which no HTTP
+//!   request line starts with) is served over TLS when the gateway has a
+//!   key, anything else as plain HTTP. The first byte and the handshake
+//!   must arrive within the header timeout, like a request head.
 //!
 //! HTTP/1.1 only, as the Go node serves REAR: no HTTP/2 stream multiplexing
 //! to police.
@@ -23,9 +30,13 @@ use axum::body::Body;
 use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::net::TcpListener;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tower::Service;
+
+use crate::buyer::Caller;
 
 /// Largest request head (request line and headers) a connection buffers.
 const MAX_HEAD_BYTES: usize = 64 * 1024;
@@ -33,6 +44,8 @@ const MAX_HEAD_BYTES: usize = 64 * 1024;
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause after a failed accept (e.g. out of file descriptors) before the next.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+/// First byte of a TLS record carrying a handshake message (a ClientHello).
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
 /// Connection-level limits of the server.
 #[derive(Clone, Copy, Debug)]
@@ -43,16 +56,33 @@ pub(crate) struct ConnectionLimits {
     pub max_connections: usize,
 }
 
+/// How a connection is served, decided from its first byte (pure).
+#[derive(Debug, PartialEq, Eq)]
+enum Transport {
+    Tls,
+    Plain,
+}
+
+fn transport_of(first_byte: u8, tls_configured: bool) -> Transport {
+    if tls_configured && first_byte == TLS_HANDSHAKE_RECORD {
+        Transport::Tls
+    } else {
+        Transport::Plain
+    }
+}
+
 /// Serves `router` on `listener` until `shutdown` completes, then lets open
-/// connections finish (at most [`DRAIN_TIMEOUT`]).
+/// connections finish (at most [`DRAIN_TIMEOUT`]). With `tls`, connections
+/// that open with a TLS handshake are served over it.
 pub(crate) async fn serve(
     listener: TcpListener,
     router: Router,
     limits: ConnectionLimits,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let graceful = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
@@ -81,26 +111,123 @@ pub(crate) async fn serve(
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::trace!(error = %e, "TCP_NODELAY");
         }
-        let router = router.clone();
-        let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
-            req.extensions_mut().insert(ConnectInfo(peer));
-            let mut router = router.clone();
-            async move { router.call(req.map(Body::new)).await }
-        });
-        let connection = graceful.watch(http.serve_connection(TokioIo::new(tcp), service));
+        let connection = Connection {
+            router: router.clone(),
+            http: http.clone(),
+            watcher: graceful.watcher(),
+            peer,
+        };
+        let tls = tls.clone();
+        let handshake_timeout = limits.header_read_timeout;
         tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                // Header timeouts, resets and malformed requests end here.
-                tracing::debug!(%peer, error = %e, "REAR connection ended");
-            }
+            connection.run(tcp, tls, handshake_timeout).await;
             drop(slot);
         });
     }
     drop(listener);
+    // A connection still in its TLS handshake is waited for too (at most
+    // the handshake timeout).
     if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
         .await
         .is_err()
     {
         tracing::warn!("REAR connections still open after {DRAIN_TIMEOUT:?}; dropping them");
+    }
+}
+
+/// A connection once its transport is known.
+enum Opened {
+    /// TLS established; the caller as its certificate names it.
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>, Caller),
+    /// Plain HTTP.
+    Plain(TcpStream),
+    /// Closed before its first byte.
+    Closed,
+}
+
+/// Reads (without consuming) the first byte and, for a TLS handshake with
+/// TLS configured, completes it.
+async fn open(tcp: TcpStream, tls: Option<tokio_rustls::TlsAcceptor>) -> std::io::Result<Opened> {
+    let mut first = [0u8; 1];
+    if tcp.peek(&mut first).await? == 0 {
+        return Ok(Opened::Closed);
+    }
+    match (transport_of(first[0], tls.is_some()), tls) {
+        (Transport::Tls, Some(acceptor)) => {
+            let stream = acceptor.accept(tcp).await?;
+            let caller = match fluidos_rear_identity::tls::peer_fingerprint(stream.get_ref().1) {
+                Some(fp) => Caller::Key(fp),
+                None => Caller::AnonymousTls,
+            };
+            Ok(Opened::Tls(Box::new(stream), caller))
+        }
+        _ => Ok(Opened::Plain(tcp)),
+    }
+}
+
+/// One accepted connection, before its transport is known.
+struct Connection {
+    router: Router,
+    http: hyper::server::conn::http1::Builder,
+    watcher: Watcher,
+    peer: std::net::SocketAddr,
+}
+
+impl Connection {
+    /// Sniffs the transport, completes a TLS handshake if it is one (both
+    /// within one `handshake_timeout`), and serves HTTP/1.1 on the result.
+    async fn run(
+        self,
+        tcp: TcpStream,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+        handshake_timeout: Duration,
+    ) {
+        let peer = self.peer;
+        match tokio::time::timeout(handshake_timeout, open(tcp, tls)).await {
+            Ok(Ok(Opened::Tls(stream, caller))) => self.serve(stream, caller).await,
+            Ok(Ok(Opened::Plain(tcp))) => self.serve(tcp, Caller::Plain(Some(peer.ip()))).await,
+            Ok(Ok(Opened::Closed)) => {}
+            Ok(Err(e)) => tracing::debug!(%peer, error = %e, "REAR connection failed before HTTP"),
+            Err(_) => {
+                tracing::debug!(%peer, "REAR connection sent no request or handshake in time")
+            }
+        }
+    }
+
+    async fn serve<IO>(self, io: IO, caller: Caller)
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let Connection {
+            router,
+            http,
+            watcher,
+            peer,
+        } = self;
+        let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+            req.extensions_mut().insert(ConnectInfo(peer));
+            req.extensions_mut().insert(caller);
+            let mut router = router.clone();
+            async move { router.call(req.map(Body::new)).await }
+        });
+        let connection = watcher.watch(http.serve_connection(TokioIo::new(io), service));
+        if let Err(e) = connection.await {
+            // Header timeouts, resets and malformed requests end here.
+            tracing::debug!(%peer, error = %e, "REAR connection ended");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_handshake_record_is_served_as_tls_and_only_with_a_key() {
+        assert_eq!(transport_of(0x16, true), Transport::Tls);
+        assert_eq!(transport_of(0x16, false), Transport::Plain);
+        for first in [b'G', b'P', b'D', 0x80, 0x00] {
+            assert_eq!(transport_of(first, true), Transport::Plain, "{first:#x}");
+        }
     }
 }

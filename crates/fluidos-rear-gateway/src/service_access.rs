@@ -19,6 +19,7 @@ use kube::Api;
 use kube::ResourceExt;
 
 use crate::State;
+use crate::buyer::{SaleOwner, check_owner};
 use crate::error::ApiError;
 use crate::labels;
 
@@ -130,6 +131,7 @@ impl State {
         id: &str,
         buyer_id: &str,
         transaction_id: &str,
+        caller: SaleOwner,
     ) -> Result<ServiceAccess, ApiError> {
         // A name the API server could not hold never reaches its URL; the
         // answer is the one for an unknown contract.
@@ -144,6 +146,15 @@ impl State {
         let owned = contract
             .as_ref()
             .is_some_and(|c| is_buyer(c, buyer_id, transaction_id));
+        // A caller that knows the buyer and the transaction but holds
+        // another key learns nothing more than it knew.
+        if owned && let Some(c) = &contract {
+            check_owner(
+                SaleOwner::recorded(c.annotations()),
+                caller,
+                &format!("Contract {id}"),
+            )?;
+        }
         // Nothing more is read for a caller who did not buy.
         let (allocation, secret) = if owned {
             let allocation = self

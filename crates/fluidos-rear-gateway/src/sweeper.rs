@@ -221,6 +221,7 @@ mod tests {
                     .map(|(state, exp)| LedgerEntry {
                         transaction_id: "t".into(),
                         buyer_id: "b".into(),
+                        buyer_key: None,
                         state,
                         resources: None,
                         expiration_time: exp.map(Into::into),

@@ -11,7 +11,7 @@ use fluidos_api::rear::ServiceAccess;
 use fluidos_api::{Allocation, Contract, NodeIdentity};
 use fluidos_controller::api_error::ok_if_not_found;
 use fluidos_controller::{Metrics, ReadinessGate, Reconciler};
-use fluidos_rear_client::{ClientConfig, RearClient, RearError};
+use fluidos_rear_client::{ClientConfig, NodeKey, ProviderAddress, RearClient, RearError};
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -33,6 +33,9 @@ pub struct ConsumerConfig {
     pub identity: NodeIdentity,
     /// Timeouts of the REAR calls.
     pub rear: ClientConfig,
+    /// This node's REAR key, presented to pinned providers; `None`: pinned
+    /// calls are anonymous.
+    pub node_key: Option<Arc<NodeKey>>,
 }
 
 struct Ctx {
@@ -51,7 +54,11 @@ pub async fn run(
     ready: ReadinessGate,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), Error> {
-    let rear = RearClient::new(cfg.rear.clone()).map_err(|e| Error::Object {
+    let rear = match &cfg.node_key {
+        Some(key) => RearClient::with_key(cfg.rear.clone(), key.clone()),
+        None => RearClient::new(cfg.rear.clone()),
+    }
+    .map_err(|e| Error::Object {
         step: Step::FetchAccess,
         message: format!("building the REAR client: {e}"),
     })?;
@@ -100,12 +107,35 @@ fn is_ours(contract: &Contract, me: &NodeIdentity) -> bool {
             == Some(fluidos_api::FlavorTypeIdentifier::Service)
 }
 
+/// Where the seller of `contract` is called: its `host:port`, pinned to the
+/// key in the Contract's `fluidos.eu/provider-fingerprint` annotation (set
+/// when it was bought from a pinned provider); a malformed annotation is an
+/// error that says so.
+pub fn seller_address(contract: &Contract) -> Result<ProviderAddress, RearError> {
+    let address = &contract.spec.seller.ip;
+    let annotation = contract
+        .annotations()
+        .get(fluidos_api::PROVIDER_FINGERPRINT_ANNOTATION)
+        .map(String::as_str);
+    ProviderAddress::with_optional_fingerprint(address.clone(), annotation).map_err(|e| {
+        RearError::Invalid {
+            address: address.clone(),
+            message: format!(
+                "Contract {} has a malformed annotation {}: {e}",
+                contract.name_any(),
+                fluidos_api::PROVIDER_FINGERPRINT_ANNOTATION
+            ),
+        }
+    })
+}
+
 /// Asks the seller of `contract` how to reach its service, proving the
 /// purchase with the contract's transaction ID.
 async fn fetch(ctx: &Ctx, contract: &Contract) -> Result<ServiceAccess, RearError> {
+    let seller = seller_address(contract)?;
     ctx.rear
         .service_access(
-            &contract.spec.seller.ip,
+            &seller,
             &contract.name_any(),
             &ctx.cfg.identity.node_id,
             &contract.spec.transaction_id,
@@ -214,4 +244,57 @@ async fn reconcile(cached: Arc<Allocation>, ctx: Arc<Ctx>) -> Result<Action, Err
         crate::save_status(&api, &name, rv.as_deref(), &plan.status).await?;
     }
     Ok(plan.next.action())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use serde_json::json;
+
+    const FP: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    fn contract(fingerprint: Option<&str>) -> Contract {
+        let identity = json!({"domain": "d", "nodeID": "p", "ip": "10.0.0.1:30000"});
+        let mut c = json!({
+            "apiVersion": "reservation.fluidos.eu/v1alpha1", "kind": "Contract",
+            "metadata": {"name": "contract-x", "namespace": "fluidos"},
+            "spec": {
+                "flavor": {"metadata": {"name": "f"}, "spec": {
+                    "flavorType": {"typeIdentifier": "Service", "typeData": {}},
+                    "owner": identity, "providerID": "p",
+                    "price": {"amount": "", "currency": "", "period": ""},
+                    "availability": true, "networkPropertyType": "", "location": {}}},
+                "transactionID": "t", "buyer": identity, "buyerClusterID": "b",
+                "seller": identity,
+                "peeringTargetCredentials": {"liqoID": "l", "kubeconfig": ""}}});
+        if let Some(fp) = fingerprint {
+            c["metadata"]["annotations"] =
+                json!({fluidos_api::PROVIDER_FINGERPRINT_ANNOTATION: fp});
+        }
+        serde_json::from_value(c).unwrap()
+    }
+
+    #[test]
+    fn the_seller_is_pinned_when_the_contract_names_its_key() {
+        assert_eq!(
+            seller_address(&contract(None)).unwrap(),
+            ProviderAddress::plain("10.0.0.1:30000")
+        );
+        assert_eq!(
+            seller_address(&contract(Some(FP))).unwrap(),
+            ProviderAddress::pinned("10.0.0.1:30000", FP.parse().unwrap())
+        );
+        let e = seller_address(&contract(Some("sha256:nope"))).unwrap_err();
+        assert!(matches!(e, RearError::Invalid { .. }), "{e:?}");
+        let text = e.to_string();
+        assert!(
+            text.contains(
+                "Contract contract-x has a malformed annotation fluidos.eu/provider-fingerprint"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("expected sha256:"), "{text}");
+    }
 }

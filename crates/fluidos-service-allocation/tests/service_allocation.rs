@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use fluidos_api::allocation::AllocationState;
 use fluidos_api::{Allocation, Contract, NodeIdentity, ServiceBlueprint};
 use fluidos_controller::{Metrics, ReadinessGate};
-use fluidos_rear_client::{ClientConfig, RearClient};
-use fluidos_rear_gateway::{Gateway, GatewayConfig};
+use fluidos_rear_client::{ClientConfig, ProviderAddress, RearClient};
+use fluidos_rear_gateway::{Gateway, GatewayConfig, PlainHttpSales};
 use fluidos_service_allocation::{consumer, provider};
 use fluidos_testenv::{ControlPlane, ControlPlaneOptions, fixtures};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
@@ -207,11 +207,14 @@ async fn database_service_end_to_end_without_liqo() {
     // The provider: gateway + service allocation controller.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let gateway_addr = listener.local_addr().unwrap().to_string();
+    // A provider without a known key: plain HTTP.
+    let gateway_peer = ProviderAddress::plain(gateway_addr.clone());
     let seller = identity("provider-node", &gateway_addr);
-    let gateway = Gateway::start(
-        client.clone(),
-        GatewayConfig::new(PROVIDER, seller.clone(), cp.server_url()),
-    );
+    // The buyer calls without a key (plain HTTP, as towards a Go node):
+    // the provider lets plain-HTTP peers buy and fetch their services.
+    let mut gateway_cfg = GatewayConfig::new(PROVIDER, seller.clone(), cp.server_url());
+    gateway_cfg.plain_http_sales = PlainHttpSales::All;
+    let gateway = Gateway::start(client.clone(), gateway_cfg);
     gateway.wait_ready(Duration::from_secs(30)).await.unwrap();
     tokio::spawn(gateway.serve(listener, futures::future::pending()));
     let metrics = Metrics::new();
@@ -231,6 +234,7 @@ async fn database_service_end_to_end_without_liqo() {
             namespace: BUYER.into(),
             identity: identity("buyer-node", "127.0.0.1:1"),
             rear: ClientConfig::default(),
+            node_key: None,
         };
         async move { consumer::run(client, cfg, &metrics, ready, futures::future::pending()).await }
     });
@@ -376,14 +380,14 @@ async fn database_service_end_to_end_without_liqo() {
     let rear = RearClient::new(ClientConfig::default()).unwrap();
     let tx = format!("tx-{c}");
     let ok = rear
-        .service_access(&gateway_addr, c, "buyer-node", &tx)
+        .service_access(&gateway_peer, c, "buyer-node", &tx)
         .await
         .unwrap();
     assert_eq!(ok.credentials["password"], "admin");
     // Another buyer, the buyer without the transaction ID and an unknown
     // contract all get the same 404.
     let unknown = rear
-        .service_access(&gateway_addr, "nope", "buyer-node", &tx)
+        .service_access(&gateway_peer, "nope", "buyer-node", &tx)
         .await
         .unwrap_err();
     assert_eq!(unknown.status(), Some(404), "{unknown}");
@@ -393,7 +397,7 @@ async fn database_service_end_to_end_without_liqo() {
         ("buyer-node", ""),
     ] {
         let refused = rear
-            .service_access(&gateway_addr, c, buyer, tx)
+            .service_access(&gateway_peer, c, buyer, tx)
             .await
             .unwrap_err();
         assert_eq!(refused.status(), Some(404), "{refused}");
@@ -547,7 +551,7 @@ async fn database_service_end_to_end_without_liqo() {
     );
     let refused = rear
         .service_access(
-            &gateway_addr,
+            &gateway_peer,
             invalid_c,
             "buyer-node",
             &format!("tx-{invalid_c}"),
@@ -593,7 +597,7 @@ async fn database_service_end_to_end_without_liqo() {
         "nothing created for a refused blueprint"
     );
     let refused = rear
-        .service_access(&gateway_addr, bad_c, "buyer-node", &format!("tx-{bad_c}"))
+        .service_access(&gateway_peer, bad_c, "buyer-node", &format!("tx-{bad_c}"))
         .await
         .unwrap_err();
     assert_eq!(refused.status(), Some(410), "{refused}");
@@ -670,7 +674,7 @@ async fn database_service_end_to_end_without_liqo() {
     );
     let waiting = rear
         .service_access(
-            &gateway_addr,
+            &gateway_peer,
             stuck_c,
             "buyer-node",
             &format!("tx-{stuck_c}"),

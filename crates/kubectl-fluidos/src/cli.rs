@@ -74,8 +74,8 @@ pub struct FlavorsArgs {
     /// Ask the known providers (KnownClusters and --peer) over REAR instead of listing local Flavors.
     #[arg(long)]
     pub remote: bool,
-    /// A provider's REAR address (host:port) to ask besides the KnownClusters; implies --remote. Repeatable.
-    #[arg(long = "peer", value_name = "HOST:PORT")]
+    /// A provider's REAR address (host:port, or host:port#sha256:<64 hex> to ask it over TLS pinned to that key) to ask besides the KnownClusters; implies --remote. Repeatable.
+    #[arg(long = "peer", value_name = "HOST:PORT[#FINGERPRINT]")]
     pub peers: Vec<String>,
     /// How long to wait for each provider.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]

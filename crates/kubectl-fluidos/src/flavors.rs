@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use fluidos_api::flavor::FlavorTypeData;
 use fluidos_api::rear::WireFlavor;
 use fluidos_api::{Flavor, KnownCluster, Price};
-use fluidos_rear_client::{ClientConfig, RearClient};
+use fluidos_rear_client::{ClientConfig, ProviderAddress, RearClient};
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 use serde::Serialize;
@@ -147,12 +147,31 @@ pub fn local_table(flavors: &[Flavor], now: jiff::Timestamp) -> Table {
 pub struct Provider {
     /// `host:port` of its REAR gateway.
     pub address: String,
+    /// The fingerprint of its REAR key (`sha256:<64 hex>`) as the
+    /// KnownCluster or `--peer` wrote it: asked over TLS pinned to that key
+    /// (anonymously), plain HTTP without.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
     /// The KnownCluster naming it, or `--peer`.
     pub source: String,
 }
 
-/// The providers to ask: every KnownCluster's address, then every `--peer`,
-/// each address once (the first source wins).
+impl Provider {
+    /// Where to call it; a fingerprint that is not one is an error naming
+    /// the expected form (that provider is then not asked).
+    pub fn rear_address(&self) -> Result<ProviderAddress, String> {
+        ProviderAddress::with_optional_fingerprint(
+            self.address.clone(),
+            self.fingerprint.as_deref(),
+        )
+        .map_err(|e| format!("{} gives a malformed fingerprint: {e}", self.source))
+    }
+}
+
+/// The providers to ask: every KnownCluster's address (with its
+/// fingerprint), then every `--peer` (`host:port` or
+/// `host:port#sha256:<64 hex>`), each address and key once (the first
+/// source wins).
 pub fn providers_to_ask(known: &[KnownCluster], peers: &[String]) -> Vec<Provider> {
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
@@ -160,17 +179,29 @@ pub fn providers_to_ask(known: &[KnownCluster], peers: &[String]) -> Vec<Provide
     sorted.sort_by_key(|k| k.name_any());
     let candidates = sorted
         .into_iter()
-        .map(|k| (k.spec.address.trim().to_owned(), k.name_any()))
-        .chain(
-            peers
-                .iter()
-                .map(|p| (p.trim().to_owned(), "--peer".to_owned())),
-        );
-    for (address, source) in candidates {
-        if address.is_empty() || !seen.insert(address.clone()) {
+        .map(|k| {
+            (
+                k.spec.address.trim().to_owned(),
+                k.spec.fingerprint.as_deref().map(|f| f.trim().to_owned()),
+                k.name_any(),
+            )
+        })
+        .chain(peers.iter().map(|p| {
+            let (address, fingerprint) = match p.trim().split_once('#') {
+                Some((a, f)) => (a.to_owned(), Some(f.to_owned())),
+                None => (p.trim().to_owned(), None),
+            };
+            (address, fingerprint, "--peer".to_owned())
+        }));
+    for (address, fingerprint, source) in candidates {
+        if address.is_empty() || !seen.insert((address.clone(), fingerprint.clone())) {
             continue;
         }
-        out.push(Provider { address, source });
+        out.push(Provider {
+            address,
+            fingerprint,
+            source,
+        });
     }
     out
 }
@@ -300,7 +331,14 @@ async fn run_remote(client: Client, namespace: &str, args: &FlavorsArgs) -> anyh
     let answers = futures::future::join_all(providers.into_iter().map(|provider| {
         let rear = rear.clone();
         async move {
-            match rear.list_flavors(&provider.address, None).await {
+            let asked = match provider.rear_address() {
+                Ok(address) => rear
+                    .list_flavors(&address, None)
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e),
+            };
+            match asked {
                 Ok(flavors) => ProviderAnswer {
                     provider,
                     flavors: Some(flavors),
@@ -309,7 +347,7 @@ async fn run_remote(client: Client, namespace: &str, args: &FlavorsArgs) -> anyh
                 Err(e) => ProviderAnswer {
                     provider,
                     flavors: None,
-                    error: Some(e.to_string()),
+                    error: Some(e),
                 },
             }
         }
@@ -352,8 +390,44 @@ mod tests {
             name,
             KnownClusterSpec {
                 address: address.into(),
+                fingerprint: None,
             },
         )
+    }
+
+    const FP: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn pinned_providers_are_asked_with_their_key() {
+        let mut pinned = known("knowncluster-a", "10.0.0.1:30000");
+        pinned.spec.fingerprint = Some(FP.into());
+        let mut bad = known("knowncluster-bad", "10.0.0.3:30000");
+        bad.spec.fingerprint = Some("sha256:XY".into());
+        let providers = providers_to_ask(
+            &[pinned, bad],
+            &[
+                format!("10.0.0.1:30000#{FP}"),
+                "10.0.0.1:30000".into(),
+                format!("10.0.0.2:30000#{FP}"),
+            ],
+        );
+        let asked: Vec<Result<String, String>> = providers
+            .iter()
+            .map(|p| p.rear_address().map(|a| a.to_string()))
+            .collect();
+        assert_eq!(asked.len(), 4, "{providers:?}");
+        assert_eq!(asked[0], Ok(format!("10.0.0.1:30000#{FP}")));
+        let Err(e) = &asked[1] else {
+            panic!("{asked:?}");
+        };
+        assert!(
+            e.starts_with("knowncluster-bad gives a malformed fingerprint: "),
+            "{e}"
+        );
+        assert!(e.contains("expected sha256:"), "{e}");
+        assert_eq!(asked[2], Ok("10.0.0.1:30000".to_owned()));
+        assert_eq!(asked[3], Ok(format!("10.0.0.2:30000#{FP}")));
+        assert_eq!(providers[3].source, "--peer");
     }
 
     fn wire(id: &str, provider: &str, cpu: &str) -> WireFlavor {
@@ -388,14 +462,17 @@ mod tests {
             vec![
                 Provider {
                     address: "10.0.0.1:30000".into(),
+                    fingerprint: None,
                     source: "knowncluster-a".into()
                 },
                 Provider {
                     address: "10.0.0.2:30000".into(),
+                    fingerprint: None,
                     source: "knowncluster-b".into()
                 },
                 Provider {
                     address: "10.0.0.9:30000".into(),
+                    fingerprint: None,
                     source: "--peer".into()
                 },
             ]
@@ -406,6 +483,7 @@ mod tests {
     fn remote_listing_merges_answers_and_keeps_failures() {
         let p = |address: &str| Provider {
             address: address.into(),
+            fingerprint: None,
             source: "--peer".into(),
         };
         let answers = vec![

@@ -11,7 +11,8 @@ use fluidos_api::advertisement::{
 use fluidos_api::embedded::EmbeddedFlavor;
 use fluidos_api::rear::WireFlavor;
 use fluidos_api::solver::FlavorSelector;
-use fluidos_api::{PeeringCandidate, Phase};
+use fluidos_api::{KnownCluster, PROVIDER_FINGERPRINT_ANNOTATION, PeeringCandidate, Phase};
+use fluidos_rear_client::{Fingerprint, ProviderAddress};
 use kube::ResourceExt;
 
 use crate::reservation::HELD_BY;
@@ -68,11 +69,52 @@ pub struct ProviderAnswer {
     pub status: ProviderQueryStatus,
     /// Usable flavors it returned (decoded, filtered).
     pub flavors: Vec<EmbeddedFlavor>,
+    /// The key it was pinned to (and proved it holds), which its candidates
+    /// carry in [`PROVIDER_FINGERPRINT_ANNOTATION`]; `None` over plain HTTP.
+    pub fingerprint: Option<Fingerprint>,
 }
 
-/// What `address` answered, with the flavors this consumer can use.
+/// The providers a Discovery asks.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Providers {
+    /// Each distinct address and key, in a stable order.
+    pub ask: Vec<ProviderAddress>,
+    /// KnownClusters that cannot be asked: `host:port` and why.
+    pub refused: Vec<(String, String)>,
+}
+
+/// The KnownClusters (pinned to their `fingerprint` when they carry one)
+/// and the static peers, without duplicates (same address and key). A
+/// KnownCluster whose fingerprint is malformed is not asked, and says why:
+/// asking it without the key would fall back to plain HTTP.
+pub fn providers(known: &[KnownCluster], static_peers: &[ProviderAddress]) -> Providers {
+    let mut out = Providers::default();
+    for k in known {
+        match ProviderAddress::with_optional_fingerprint(
+            k.spec.address.clone(),
+            k.spec.fingerprint.as_deref(),
+        ) {
+            Ok(provider) => out.ask.push(provider),
+            Err(e) => out.refused.push((
+                k.spec.address.clone(),
+                format!(
+                    "not asked: KnownCluster {} has a malformed fingerprint: {e}",
+                    k.name_any()
+                ),
+            )),
+        }
+    }
+    out.ask.extend(static_peers.iter().cloned());
+    out.ask.sort();
+    out.ask.dedup();
+    out.refused.sort();
+    out.refused.dedup();
+    out
+}
+
+/// What `provider` answered, with the flavors this consumer can use.
 pub fn provider_answer(
-    address: String,
+    provider: &ProviderAddress,
     answer: Answer,
     selector: Option<&FlavorSelector>,
     namespace: &str,
@@ -90,12 +132,13 @@ pub fn provider_answer(
     let flavors = usable_flavors(&wire, selector, namespace, own_node_id);
     ProviderAnswer {
         status: ProviderQueryStatus {
-            address,
+            address: provider.address.clone(),
             outcome,
             flavors: i64::try_from(flavors.len()).unwrap_or(i64::MAX),
             message,
         },
         flavors,
+        fingerprint: provider.fingerprint,
     }
 }
 
@@ -120,12 +163,14 @@ pub fn usable_flavors(
         .collect()
 }
 
-/// A new candidate for `flavor`, wanted by `solver`.
+/// A new candidate for `flavor`, wanted by `solver`, listed by a provider
+/// pinned to `fingerprint` (kept in [`PROVIDER_FINGERPRINT_ANNOTATION`]).
 pub fn new_candidate(
     name: &str,
     namespace: &str,
     flavor: &EmbeddedFlavor,
     solver: &str,
+    fingerprint: Option<Fingerprint>,
 ) -> PeeringCandidate {
     let mut pc = PeeringCandidate::new(
         name,
@@ -136,22 +181,54 @@ pub fn new_candidate(
         },
     );
     pc.metadata.namespace = Some(namespace.to_owned());
+    if let Some(fp) = fingerprint {
+        pc.annotations_mut()
+            .insert(PROVIDER_FINGERPRINT_ANNOTATION.to_owned(), fp.to_string());
+    }
     pc
 }
 
-/// The existing candidate refreshed with the listed `flavor` and `solver`'s
-/// interest, or `None` when nothing changes; never takes back availability a
-/// reservation holds.
+/// The existing candidate refreshed with the listed `flavor`, `solver`'s
+/// interest and the key of the provider that listed it (`fingerprint`, or
+/// none over plain HTTP), or `None` when nothing changes; never takes back
+/// availability a reservation holds.
+///
+/// A candidate pinned to a key keeps it: a listing by anyone else (another
+/// key, or plain HTTP, which anyone on the LAN can stand up under a
+/// KnownCluster) only adds the solver's interest, and changes neither the
+/// flavor nor the pin, so the sale still goes to the key it was found with.
+/// An unpinned candidate adopts the first key that lists it (pinning only
+/// narrows whom the sale can go to).
 pub fn refreshed_candidate(
     existing: &PeeringCandidate,
     flavor: &EmbeddedFlavor,
     solver: &str,
+    fingerprint: Option<Fingerprint>,
 ) -> Option<PeeringCandidate> {
     let mut pc = existing.clone();
     let mut changed = false;
+    let listed_by = fingerprint.map(|f| f.to_string());
+    let pinned = pc
+        .annotations()
+        .get(PROVIDER_FINGERPRINT_ANNOTATION)
+        .cloned();
+    let from_its_provider = match (&pinned, &listed_by) {
+        (Some(pin), by) => by.as_ref() == Some(pin),
+        (None, _) => true,
+    };
+    if pinned.is_none()
+        && let Some(fp) = listed_by
+    {
+        pc.annotations_mut()
+            .insert(PROVIDER_FINGERPRINT_ANNOTATION.to_owned(), fp);
+        changed = true;
+    }
     if !pc.spec.interested_solver_ids.iter().any(|s| s == solver) {
         pc.spec.interested_solver_ids.push(solver.to_owned());
         changed = true;
+    }
+    if !from_its_provider {
+        return changed.then_some(pc);
     }
     if pc.spec.flavor.spec != flavor.spec {
         pc.spec.flavor = flavor.clone();
@@ -297,8 +374,114 @@ mod tests {
         }
     }
 
+    const FP: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    fn known(name: &str, address: &str, fingerprint: Option<&str>) -> KnownCluster {
+        KnownCluster::new(
+            name,
+            fluidos_api::network::KnownClusterSpec {
+                address: address.into(),
+                fingerprint: fingerprint.map(Into::into),
+            },
+        )
+    }
+
+    #[test]
+    fn known_clusters_are_asked_with_their_key_and_without_duplicates() {
+        let fp: Fingerprint = FP.parse().unwrap();
+        let p = providers(
+            &[
+                known("kc-a", "a:1", Some(FP)),
+                known("kc-b", "b:1", None),
+                known("kc-b2", "b:1", None),
+                known("kc-bad", "c:1", Some("sha256:XYZ")),
+            ],
+            &[
+                ProviderAddress::pinned("a:1", fp),
+                ProviderAddress::plain("a:1"),
+                ProviderAddress::plain("d:1"),
+            ],
+        );
+        assert_eq!(
+            p.ask,
+            [
+                ProviderAddress::plain("a:1"),
+                ProviderAddress::pinned("a:1", fp),
+                ProviderAddress::plain("b:1"),
+                ProviderAddress::plain("d:1"),
+            ]
+        );
+        let [(address, why)] = &p.refused[..] else {
+            panic!("{:?}", p.refused);
+        };
+        assert_eq!(address, "c:1");
+        assert!(
+            why.starts_with("not asked: KnownCluster kc-bad has a malformed fingerprint: "),
+            "{why}"
+        );
+        assert!(why.contains("expected sha256:"), "{why}");
+    }
+
+    #[test]
+    fn candidates_carry_the_key_of_the_provider_that_listed_them() {
+        let fp: Fingerprint = FP.parse().unwrap();
+        let pinned = provider_answer(
+            &ProviderAddress::pinned("127.0.0.1:1", fp),
+            Answer::Listed(vec![wire_flavor("f1", "4", "1")]),
+            None,
+            "fluidos",
+            "consumer01",
+        );
+        assert_eq!(pinned.fingerprint, Some(fp));
+        assert_eq!(pinned.status.address, "127.0.0.1:1", "the address alone");
+        let flavor = &pinned.flavors[0];
+        let pc = new_candidate("pc", "fluidos", flavor, "solver-a", Some(fp));
+        assert_eq!(
+            pc.annotations().get(PROVIDER_FINGERPRINT_ANNOTATION),
+            Some(&FP.to_owned())
+        );
+        assert!(refreshed_candidate(&pc, flavor, "solver-a", Some(fp)).is_none());
+        // Listed over plain HTTP (a keyless KnownCluster, which anyone on
+        // the LAN can make) or under another key: the pin and the flavor
+        // stay, only the solver's interest is added.
+        let mut other = flavor.clone();
+        other.spec.owner.ip = "203.0.113.9:3004".into();
+        assert!(refreshed_candidate(&pc, &other, "solver-a", None).is_none());
+        let mallory: Fingerprint = format!("sha256:{}", "cd".repeat(32)).parse().unwrap();
+        assert!(refreshed_candidate(&pc, &other, "solver-a", Some(mallory)).is_none());
+        let b = refreshed_candidate(&pc, &other, "solver-b", None).unwrap();
+        assert_eq!(
+            b.annotations().get(PROVIDER_FINGERPRINT_ANNOTATION),
+            Some(&FP.to_owned())
+        );
+        assert_eq!(
+            b.spec.flavor.spec, flavor.spec,
+            "the flavor is its provider's"
+        );
+        assert!(
+            b.spec
+                .interested_solver_ids
+                .contains(&"solver-b".to_owned())
+        );
+        // An unpinned candidate adopts the first key that lists it.
+        let unpinned = new_candidate("pc", "fluidos", flavor, "solver-a", None);
+        let again = refreshed_candidate(&unpinned, flavor, "solver-a", Some(fp)).unwrap();
+        assert_eq!(
+            again.annotations().get(PROVIDER_FINGERPRINT_ANNOTATION),
+            Some(&FP.to_owned())
+        );
+        let plain_new = new_candidate("pc", "fluidos", flavor, "solver-a", None);
+        assert!(plain_new.metadata.annotations.is_none());
+    }
+
     fn answer(address: &str, a: Answer) -> ProviderAnswer {
-        provider_answer(address.into(), a, None, "fluidos", "consumer01")
+        provider_answer(
+            &ProviderAddress::plain(address),
+            a,
+            None,
+            "fluidos",
+            "consumer01",
+        )
     }
 
     fn at(t: &str) -> jiff::Timestamp {
@@ -372,27 +555,27 @@ mod tests {
     fn candidates_are_refreshed_only_when_something_changed() {
         let pc = candidate("f1", "4", "1");
         let same = pc.spec.flavor.clone();
-        let fresh = refreshed_candidate(&pc, &same, "solver-a").unwrap();
+        let fresh = refreshed_candidate(&pc, &same, "solver-a", None).unwrap();
         assert_eq!(fresh.spec.interested_solver_ids, ["solver-a"]);
-        assert!(refreshed_candidate(&fresh, &same, "solver-a").is_none());
+        assert!(refreshed_candidate(&fresh, &same, "solver-a", None).is_none());
 
         let bigger = wire_flavor("f1", "8", "1").to_embedded("fluidos").unwrap();
-        let grown = refreshed_candidate(&fresh, &bigger, "solver-a").unwrap();
+        let grown = refreshed_candidate(&fresh, &bigger, "solver-a", None).unwrap();
         assert_eq!(grown.spec.flavor.spec, bigger.spec);
 
         // Listed again and held by nobody: free again; held: stays taken.
         let mut taken = fresh.clone();
         taken.spec.available = false;
         assert!(
-            refreshed_candidate(&taken, &same, "solver-a")
+            refreshed_candidate(&taken, &same, "solver-a", None)
                 .unwrap()
                 .spec
                 .available
         );
         taken.metadata.annotations = Some([(HELD_BY.to_owned(), "fluidos/r".to_owned())].into());
-        assert!(refreshed_candidate(&taken, &same, "solver-a").is_none());
+        assert!(refreshed_candidate(&taken, &same, "solver-a", None).is_none());
 
-        let new = new_candidate("peeringcandidate-f1", "fluidos", &same, "solver-b");
+        let new = new_candidate("peeringcandidate-f1", "fluidos", &same, "solver-b", None);
         assert!(new.spec.available);
         assert_eq!(new.spec.interested_solver_ids, ["solver-b"]);
     }

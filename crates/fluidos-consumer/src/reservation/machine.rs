@@ -17,7 +17,11 @@ use fluidos_api::rear::{
     WireNodeIdentity, WireTelemetryServer, WireTransaction,
 };
 use fluidos_api::reservation::{ReservationStatus, TransactionSpec};
-use fluidos_api::{Contract, NodeIdentity, PeeringCandidate, Phase, Reservation, Transaction};
+use fluidos_api::{
+    Contract, NodeIdentity, PROVIDER_FINGERPRINT_ANNOTATION, PeeringCandidate, Phase, Reservation,
+    Transaction,
+};
+use fluidos_rear_client::ProviderAddress;
 use kube::{Resource, ResourceExt};
 
 use crate::status::{seconds_between, set_phase_at, touch_at};
@@ -153,8 +157,9 @@ pub enum Decision {
         before: Vec<Effect>,
         /// The status so far.
         status: ReservationStatus,
-        /// The provider's `host:port`.
-        seller: String,
+        /// The provider's `host:port`, pinned to its key when the candidate
+        /// names one.
+        seller: ProviderAddress,
         /// The request body.
         request: ReserveRequest,
     },
@@ -162,8 +167,9 @@ pub enum Decision {
     Purchase {
         /// The status so far.
         status: ReservationStatus,
-        /// The provider's `host:port`.
-        seller: String,
+        /// The provider's `host:port`, pinned to its key when the candidate
+        /// names one.
+        seller: ProviderAddress,
         /// The transaction to buy.
         transaction_id: String,
         /// The request body.
@@ -179,8 +185,9 @@ pub enum Decision {
 pub struct Purchase {
     /// The status to write before the call (transaction and attempt time).
     pub status: ReservationStatus,
-    /// The provider's `host:port`.
-    pub seller: String,
+    /// The provider's `host:port`, pinned to its key when the candidate
+    /// names one.
+    pub seller: ProviderAddress,
     /// The transaction to buy.
     pub transaction_id: String,
     /// The request body.
@@ -235,6 +242,37 @@ pub fn candidate_name(r: &Reservation) -> String {
         .unwrap_or_default()
 }
 
+/// Where the candidate's provider is called: its flavor owner's `host:port`,
+/// pinned to the key the candidate's [`PROVIDER_FINGERPRINT_ANNOTATION`]
+/// names (set by the Discovery from a pinned provider's answer); the error
+/// says why the annotation is not a fingerprint.
+pub fn seller_address(pc: &PeeringCandidate) -> Result<ProviderAddress, String> {
+    let annotation = pc
+        .annotations()
+        .get(PROVIDER_FINGERPRINT_ANNOTATION)
+        .map(String::as_str);
+    ProviderAddress::with_optional_fingerprint(pc.spec.flavor.spec.owner.ip.clone(), annotation)
+        .map_err(|e| {
+            format!(
+                "PeeringCandidate {} has a malformed annotation {PROVIDER_FINGERPRINT_ANNOTATION}: {e}",
+                pc.name_any()
+            )
+        })
+}
+
+/// The candidate's flavor type and where its provider is called, or why
+/// the Reservation cannot go on with it.
+fn read_candidate(pc: &PeeringCandidate) -> Result<(FlavorTypeData, ProviderAddress), String> {
+    let flavor_type = pc
+        .spec
+        .flavor
+        .spec
+        .flavor_type
+        .parse()
+        .map_err(|e| format!("error when parsing Flavor type: {e}"))?;
+    Ok((flavor_type, seller_address(pc)?))
+}
+
 /// Decides what this reconcile does.
 pub fn decide(input: &Input<'_>) -> Decision {
     let r = input.reservation;
@@ -270,19 +308,18 @@ pub fn decide(input: &Input<'_>) -> Decision {
         );
         return Decision::Settle(Plan::settle(st));
     };
-    let flavor_type: FlavorTypeData = match pc.spec.flavor.spec.flavor_type.parse() {
-        Ok(t) => t,
+    let (flavor_type, seller) = match read_candidate(pc) {
+        Ok(read) => read,
         Err(e) => {
             set_phase_at(
                 &mut st.phase,
                 Phase::Failed,
-                &format!("Reservation failed: error when parsing Flavor type: {e}"),
+                &format!("Reservation failed: {e}"),
                 now,
             );
             return Decision::Settle(Plan::settle(st));
         }
     };
-    let seller = pc.spec.flavor.spec.owner.ip.clone();
 
     if reserve && st.reserve_phase != Some(Phase::Solved) {
         if st.transaction_id.is_some() {
@@ -374,7 +411,7 @@ fn reserve_or_refuse(
     input: &Input<'_>,
     mut st: ReservationStatus,
     pc: &PeeringCandidate,
-    seller: String,
+    seller: ProviderAddress,
 ) -> Decision {
     let r = input.reservation;
     let now = input.now.as_str();
@@ -535,6 +572,18 @@ pub fn after_purchase(
     };
     let mut contract = Contract::new(&wire.contract_id, spec);
     contract.meta_mut().namespace = Some(ns.clone());
+    // Bought from a pinned provider: later calls about this Contract (the
+    // service access) are pinned to the same key.
+    if let Some(fingerprint) = input
+        .candidate
+        .and_then(|pc| seller_address(pc).ok())
+        .and_then(|s| s.fingerprint)
+    {
+        contract.annotations_mut().insert(
+            PROVIDER_FINGERPRINT_ANNOTATION.to_owned(),
+            fingerprint.to_string(),
+        );
+    }
     st.contract = Some(GenericRef::named(&ns, &wire.contract_id));
     st.purchase_phase = Some(Phase::Solved);
     set_phase_at(&mut st.phase, Phase::Solved, "Reservation solved", now);
@@ -864,13 +913,103 @@ mod tests {
         assert_eq!(status.phase.start_time.as_deref(), Some(NOW));
         assert_eq!(status.reserve_phase, Some(Phase::Running));
         assert_eq!(status.purchase_phase, Some(Phase::Idle));
-        assert_eq!(seller, "127.0.0.1:1");
+        assert_eq!(seller, ProviderAddress::plain("127.0.0.1:1"));
         assert_eq!(request.flavor_id, "f1");
         assert_eq!(request.buyer, WireNodeIdentity::from(&me));
         assert!(matches!(
             &before[..],
             [Effect::UpdateCandidate { available: false, holder: Some(h), .. }] if h == "fluidos/reservation-solver-a"
         ));
+    }
+
+    const FP: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    fn pinned_candidate(fingerprint: &str) -> PeeringCandidate {
+        let mut pc = candidate("f1", "4", "1");
+        pc.metadata.annotations = Some(
+            [(
+                PROVIDER_FINGERPRINT_ANNOTATION.to_owned(),
+                fingerprint.to_owned(),
+            )]
+            .into(),
+        );
+        pc
+    }
+
+    #[test]
+    fn a_pinned_candidates_provider_is_called_pinned_and_its_contract_says_so() {
+        let me = me();
+        let pc = pinned_candidate(FP);
+        let pinned = ProviderAddress::pinned("127.0.0.1:1", FP.parse().unwrap());
+        let r = reservation(None, "peeringcandidate-f1");
+        let Decision::Reserve { seller, .. } = decide(&input(&r, Some(&pc), &me)) else {
+            panic!("expected Reserve");
+        };
+        assert_eq!(seller, pinned);
+
+        let r = reservation(
+            Some(running(Phase::Solved, Phase::Idle, Some("tx-1"))),
+            "peeringcandidate-f1",
+        );
+        let Decision::Purchase { seller, .. } = decide(&input(&r, Some(&pc), &me)) else {
+            panic!("expected Purchase");
+        };
+        assert_eq!(seller, pinned);
+        let st = running(Phase::Solved, Phase::Running, Some("tx-1"));
+        let p = after_purchase(
+            &input(&r, Some(&pc), &me),
+            st.clone(),
+            Ok(&contract()),
+            true,
+            "127.0.0.1:1",
+        );
+        let Some(Effect::ApplyContract(c)) = p.before.first() else {
+            panic!("{:?}", p.before);
+        };
+        assert_eq!(
+            c.annotations().get(PROVIDER_FINGERPRINT_ANNOTATION),
+            Some(&FP.to_owned())
+        );
+
+        // From a plain provider: no annotation.
+        let plain = candidate("f1", "4", "1");
+        let p = after_purchase(
+            &input(&r, Some(&plain), &me),
+            st,
+            Ok(&contract()),
+            true,
+            "127.0.0.1:1",
+        );
+        let Some(Effect::ApplyContract(c)) = p.before.first() else {
+            panic!("{:?}", p.before);
+        };
+        assert!(
+            !c.annotations()
+                .contains_key(PROVIDER_FINGERPRINT_ANNOTATION)
+        );
+    }
+
+    #[test]
+    fn a_malformed_fingerprint_annotation_fails_the_reservation() {
+        let me = me();
+        let pc = pinned_candidate("sha256:nothex");
+        for st in [
+            None,
+            Some(running(Phase::Solved, Phase::Idle, Some("tx-1"))),
+        ] {
+            let r = reservation(st, "peeringcandidate-f1");
+            let p = settled(decide(&input(&r, Some(&pc), &me)));
+            let message = failed_with(&p);
+            assert!(
+                message.starts_with(
+                    "Reservation failed: PeeringCandidate peeringcandidate-f1 has a malformed \
+                     annotation fluidos.eu/provider-fingerprint: "
+                ),
+                "{message}"
+            );
+            assert!(message.contains("expected sha256:"), "{message}");
+            assert!(p.before.is_empty(), "no call, no hold");
+        }
     }
 
     #[test]
@@ -943,8 +1082,8 @@ mod tests {
         ));
     }
 
-    fn p_seller(pc: &PeeringCandidate) -> String {
-        pc.spec.flavor.spec.owner.ip.clone()
+    fn p_seller(pc: &PeeringCandidate) -> ProviderAddress {
+        ProviderAddress::plain(pc.spec.flavor.spec.owner.ip.clone())
     }
 
     #[test]
@@ -1047,7 +1186,7 @@ mod tests {
             assert_eq!(status.reserve_phase, Some(Phase::Solved));
             assert_eq!(status.purchase_phase, Some(Phase::Running));
             assert_eq!(
-                (seller.as_str(), transaction_id.as_str()),
+                (seller.to_string().as_str(), transaction_id.as_str()),
                 ("127.0.0.1:1", "tx-1")
             );
             assert_eq!(

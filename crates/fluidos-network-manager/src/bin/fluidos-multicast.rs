@@ -32,6 +32,10 @@ struct Args {
     /// `host:port` of the REAR gateway to advertise.
     #[arg(long)]
     ip: Option<String>,
+    /// REAR key fingerprint to advertise (`sha256:<64 lower-case hex>`);
+    /// none when absent, as a Go node.
+    #[arg(long, requires = "node_id")]
+    fingerprint: Option<fluidos_rear_identity::Fingerprint>,
     /// FLUIDOS domain to advertise.
     #[arg(long, default_value = "fluidos.eu")]
     domain: String,
@@ -83,7 +87,8 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let metrics = NetworkMetrics::default();
     let shutdown = CancellationToken::new();
     let (tx, mut rx) = mpsc::channel(1024);
-    let own = fluidos_network_manager::Advertisement::of(&identity);
+    let own = fluidos_network_manager::Advertisement::of(&identity)
+        .with_fingerprint(args.fingerprint.as_ref());
     let print = async {
         let mut stdout = tokio::io::stdout();
         while let Some(ad) = rx.recv().await {

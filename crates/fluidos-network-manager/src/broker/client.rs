@@ -39,6 +39,7 @@ pub(crate) struct Shared {
     pub(crate) client: kube::Client,
     pub(crate) settings: BrokerSettings,
     pub(crate) identity: fluidos_api::NodeIdentity,
+    pub(crate) fingerprint: Option<fluidos_rear_identity::Fingerprint>,
     pub(crate) metrics: NetworkMetrics,
     pub(crate) peers: PeerSink,
 }
@@ -53,7 +54,7 @@ pub(crate) async fn run(shared: Arc<Shared>, broker: Broker, stop: CancellationT
         broker.metadata.generation,
         shared.metrics.clone(),
     );
-    let plan = match spec::plan(&broker.spec, &shared.identity) {
+    let plan = match spec::plan(&broker.spec, &shared.identity, shared.fingerprint.as_ref()) {
         Ok(plan) => plan,
         Err(e) => {
             let e = BrokerError::from(e);

@@ -52,13 +52,16 @@ pub(crate) fn change(running: Option<(&Option<String>, &BrokerSpec)>, seen: &Bro
 ///
 /// Announcements heard go to `peers` (the network manager's KnownCluster
 /// writer, [`crate::NetworkManager::peer_sink`]), so broker-learned
-/// KnownClusters follow the same cap, address-conflict rule, refresh and
-/// expiry as multicast ones. Secrets are read from the same namespace.
+/// KnownClusters follow the same cap, address- and key-conflict rules,
+/// refresh and expiry as multicast ones. Announcements carry `fingerprint`,
+/// the node's REAR key, when it has one. Secrets are read from the same
+/// namespace.
 /// Watch errors are logged and the watch resumes with backoff.
 pub async fn run(
     client: kube::Client,
     settings: BrokerSettings,
     identity: fluidos_api::NodeIdentity,
+    fingerprint: Option<fluidos_rear_identity::Fingerprint>,
     metrics: NetworkMetrics,
     peers: PeerSink,
     shutdown: CancellationToken,
@@ -69,6 +72,7 @@ pub async fn run(
         client,
         settings,
         identity,
+        fingerprint,
         metrics,
         peers,
     });

@@ -4,7 +4,10 @@
 //! * Announcement (exchange `announcements_exchange`): `spec.metric`'s JSON
 //!   object with this node's `ip`, `domain` and `nodeID` added (they win over
 //!   metric keys of the same name), e.g.
-//!   `{"bandwidth":1,"domain":"fluidos.eu","ip":"10.0.0.1:30000","latency":10,"nodeID":"a1"}`.
+//!   `{"bandwidth":1,"domain":"fluidos.eu","ip":"10.0.0.1:30000","latency":10,"nodeID":"a1"}`,
+//!   and its REAR key's `fingerprint` when it has one (as in the multicast
+//!   advertisement; Go subscribers unmarshal into a `NodeIdentity` and skip
+//!   it, and the router routes on metric keys only).
 //! * Rule (exchange `rules_exchange`): `spec.rule`'s JSON object as is. Go
 //!   sends it JSON-encoded a second time (a JSON string holding the object,
 //!   §8.2 bug 28); the router decodes until it has an object, so both forms
@@ -20,10 +23,14 @@ use crate::advertisement::{self, Advertisement, Rejection};
 /// less than RabbitMQ's own limit (128 MiB by default).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 
-/// The announcement body of `identity` with `metric` (empty: no metrics).
+/// The announcement body of `identity` with `metric` (empty: no metrics)
+/// and `fingerprint`, the node's REAR key. A `fingerprint` key of the
+/// metric is never sent: receivers would pin it (or, not a string, drop
+/// the announcement as malformed).
 pub fn announcement(
     metric: &str,
     identity: &fluidos_api::NodeIdentity,
+    fingerprint: Option<&fluidos_rear_identity::Fingerprint>,
 ) -> Result<Vec<u8>, SpecError> {
     let mut object = if metric.trim().is_empty() {
         Map::new()
@@ -36,6 +43,10 @@ pub fn announcement(
     object.insert("ip".into(), Value::String(identity.ip.clone()));
     object.insert("domain".into(), Value::String(identity.domain.clone()));
     object.insert("nodeID".into(), Value::String(identity.node_id.clone()));
+    match fingerprint {
+        Some(f) => object.insert("fingerprint".into(), Value::String(f.to_string())),
+        None => object.remove("fingerprint"),
+    };
     let body = serde_json::to_vec(&Value::Object(object)).map_err(SpecError::Metric)?;
     check_size("announcement", body)
 }
@@ -119,6 +130,7 @@ mod tests {
         let body = announcement(
             r#"{"bandwidth":1,"latency":10,"location":"K","foo":"bar","nodeID":"forged"}"#,
             &identity(),
+            None,
         )
         .unwrap();
         let v: Value = serde_json::from_slice(&body).unwrap();
@@ -135,8 +147,35 @@ mod tests {
     }
 
     #[test]
+    fn the_node_key_is_announced_and_read_back_and_never_taken_from_the_metric() {
+        let fp = fluidos_rear_identity::Fingerprint::of_public_key(b"a key");
+        let forged = format!("sha256:{}", "ab".repeat(32));
+        let metric = format!(r#"{{"bandwidth":1,"fingerprint":"{forged}"}}"#);
+        let body = announcement(&metric, &identity(), Some(&fp)).unwrap();
+        let ad = parse_announcement(&body).unwrap();
+        assert_eq!(ad.fingerprint, Some(fp.to_string()));
+        assert_eq!(
+            ad,
+            Advertisement::of(&identity()).with_fingerprint(Some(&fp)),
+            "the same as the multicast advertisement"
+        );
+        // Without a key none is announced, whatever the metric says, and
+        // a non-string one does not make the announcement malformed.
+        let body = announcement(&metric, &identity(), None).unwrap();
+        assert_eq!(parse_announcement(&body).unwrap().fingerprint, None);
+        let body = announcement(r#"{"fingerprint":7}"#, &identity(), None).unwrap();
+        assert_eq!(parse_announcement(&body).unwrap().fingerprint, None);
+        // What a Go node announces (no key) reads as keyless.
+        let go = br#"{"bandwidth":1,"domain":"fluidos.eu","ip":"172.19.0.4:30001","nodeID":"4ahrqttvng"}"#;
+        assert_eq!(parse_announcement(go).unwrap().fingerprint, None);
+        // A malformed key drops the announcement, as in multicast.
+        let bad = br#"{"domain":"d","nodeID":"a","ip":"h:1","fingerprint":"sha256:AB"}"#;
+        assert_eq!(parse_announcement(bad).unwrap_err().reason(), "fingerprint");
+    }
+
+    #[test]
     fn empty_metric_announces_the_identity_alone() {
-        let body = announcement("  ", &identity()).unwrap();
+        let body = announcement("  ", &identity(), None).unwrap();
         assert_eq!(parse_announcement(&body).unwrap().node_id, "4ahrqttvng");
     }
 
@@ -144,16 +183,16 @@ mod tests {
     fn bad_metric_is_refused_not_sent_empty() {
         // Go published an empty body (§8.2 bug 28).
         assert!(matches!(
-            announcement("{", &identity()),
+            announcement("{", &identity(), None),
             Err(SpecError::Metric(_))
         ));
         assert!(matches!(
-            announcement("3", &identity()),
+            announcement("3", &identity(), None),
             Err(SpecError::MetricNotObject)
         ));
         let huge = format!(r#"{{"k":"{}"}}"#, "x".repeat(MAX_MESSAGE_BYTES));
         assert!(matches!(
-            announcement(&huge, &identity()),
+            announcement(&huge, &identity(), None),
             Err(SpecError::TooLarge { .. })
         ));
     }
@@ -199,7 +238,7 @@ mod tests {
         );
         // Bigger than a multicast datagram is fine here.
         let metric = format!(r#"{{"pad":"{}"}}"#, "x".repeat(4000));
-        let body = announcement(&metric, &identity()).unwrap();
+        let body = announcement(&metric, &identity(), None).unwrap();
         assert!(body.len() > crate::advertisement::MAX_ADVERTISEMENT_BYTES);
         assert!(parse_announcement(&body).is_ok());
     }

@@ -106,12 +106,17 @@ pub enum SpecError {
     },
 }
 
-/// Checks `spec` and prepares the messages `identity` will publish.
-pub fn plan(spec: &BrokerSpec, identity: &NodeIdentity) -> Result<Plan, SpecError> {
+/// Checks `spec` and prepares the messages `identity` will publish; its
+/// announcements carry `fingerprint`, the node's REAR key, when it has one.
+pub fn plan(
+    spec: &BrokerSpec,
+    identity: &NodeIdentity,
+    fingerprint: Option<&fluidos_rear_identity::Fingerprint>,
+) -> Result<Plan, SpecError> {
     let role = Role::parse(&spec.role);
     let endpoint = parse_address(&spec.address)?;
     let announcement = if role.publishes() {
-        Some(message::announcement(&spec.metric, identity)?)
+        Some(message::announcement(&spec.metric, identity, fingerprint)?)
     } else {
         None
     };
@@ -246,23 +251,23 @@ mod tests {
             r#"{"bandwidth":1,"latency":10,"location":"K","foo":"bar"}"#,
             r#"{"MAXlatency":1000,"MINbandwidth":1,"locations":["K","J","Z"],"example":"aAbB12"}"#,
         );
-        let p = plan(&s, &identity()).unwrap();
+        let p = plan(&s, &identity(), None).unwrap();
         assert_eq!(p.role, Role::Both);
         assert!(p.announcement.is_some() && p.rule.is_some());
     }
 
     #[test]
     fn a_role_needs_only_its_own_message() {
-        let p = plan(&spec("subscriber", "not json", "{}"), &identity()).unwrap();
+        let p = plan(&spec("subscriber", "not json", "{}"), &identity(), None).unwrap();
         assert!(p.announcement.is_none(), "a subscriber announces nothing");
-        let p = plan(&spec("publisher", "{}", "not json"), &identity()).unwrap();
+        let p = plan(&spec("publisher", "{}", "not json"), &identity(), None).unwrap();
         assert!(p.rule.is_none(), "a publisher routes nothing to itself");
         assert!(matches!(
-            plan(&spec("both", "[1]", "{}"), &identity()),
+            plan(&spec("both", "[1]", "{}"), &identity(), None),
             Err(SpecError::MetricNotObject)
         ));
         assert!(matches!(
-            plan(&spec("both", "{}", "{"), &identity()),
+            plan(&spec("both", "{}", "{"), &identity(), None),
             Err(SpecError::Rule(_))
         ));
     }

@@ -1,6 +1,8 @@
 //! Network manager: finds other nodes on the LAN by multicast and keeps a
 //! `knowncluster-<nodeID>` for each (Go `network-manager`), which the
-//! consumer's Discovery queries. The AMQP broker client is not here yet.
+//! consumer's Discovery queries. It advertises the node's REAR key
+//! fingerprint, and records each peer's in its KnownCluster. The AMQP broker
+//! client is not here yet.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,8 +22,12 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
     let settings = settings(&ctx.args).map_err(|e| Error::Setup(e.to_string()))?;
     let discovery = settings.multicast.clone();
     let metrics = ctx.network_metrics.clone();
-    let manager = NetworkManager::bind(settings, ctx.identity.clone(), metrics.clone())
-        .map_err(|e| Error::Setup(format!("network manager: {e}")))?;
+    // Advertised with the node's REAR key, so that peers pin it; without a
+    // key the advertisement is exactly a Go node's.
+    let fingerprint = ctx.node_key.as_ref().map(|k| k.fingerprint());
+    let manager =
+        NetworkManager::bind(settings, ctx.identity.clone(), fingerprint, metrics.clone())
+            .map_err(|e| Error::Setup(format!("network manager: {e}")))?;
     ctx.readiness.mark_ready(Component::NetworkManager);
     match &discovery {
         Some(m) => tracing::info!(

@@ -39,6 +39,12 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
     cfg.liqo_cluster_id = ctx.identity.liqo_id().map(str::to_owned);
     cfg.transaction_ttl = Duration::from_secs(ctx.args.transaction_ttl_seconds);
     cfg.metrics = ctx.metrics.clone();
+    cfg.plain_http_sales = ctx.args.rear_plain_http_sales.clone();
+    if let Some(key) = &ctx.node_key {
+        cfg = cfg
+            .with_node_key(key)
+            .map_err(|e| Error::Setup(e.to_string()))?;
+    }
 
     let mut services = fluidos_service_allocation::provider::ProviderConfig::new(
         ctx.namespace(),

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use fluidos_consumer::{ConsumerConfig, Context as ConsumerContext};
 use fluidos_controller::readiness::ReadinessGate;
-use fluidos_rear_client::ClientConfig;
+use fluidos_rear_client::{ADDRESS_FORM, ClientConfig, ProviderAddress};
 use tokio_util::sync::CancellationToken;
 
 use super::Error;
@@ -17,7 +17,10 @@ use crate::context::Context;
 /// Runs the consumer controllers until `shutdown` is cancelled.
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), Error> {
     let mut cfg = ConsumerConfig::new(ctx.namespace(), ctx.identity.clone());
-    cfg.static_peers = ctx.args.peers.clone();
+    cfg.static_peers = parse_peers(&ctx.args.peers)?;
+    // Pinned providers (a fingerprint from --peers or a KnownCluster) are
+    // called over TLS presenting this node's key: they know the buyer by it.
+    cfg.node_key = ctx.node_key.clone();
     cfg.peer_timeout = Duration::from_millis(ctx.args.peer_timeout_ms);
     let rear = ClientConfig {
         list_timeout: cfg.peer_timeout,
@@ -53,6 +56,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
         namespace: ctx.namespace().to_owned(),
         identity: ctx.identity.clone(),
         rear: rear.clone(),
+        node_key: ctx.node_key.clone(),
     };
     let peering = fluidos_peering::PeeringConfig {
         namespace: ctx.namespace().to_owned(),
@@ -105,6 +109,23 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
     Ok(())
 }
 
+/// `--peers`: each `host:port`, or `host:port#sha256:<64 hex>` for a
+/// provider called over TLS pinned to that key.
+fn parse_peers(peers: &[String]) -> Result<Vec<ProviderAddress>, Error> {
+    peers
+        .iter()
+        .map(|p| p.trim())
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            p.parse().map_err(|e| {
+                Error::Setup(format!(
+                    "--peers: {e} (each peer is {ADDRESS_FORM}, comma-separated)"
+                ))
+            })
+        })
+        .collect()
+}
+
 /// Starts the provider's ResourceSlice class controller (grants what was
 /// sold). Not part of readiness: on a cluster without Liqo its watch waits
 /// for the CRDs.
@@ -135,5 +156,38 @@ fn spawn_slice_class(
                 () = stop.cancelled() => {}
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FP: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn peers_are_plain_or_pinned_and_a_bad_one_names_the_flag() {
+        let peers = parse_peers(&[
+            "10.0.0.1:30000".into(),
+            format!(" 10.0.0.2:30000#{FP}"),
+            String::new(),
+        ])
+        .unwrap();
+        assert_eq!(
+            peers,
+            [
+                ProviderAddress::plain("10.0.0.1:30000"),
+                ProviderAddress::pinned("10.0.0.2:30000", FP.parse().unwrap()),
+            ]
+        );
+        for bad in [
+            "10.0.0.1",
+            "10.0.0.1:30000#sha256:00",
+            "http://10.0.0.1:30000",
+        ] {
+            let e = parse_peers(&[bad.into()]).unwrap_err().to_string();
+            assert!(e.contains("--peers"), "{e}");
+            assert!(e.contains(ADDRESS_FORM), "{e}");
+        }
     }
 }

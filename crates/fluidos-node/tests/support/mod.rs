@@ -34,12 +34,24 @@ pub async fn cluster() -> ControlPlane {
     .unwrap()
 }
 
-/// The namespace and the identity ConfigMap a node needs to start.
-pub async fn prepare(cp: &ControlPlane, node_id: &str, rear_port: u16) {
+/// The namespace and the identity ConfigMap a node needs to start, and its
+/// REAR key (created here as the node would on first start; the node then
+/// loads it): returns the key's fingerprint, which peers pin.
+pub async fn prepare(cp: &ControlPlane, node_id: &str, rear_port: u16) -> String {
     fixtures::namespace(cp, NS).await.unwrap();
     fixtures::node_identity(cp, NS, node_id, "127.0.0.1", rear_port)
         .await
         .unwrap();
+    fluidos_rear_identity::secret::load_or_create(
+        &cp.client(),
+        NS,
+        fluidos_rear_identity::secret::DEFAULT_SECRET_NAME,
+        node_id,
+    )
+    .await
+    .unwrap()
+    .fingerprint()
+    .to_string()
 }
 
 /// A `fluidos-node` process, its output collected for failure messages.

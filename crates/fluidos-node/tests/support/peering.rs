@@ -493,7 +493,7 @@ impl TwoClusters {
             Liqo::start_with(&provider, &binaries, liqo(PROVIDER_ID))
         );
         let (provider_port, consumer_port) = (super::free_port(), super::free_port());
-        super::prepare(&provider, "provider01", provider_port).await;
+        let provider_key = super::prepare(&provider, "provider01", provider_port).await;
         super::prepare(&consumer, "consumer01", consumer_port).await;
         for i in 1..=workers {
             worker_node(&provider, &format!("worker-{i}")).await;
@@ -505,6 +505,7 @@ impl TwoClusters {
                     "knowncluster-provider01",
                     fluidos_api::network::KnownClusterSpec {
                         address: format!("127.0.0.1:{provider_port}"),
+                        fingerprint: Some(provider_key),
                     },
                 ),
             )

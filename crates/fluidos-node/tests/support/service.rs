@@ -52,7 +52,7 @@ impl ServiceStage {
         };
         let (provider, consumer) = tokio::join!(provider_cp, cluster());
         let (provider_port, consumer_port) = (free_port(), free_port());
-        prepare(&provider, "provider01", provider_port).await;
+        let provider_key = prepare(&provider, "provider01", provider_port).await;
         prepare(&consumer, "consumer01", consumer_port).await;
         fixtures::worker_node(&provider, "worker-1", cpu, memory)
             .await
@@ -65,6 +65,7 @@ impl ServiceStage {
             "knowncluster-provider01",
             KnownClusterSpec {
                 address: format!("127.0.0.1:{provider_port}"),
+                fingerprint: Some(provider_key),
             },
         );
         Api::<KnownCluster>::namespaced(consumer.client(), NS)

@@ -65,8 +65,12 @@ pub fn provider_identity() -> NodeIdentity {
     }
 }
 
+/// A gateway configuration for these tests, whose clients speak plain
+/// HTTP as the Go node's do: plain-HTTP sales are on (the Go-compatibility
+/// setting; `tests/tls_buyers.rs` covers TLS and the setting off).
 pub fn config(cp: &ControlPlane, ns: &str) -> GatewayConfig {
     let mut cfg = GatewayConfig::new(ns, provider_identity(), cp.server_url());
+    cfg.plain_http_sales = fluidos_rear_gateway::PlainHttpSales::All;
     cfg.liqo_cluster_id = Some(PROVIDER_LIQO.into());
     cfg.api_server_ca_pem = cp
         .kubeconfig()

@@ -324,6 +324,14 @@ namespace:
   - apiGroups: [network.fluidos.eu]
     resources: [knownclusters/status]
     verbs: [patch]
+  # fluidos-node startup.rs (fluidos-rear-identity secret.rs `wait_for`):
+  # the node's REAR key, whose fingerprint the advertisements carry; read
+  # (watched by name until the rear-gateway or rear-manager creates it),
+  # never created here.
+  - apiGroups: [""]
+    resources: [secrets]
+    resourceNames: [fluidos-node-identity]
+    verbs: [get, list, watch]
   {{- if .Values.networkManager.config.broker.enabled }}
   # The AMQP broker client: Broker objects and their TLS Secrets.
   - apiGroups: [network.fluidos.eu]

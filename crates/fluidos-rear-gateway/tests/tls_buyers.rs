@@ -1,0 +1,357 @@
+//! REAR over TLS on a real API server, as attacks that must fail: buyers
+//! are the keys their connections prove, never what they write in
+//! `buyerID`. The clients are the consumer's own REAR client (hyper +
+//! rustls), pinned to the provider's key.
+//!
+//! - plain HTTP lists but may not buy while plain-HTTP sales are off (403
+//!   saying how to enable them); TLS without a certificate may not buy;
+//! - a client pinned to another key refuses the provider;
+//! - a spoofed buyer (another key writing the buyer's ID) gets a hold of its
+//!   own, never the buyer's; a replayed purchase and a repeated purchase
+//!   from another key: 403; a repeated reserve with another configuration:
+//!   409;
+//! - one key's holds count together against the per-buyer cap whatever IDs
+//!   it writes;
+//! - with plain-HTTP sales on for an address, a Go-style buyer buys, its
+//!   sale cannot be taken over TLS, and it cannot take a keyed sale;
+//! - a connection that opens a TLS handshake and stalls is closed within
+//!   the header timeout.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::too_many_lines,
+    reason = "an integration scenario reads top to bottom as one story; its steps share one running cluster"
+)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use fluidos_api::flavor::FlavorType;
+use fluidos_api::rear::{PurchaseRequest, ReserveRequest};
+use fluidos_api::{Contract, Flavor, Transaction};
+use fluidos_rear_client::{ClientConfig, ProviderAddress, RearClient, RearError};
+use fluidos_rear_gateway::PlainHttpSales;
+use fluidos_rear_gateway::labels::BUYER_KEY;
+use fluidos_rear_identity::NodeKey;
+use kube::{Api, ResourceExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const NS: &str = "rear-tls";
+
+fn reserve_request(flavor: &str, buyer_id: &str, cpu: &str) -> ReserveRequest {
+    serde_json::from_value(k8s_reserve(flavor, buyer_id, cpu, "1Gi", "1")).unwrap()
+}
+
+fn client(key: Option<&Arc<NodeKey>>) -> RearClient {
+    let config = ClientConfig {
+        retries: 0,
+        ..ClientConfig::default()
+    };
+    match key {
+        Some(k) => RearClient::with_key(config, k.clone()).unwrap(),
+        None => RearClient::new(config).unwrap(),
+    }
+}
+
+fn status(r: Result<impl std::fmt::Debug, RearError>) -> (u16, String) {
+    match r {
+        Err(e) => (e.status().unwrap_or(0), e.to_string()),
+        Ok(v) => panic!("expected a refusal, got {v:?}"),
+    }
+}
+
+async fn setup_flavors(client: &kube::Client) {
+    namespace(client, NS).await;
+    let p = partition(("1", "1"), ("1Gi", "1Gi"), ("1", "1"));
+    for id in ["aaaa", "bbbb", "cccc"] {
+        let k = k8slice("amd64", "8", "16Gi", "110", None, None, p.clone());
+        create_flavor(
+            client,
+            NS,
+            &format!("fluidos.eu-k8slice-{id}"),
+            spec(FlavorType::k8slice(&k), true),
+        )
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buyers_are_the_keys_their_connections_prove() {
+    let cp = control_plane().await;
+    let kube = cp.client();
+    setup_flavors(&kube).await;
+
+    let provider_key = NodeKey::generate("provider").unwrap();
+    let alice = Arc::new(NodeKey::generate("alice").unwrap());
+    let mallory = Arc::new(NodeKey::generate("mallory").unwrap());
+
+    // The node's default: TLS for sales, plain HTTP for the catalog only.
+    let mut cfg = config(&cp, NS);
+    cfg.plain_http_sales = PlainHttpSales::Off;
+    cfg.max_holds_per_buyer = 2;
+    cfg = cfg.with_node_key(&provider_key).unwrap();
+    let served = serve(&kube, cfg).await;
+    let addr = served.base.trim_start_matches("http://").to_owned();
+    let pinned = ProviderAddress::pinned(addr.clone(), provider_key.fingerprint());
+    let plain = ProviderAddress::plain(addr.clone());
+
+    // The catalog is open on both transports.
+    assert_eq!(
+        client(None).list_flavors(&plain, None).await.unwrap().len(),
+        3
+    );
+    assert_eq!(
+        client(None)
+            .list_flavors(&pinned, None)
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+
+    // Plain HTTP may not buy, and is told how to get it enabled.
+    let (code, text) = status(
+        client(None)
+            .reserve(
+                &plain,
+                &reserve_request("fluidos.eu-k8slice-aaaa", "alice", "1"),
+            )
+            .await,
+    );
+    assert_eq!(code, 403, "{text}");
+    assert!(text.contains("--rear-plain-http-sales"), "{text}");
+    // TLS without a client certificate may not buy either.
+    let (code, text) = status(
+        client(None)
+            .reserve(
+                &pinned,
+                &reserve_request("fluidos.eu-k8slice-aaaa", "alice", "1"),
+            )
+            .await,
+    );
+    assert_eq!(code, 403, "{text}");
+    assert!(text.contains("client certificate"), "{text}");
+    // A client pinned to another key refuses this provider before sending anything.
+    let elsewhere = ProviderAddress::pinned(addr.clone(), mallory.fingerprint());
+    match client(Some(&alice)).list_flavors(&elsewhere, None).await {
+        Err(e @ RearError::WrongKey { .. }) => {
+            let text = e.to_string();
+            assert!(
+                text.contains(&provider_key.fingerprint().to_string())
+                    && text.contains(&mallory.fingerprint().to_string()),
+                "{text}"
+            );
+        }
+        other => panic!("expected WrongKey, got {other:?}"),
+    }
+
+    // Alice reserves over TLS: the sale is bound to her key.
+    let alice_c = client(Some(&alice));
+    let mallory_c = client(Some(&mallory));
+    let want = reserve_request("fluidos.eu-k8slice-aaaa", "alice", "1");
+    let tx = alice_c.reserve(&pinned, &want).await.unwrap();
+    let stored = Api::<Transaction>::namespaced(kube.clone(), NS)
+        .get(&tx.transaction_id)
+        .await
+        .unwrap();
+    assert_eq!(
+        stored.annotations().get(BUYER_KEY),
+        Some(&alice.fingerprint().to_string())
+    );
+    let flavor = Api::<Flavor>::namespaced(kube.clone(), NS)
+        .get("fluidos.eu-k8slice-aaaa")
+        .await
+        .unwrap();
+    let ledger = flavor.status.unwrap().ledger.unwrap();
+    assert_eq!(
+        ledger[0].buyer_key.as_deref(),
+        Some(alice.fingerprint().to_string().as_str())
+    );
+
+    // Mallory writes Alice's buyer ID: she gets a hold of her own (as any
+    // buyer would), not Alice's, and cannot buy Alice's.
+    let spoofed = mallory_c.reserve(&pinned, &want).await.unwrap();
+    assert_ne!(spoofed.transaction_id, tx.transaction_id, "spoofed buyer");
+    let (code, text) = status(
+        mallory_c
+            .purchase(&pinned, &tx.transaction_id, &PurchaseRequest::default())
+            .await,
+    );
+    assert_eq!(code, 403, "replayed purchase: {text}");
+    assert!(text.contains("another key"), "{text}");
+    // Nor over plain HTTP (plain sales off: 403 before anything is read).
+    let (code, _) = status(
+        client(None)
+            .purchase(&plain, &tx.transaction_id, &PurchaseRequest::default())
+            .await,
+    );
+    assert_eq!(code, 403);
+
+    // Alice asking for something else on the same flavor is a conflict,
+    // the same thing again is the same transaction.
+    let (code, text) = status(
+        alice_c
+            .reserve(
+                &pinned,
+                &reserve_request("fluidos.eu-k8slice-aaaa", "alice", "2"),
+            )
+            .await,
+    );
+    assert_eq!(code, 409, "{text}");
+    assert!(text.contains(&tx.transaction_id), "{text}");
+    let again = alice_c.reserve(&pinned, &want).await.unwrap();
+    assert_eq!(again.transaction_id, tx.transaction_id);
+
+    // Alice buys; the Contract is bound to her key too.
+    let contract = alice_c
+        .purchase(&pinned, &tx.transaction_id, &PurchaseRequest::default())
+        .await
+        .unwrap();
+    let stored = Api::<Contract>::namespaced(kube.clone(), NS)
+        .get(&contract.contract_id)
+        .await
+        .unwrap();
+    assert_eq!(
+        stored.annotations().get(BUYER_KEY),
+        Some(&alice.fingerprint().to_string())
+    );
+    // A repeated purchase (the Transaction is consumed in the background)
+    // gives Alice her contract again, and Mallory nothing.
+    let transactions = Api::<Transaction>::namespaced(kube.clone(), NS);
+    wait_until("the Transaction consumed", Duration::from_secs(20), || {
+        let transactions = transactions.clone();
+        let id = tx.transaction_id.clone();
+        async move { transactions.get_opt(&id).await.unwrap().is_none() }
+    })
+    .await;
+    let (code, text) = status(
+        mallory_c
+            .purchase(&pinned, &tx.transaction_id, &PurchaseRequest::default())
+            .await,
+    );
+    assert_eq!(code, 403, "repeated purchase from another key: {text}");
+    let again = alice_c
+        .purchase(&pinned, &tx.transaction_id, &PurchaseRequest::default())
+        .await
+        .unwrap();
+    assert_eq!(again.contract_id, contract.contract_id);
+
+    // Mallory's holds count together whatever buyer IDs she writes: the
+    // one as "alice" above, one as "m1", and the cap (2) is reached.
+    mallory_c
+        .reserve(
+            &pinned,
+            &reserve_request("fluidos.eu-k8slice-bbbb", "m1", "1"),
+        )
+        .await
+        .unwrap();
+    let (code, text) = status(
+        mallory_c
+            .reserve(
+                &pinned,
+                &reserve_request("fluidos.eu-k8slice-cccc", "m2", "1"),
+            )
+            .await,
+    );
+    assert_eq!(code, 429, "{text}");
+    assert!(text.contains(&mallory.fingerprint().to_string()), "{text}");
+
+    // A handshake that stalls is closed within the header timeout.
+    let mut cfg = config(&cp, NS);
+    cfg.header_read_timeout = Duration::from_secs(2);
+    cfg = cfg.with_node_key(&provider_key).unwrap();
+    let short = serve(&kube, cfg).await;
+    let mut tcp = tokio::net::TcpStream::connect(short.base.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    // The start of a TLS record header, then nothing.
+    tcp.write_all(&[0x16, 0x03]).await.unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 16];
+    let read = tokio::time::timeout(Duration::from_secs(20), tcp.read(&mut buf))
+        .await
+        .expect("the server closes a stalled handshake");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    assert!(started.elapsed() < Duration::from_secs(15));
+
+    short.shutdown().await;
+    served.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_sales_for_listed_addresses_stay_plain() {
+    let cp = control_plane().await;
+    let kube = cp.client();
+    namespace(&kube, NS).await;
+    let p = partition(("1", "1"), ("1Gi", "1Gi"), ("1", "1"));
+    let k = k8slice("amd64", "8", "16Gi", "110", None, None, p);
+    create_flavor(
+        &kube,
+        NS,
+        "fluidos.eu-k8slice-aaaa",
+        spec(FlavorType::k8slice(&k), true),
+    )
+    .await;
+    let provider_key = NodeKey::generate("provider").unwrap();
+    let alice = Arc::new(NodeKey::generate("alice").unwrap());
+
+    // Loopback is listed, as an operator lists a Go node's address.
+    let mut cfg = config(&cp, NS);
+    cfg.plain_http_sales = "127.0.0.0/8".parse().unwrap();
+    cfg = cfg.with_node_key(&provider_key).unwrap();
+    let served = serve(&kube, cfg).await;
+    let addr = served.base.trim_start_matches("http://").to_owned();
+    let plain = ProviderAddress::plain(addr.clone());
+    let pinned = ProviderAddress::pinned(addr, provider_key.fingerprint());
+
+    let go = client(None);
+    let tx = go
+        .reserve(
+            &plain,
+            &reserve_request("fluidos.eu-k8slice-aaaa", "go-node", "1"),
+        )
+        .await
+        .unwrap();
+    let stored = Api::<Transaction>::namespaced(kube.clone(), NS)
+        .get(&tx.transaction_id)
+        .await
+        .unwrap();
+    assert_eq!(
+        stored.annotations().get(BUYER_KEY),
+        None,
+        "plain sales are unbound"
+    );
+    // A keyed peer cannot take a plain-HTTP sale.
+    let (code, text) = status(
+        client(Some(&alice))
+            .purchase(&pinned, &tx.transaction_id, &PurchaseRequest::default())
+            .await,
+    );
+    assert_eq!(code, 403, "{text}");
+    assert!(text.contains("plain-HTTP buyer"), "{text}");
+    // Nor can an allowed plain-HTTP caller take a keyed sale, even with the
+    // buyer's ID and the transaction ID.
+    let keyed = client(Some(&alice))
+        .reserve(
+            &pinned,
+            &reserve_request("fluidos.eu-k8slice-aaaa", "alice", "1"),
+        )
+        .await
+        .unwrap();
+    let (code, text) = status(
+        go.purchase(&plain, &keyed.transaction_id, &PurchaseRequest::default())
+            .await,
+    );
+    assert_eq!(code, 403, "{text}");
+    assert!(text.contains("another key"), "{text}");
+    // The Go-style buyer buys its own.
+    let contract = go
+        .purchase(&plain, &tx.transaction_id, &PurchaseRequest::default())
+        .await
+        .unwrap();
+    assert_eq!(contract.transaction_id, tx.transaction_id);
+    served.shutdown().await;
+}
