@@ -514,3 +514,46 @@ async fn a_go_consumers_requests_and_names_work_against_our_gateway() {
     go_cp.stop().await;
     cp.stop().await;
 }
+
+/// With plain-HTTP sales off (the node's default), an unmodified Go
+/// consumer still lists, and its RESERVE gets a 403 whose JSON `error` says
+/// what the provider's operator sets to let it buy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_go_consumer_is_told_how_to_be_allowed_when_plain_sales_are_off() {
+    let cp = control_plane().await;
+    let client = cp.client();
+    namespace(&client, NS).await;
+    let go_chart = partition(("0", "1000m"), ("0", "100Mi"), ("0", "0"));
+    let k = k8slice("amd64", "4", "8Gi", "110", None, None, go_chart);
+    create_flavor(
+        &client,
+        NS,
+        "fluidos.eu-k8slice-3f9a",
+        spec(FlavorType::k8slice(&k), true),
+    )
+    .await;
+    let mut cfg = config(&cp, NS);
+    cfg.plain_http_sales = fluidos_rear_gateway::PlainHttpSales::Off;
+    let served = serve(&client, cfg).await;
+
+    let listed = go_request(&served.base, "GET", "/api/v2/flavors", None).await;
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    let refused = go_request(
+        &served.base,
+        "POST",
+        "/api/v2/reservations",
+        Some(&reserve_body(
+            "fluidos.eu-k8slice-3f9a",
+            Some(r#"{"type":"k8slice","data":{"cpu":"1","memory":"1Gi","pods":"1"}}"#),
+        )),
+    )
+    .await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    let error: serde_json::Value = serde_json::from_str(&refused.body).unwrap();
+    let text = error["error"].as_str().unwrap();
+    assert!(
+        text.contains("--rear-plain-http-sales=all") && text.contains("127.0.0.1"),
+        "{text}"
+    );
+    served.shutdown().await;
+}
