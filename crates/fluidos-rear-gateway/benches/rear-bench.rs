@@ -439,11 +439,42 @@ async fn bench() {
     let mut loaded = sequential_sales("  same, after the load above", &c, &base, 200).await;
     loaded.print();
 
+    // The list over reused TLS 1.3 connections with client certificates,
+    // bodies read but not decoded (as the reqwest list above): the
+    // transport's own cost.
+    let buyer_key = Arc::new(NodeKey::generate("bench-buyer").unwrap());
+    let tls_config =
+        fluidos_rear_identity::tls::client_config(&buyer_key, provider_key.fingerprint()).unwrap();
+    let mut tcp = hyper_util::client::legacy::connect::HttpConnector::new();
+    tcp.enforce_http(false);
+    tcp.set_nodelay(true);
+    let mut https = hyper_rustls::HttpsConnector::from((tcp, tls_config));
+    https.enforce_https();
+    let raw_tls: hyper_util::client::legacy::Client<_, http_body_util::Empty<axum::body::Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build(https);
+    let tls_url: Arc<str> = base.replacen("http://", "https://", 1).into();
+    let (cc, b) = (raw_tls.clone(), tls_url.clone());
+    let mut tls_list = load("GET /flavors over TLS", 20_000, 8, move |_| {
+        let (c, b) = (cc.clone(), b.clone());
+        async move {
+            let uri: hyper::Uri = format!("{b}/api/v2/flavors").parse().unwrap();
+            let r = c.get(uri).await.unwrap();
+            assert_eq!(r.status(), 200);
+            let body = http_body_util::BodyExt::collect(r.into_body())
+                .await
+                .unwrap()
+                .to_bytes();
+            assert!(body.len() > 1000);
+        }
+    })
+    .await;
+    tls_list.print();
+
     // The same list and sequential sale through the consumer's REAR client
     // (which also decodes every answer), plain HTTP then TLS 1.3 with a
     // client certificate over reused connections.
     let address = base.trim_start_matches("http://").to_owned();
-    let buyer_key = Arc::new(NodeKey::generate("bench-buyer").unwrap());
     let rear = RearClient::with_key(ClientConfig::default(), buyer_key).unwrap();
     let mut side_by_side = Vec::new();
     for (transport, provider) in [
