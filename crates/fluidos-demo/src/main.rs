@@ -165,15 +165,10 @@ async fn main() -> anyhow::Result<()> {
     let rear = format!("127.0.0.1:{pport}");
     // The provider's REAR key, made now as the node would on first start:
     // the consumer pins it and buys over TLS.
-    let provider_key = fluidos_rear_identity::secret::load_or_create(
-        &provider.client(),
-        NS,
-        fluidos_rear_identity::secret::DEFAULT_SECRET_NAME,
-        "provider01",
-    )
-    .await?
-    .fingerprint()
-    .to_string();
+    let provider_key =
+        fluidos_rear_identity::secret::node_fingerprint(&provider.client(), NS, "provider01")
+            .await?
+            .to_string();
     println!("  provider REAR key: {provider_key}");
     Api::<KnownCluster>::namespaced(consumer.client(), NS)
         .create(

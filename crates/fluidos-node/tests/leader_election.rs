@@ -320,16 +320,11 @@ async fn one_replica_leads_and_the_other_takes_over_when_it_dies() {
         .await
         .unwrap();
     // The provider's REAR key, made before it starts (it loads it then).
-    let provider_key = fluidos_rear_identity::secret::load_or_create(
-        &cp.client(),
-        PROVIDER_NS,
-        fluidos_rear_identity::secret::DEFAULT_SECRET_NAME,
-        "provider01",
-    )
-    .await
-    .unwrap()
-    .fingerprint()
-    .to_string();
+    let provider_key =
+        fluidos_rear_identity::secret::node_fingerprint(&cp.client(), PROVIDER_NS, "provider01")
+            .await
+            .unwrap()
+            .to_string();
     // The replicas share one identity, as a Deployment's Pods do.
     fixtures::node_identity(&cp, NS, "consumer01", "127.0.0.1", free_port())
         .await

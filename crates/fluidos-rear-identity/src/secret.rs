@@ -112,6 +112,19 @@ pub async fn load_or_create(
     }
 }
 
+/// The fingerprint peers pin for the node `node_id` in `namespace`: of the
+/// key in the default Secret, created there if missing, as the node does on
+/// first start (so a harness can learn it before starting the node).
+pub async fn node_fingerprint(
+    client: &kube::Client,
+    namespace: &str,
+    node_id: &str,
+) -> Result<crate::Fingerprint, SecretError> {
+    load_or_create(client, namespace, DEFAULT_SECRET_NAME, node_id)
+        .await
+        .map(|key| key.fingerprint())
+}
+
 /// The node's key from `namespace/name` once another component has created
 /// it (a component that only announces the node may read the key, never
 /// create Secrets), watching for it at most `timeout`; `None` if it did not

@@ -305,16 +305,11 @@ async fn kubectl_fluidos_solves_reports_and_releases() {
         .unwrap();
     // The provider's REAR key, made before it starts (it loads it then): the
     // consumer and `flavors --remote` call it over TLS, pinned to it.
-    let provider_key = fluidos_rear_identity::secret::load_or_create(
-        &provider.client(),
-        NS,
-        fluidos_rear_identity::secret::DEFAULT_SECRET_NAME,
-        "provider01",
-    )
-    .await
-    .unwrap()
-    .fingerprint()
-    .to_string();
+    let provider_key =
+        fluidos_rear_identity::secret::node_fingerprint(&provider.client(), NS, "provider01")
+            .await
+            .unwrap()
+            .to_string();
     let known = KnownCluster::new(
         "knowncluster-provider01",
         KnownClusterSpec {

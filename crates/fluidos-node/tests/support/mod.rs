@@ -42,16 +42,10 @@ pub async fn prepare(cp: &ControlPlane, node_id: &str, rear_port: u16) -> String
     fixtures::node_identity(cp, NS, node_id, "127.0.0.1", rear_port)
         .await
         .unwrap();
-    fluidos_rear_identity::secret::load_or_create(
-        &cp.client(),
-        NS,
-        fluidos_rear_identity::secret::DEFAULT_SECRET_NAME,
-        node_id,
-    )
-    .await
-    .unwrap()
-    .fingerprint()
-    .to_string()
+    fluidos_rear_identity::secret::node_fingerprint(&cp.client(), NS, node_id)
+        .await
+        .unwrap()
+        .to_string()
 }
 
 /// A `fluidos-node` process, its output collected for failure messages.
