@@ -2,7 +2,8 @@
 //! SASL EXTERNAL) and a real kube-apiserver: two nodes learn each other
 //! (and each other's REAR key fingerprint) through the broker; a node whose client Secret is missing says so until
 //! it appears; a certificate the broker does not trust is refused and its
-//! Broker says why; a broker crash and restart is survived. Multicast is
+//! Broker says why; a broker crash and restart is survived; each node's
+//! readiness follows its Broker's connection. Multicast is
 //! off, so every KnownCluster here came through the broker.
 //!
 //! Needs Debian's `rabbitmq-server` (`tools/rabbitmq/install.sh`); without
@@ -18,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use fluidos_api::network::{Broker, BrokerSpec};
 use fluidos_api::{KnownCluster, NodeIdentity};
-use fluidos_network_manager::broker::{self, BrokerSettings};
+use fluidos_network_manager::broker::{self, BrokerConnections, BrokerSettings, LocalNode};
 use fluidos_network_manager::{NetworkManager, NetworkMetrics, Settings};
 use fluidos_rear_identity::Fingerprint;
 use fluidos_testenv::{ControlPlane, ControlPlaneOptions};
@@ -61,13 +62,13 @@ fn broker_settings(namespace: &str) -> BrokerSettings {
 }
 
 /// A node's network manager (LAN discovery off) and broker controller,
-/// announcing [`key`] of its node ID.
+/// announcing [`key`] of its node ID; its metrics and broker connections.
 fn start_node(
     cp: &ControlPlane,
     namespace: &str,
     me: NodeIdentity,
     stop: &CancellationToken,
-) -> NetworkMetrics {
+) -> (NetworkMetrics, BrokerConnections) {
     let fingerprint = Some(key(&me.node_id));
     let metrics = NetworkMetrics::default();
     let settings = Settings {
@@ -78,17 +79,46 @@ fn start_node(
     };
     let manager = NetworkManager::bind(settings, me.clone(), fingerprint, metrics.clone()).unwrap();
     let peers = manager.peer_sink();
+    let connections = BrokerConnections::new();
     tokio::spawn(manager.run(cp.client(), stop.clone()));
     tokio::spawn(broker::run(
         cp.client(),
         broker_settings(namespace),
-        me,
-        fingerprint,
+        LocalNode {
+            identity: me,
+            fingerprint,
+        },
         metrics.clone(),
         peers,
+        connections.clone(),
         stop.clone(),
     ));
-    metrics
+    (metrics, connections)
+}
+
+/// Waits until the node's broker discovery is up (`None`) or down for a
+/// reason containing `want` (`Some`), as its readiness would report.
+async fn wait_readiness(connections: &BrokerConnections, want: Option<&str>) {
+    let mut rx = connections.subscribe();
+    let reached = tokio::time::timeout(WAIT, async {
+        loop {
+            let reason = rx.borrow_and_update().not_ready_reason();
+            let done = match (want, &reason) {
+                (None, None) => true,
+                (Some(w), Some(r)) => r.contains(w),
+                _ => false,
+            };
+            if done || rx.changed().await.is_err() {
+                return reason;
+            }
+        }
+    })
+    .await;
+    let last = connections.snapshot().not_ready_reason();
+    assert!(
+        reached.is_ok(),
+        "readiness not {want:?} within {WAIT:?}; last {last:?}"
+    );
 }
 
 async fn secret(cp: &ControlPlane, namespace: &str, name: &str, data: &[(&str, &str)]) {
@@ -212,10 +242,12 @@ async fn survive_a_restart(
     rabbit: &mut RabbitMq,
     (ma, a): (&NetworkMetrics, &NodeIdentity),
     (mb, b): (&NetworkMetrics, &NodeIdentity),
+    ready_a: &BrokerConnections,
 ) {
     rabbit.kill();
     let lost = wait_condition(cp, "ns-a", "disconnected", |c| c.status == "False").await;
     eprintln!("broker down: {}: {}", lost.reason, lost.message);
+    wait_readiness(ready_a, Some("broker-sample (")).await;
     assert!(
         ["ConnectionLost", "Unreachable"].contains(&lost.reason.as_str()),
         "{lost:?}"
@@ -231,6 +263,7 @@ async fn survive_a_restart(
     for ns in ["ns-a", "ns-b"] {
         wait_condition(cp, ns, "reconnected", |c| c.status == "True").await;
     }
+    wait_readiness(ready_a, None).await;
     wait_known(cp, "ns-a", "node-b", &b.ip).await;
     wait_known(cp, "ns-b", "node-a", &a.ip).await;
     assert!(mb.broker_received_count() > received);
@@ -274,9 +307,11 @@ async fn nodes_learn_each_other_through_a_real_rabbitmq() {
         identity("node-c", 30003),
     );
     let stop = CancellationToken::new();
-    let ma = start_node(&cp, "ns-a", a.clone(), &stop);
-    let mb = start_node(&cp, "ns-b", b.clone(), &stop);
-    let _mc = start_node(&cp, "ns-c", c, &stop);
+    let (ma, ready_a) = start_node(&cp, "ns-a", a.clone(), &stop);
+    let (mb, ready_b) = start_node(&cp, "ns-b", b.clone(), &stop);
+    let (_mc, ready_c) = start_node(&cp, "ns-c", c, &stop);
+    // No Broker yet: nothing to connect to, ready once the list is read.
+    wait_readiness(&ready_a, None).await;
 
     // ns-a's Broker comes before its client Secret: its status says so.
     create_broker(&cp, "ns-a", port).await;
@@ -286,6 +321,7 @@ async fn nodes_learn_each_other_through_a_real_rabbitmq() {
     .await;
     assert_eq!(missing.status, "False");
     assert!(missing.message.contains("broker-cl"), "{}", missing.message);
+    wait_readiness(&ready_a, Some("broker-sample (SecretMissing)")).await;
     client_secret(&cp, "ns-a", &rabbit.ca, "node-a").await;
 
     client_secret(&cp, "ns-b", &rabbit.ca, "node-b").await;
@@ -299,6 +335,8 @@ async fn nodes_learn_each_other_through_a_real_rabbitmq() {
     for ns in ["ns-a", "ns-b"] {
         wait_condition(&cp, ns, "connected", |c| c.status == "True").await;
     }
+    wait_readiness(&ready_a, None).await;
+    wait_readiness(&ready_b, None).await;
     wait_known(&cp, "ns-a", "node-b", &b.ip).await;
     wait_known(&cp, "ns-b", "node-a", &a.ip).await;
     eprintln!("a and b know each other after {:?}", started.elapsed());
@@ -316,12 +354,17 @@ async fn nodes_learn_each_other_through_a_real_rabbitmq() {
         ["TlsRefused", "ClosedByBroker"].contains(&refused.reason.as_str()),
         "{refused:?}"
     );
+    wait_readiness(
+        &ready_c,
+        Some(&format!("broker-sample ({})", refused.reason)),
+    )
+    .await;
     assert!(
         known_names(&cp, "ns-c").await.is_empty(),
         "c learned nothing"
     );
 
-    survive_a_restart(&cp, &mut rabbit, (&ma, &a), (&mb, &b)).await;
+    survive_a_restart(&cp, &mut rabbit, (&ma, &a), (&mb, &b), &ready_a).await;
 
     // The node never deletes a Broker, failing or not.
     for ns in ["ns-a", "ns-b", "ns-c"] {

@@ -219,6 +219,19 @@ pub struct Args {
     )]
     pub enable_local_discovery: bool,
 
+    /// Discovery through AMQP brokers: a client for every `Broker` object
+    /// of the namespace (the Go network manager always runs one). Off, the
+    /// network manager neither watches Brokers nor reads their Secrets.
+    #[arg(
+        long,
+        env = "FLUIDOS_ENABLE_BROKER_DISCOVERY",
+        default_value_t = true,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new(),
+    )]
+    pub enable_broker_discovery: bool,
+
     /// Multicast group and port of LAN discovery, `<group>:<port>` (Go's
     /// environment variable `MULTICAST_ADDRESS`); checked only when LAN
     /// discovery is on. Default: the Helm chart's `239.11.11.1:4000`.

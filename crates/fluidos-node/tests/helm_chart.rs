@@ -183,9 +183,12 @@ fn chart_takes_a_go_chart_values_file() {
         assert!(lrm.contains(&flag.to_owned()), "{flag} in {lrm:?}");
     }
     let nm = helm::container(&go_objects, "network-manager");
+    let nm_args = args_of(&go_objects, "network-manager");
+    assert!(nm_args.contains(&"--enable-local-discovery=true".to_owned()));
+    // Broker discovery needs the chart's Secret grant, off by default.
     assert!(
-        args_of(&go_objects, "network-manager")
-            .contains(&"--enable-local-discovery=true".to_owned())
+        nm_args.contains(&"--enable-broker-discovery=false".to_owned()),
+        "{nm_args:?}"
     );
     assert_eq!(
         nm["env"],

@@ -615,3 +615,100 @@ async fn a_peering_node_waits_for_liqos_cluster_id_answering_503() {
     assert_eq!(status.code(), Some(0), "{}", node.output());
     cp.stop().await;
 }
+
+/// Broker discovery on (the default): the network manager is ready with no
+/// Broker, not ready while a Broker cannot connect (here: its Secrets do not
+/// exist), and ready again once that Broker is gone. The node never deletes
+/// the Broker, which says why it is down.
+#[tokio::test]
+async fn the_network_manager_is_ready_only_while_its_brokers_are_connected() {
+    use fluidos_api::network::{Broker, BrokerSpec};
+
+    let cp = control_plane(true).await;
+    create_namespace(&cp).await;
+    create_identity(
+        &cp,
+        &[
+            ("domain", "fluidos.eu"),
+            ("nodeID", "abcdefghij"),
+            ("ip", "127.0.0.1"),
+            ("port", "30001"),
+        ],
+    )
+    .await;
+    let node = Node::spawn(
+        &cp,
+        &[
+            "--components",
+            "rear-gateway,network-manager",
+            "--enable-local-discovery=false",
+        ],
+    );
+    node.until_ok(node.probes, "/readyz", READY_WITHIN).await;
+
+    let brokers: Api<Broker> = Api::namespaced(cp.client(), NAMESPACE);
+    let broker = Broker::new(
+        "broker-sample",
+        BrokerSpec {
+            name: "broker-sample".into(),
+            address: "127.0.0.1:1".into(),
+            role: "both".into(),
+            rule: "{}".into(),
+            metric: "{}".into(),
+            cacert: "no-such-ca".into(),
+            clcert: "no-such-client".into(),
+        },
+    );
+    brokers
+        .create(&PostParams::default(), &broker)
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let body = loop {
+        let answer = http_get(node.probes, "/readyz").await;
+        if let Some((503, body)) = answer {
+            break body;
+        }
+        assert!(
+            start.elapsed() < READY_WITHIN,
+            "/readyz still {answer:?} with a Broker that cannot connect\n{}",
+            node.output()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(body.contains("network-manager"), "{body}");
+    let condition = loop {
+        let b = brokers.get("broker-sample").await.unwrap();
+        if let Some(c) = b
+            .status
+            .and_then(|s| s.conditions)
+            .and_then(|c| c.into_iter().find(|c| c.type_ == "Connected"))
+        {
+            break c;
+        }
+        assert!(start.elapsed() < READY_WITHIN, "no Connected condition");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        (condition.status.as_str(), condition.reason.as_str()),
+        ("False", "SecretMissing"),
+        "{condition:?}"
+    );
+    assert!(
+        node.stdout()
+            .contains("Brokers not connected: broker-sample (SecretMissing)"),
+        "{}",
+        node.output()
+    );
+
+    brokers
+        .delete("broker-sample", &Default::default())
+        .await
+        .unwrap();
+    node.until_ok(node.probes, "/readyz", READY_WITHIN).await;
+    node.sigterm();
+    let mut node = node;
+    let status = node.wait(Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Some(0), "{}", node.output());
+    cp.stop().await;
+}

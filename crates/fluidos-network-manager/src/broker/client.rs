@@ -17,6 +17,7 @@ use lapin::uri::{AMQPAuthority, AMQPQueryString, AMQPScheme, AMQPUri, AMQPUserIn
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, Consumer, Event};
 use tokio_util::sync::CancellationToken;
 
+use super::connections::{BrokerConnections, Link, Row};
 use super::error::BrokerError;
 use super::message;
 use super::spec::{self, Plan};
@@ -42,10 +43,11 @@ pub(crate) struct Shared {
     pub(crate) fingerprint: Option<fluidos_rear_identity::Fingerprint>,
     pub(crate) metrics: NetworkMetrics,
     pub(crate) peers: PeerSink,
+    pub(crate) connections: BrokerConnections,
 }
 
-/// Runs the client of `broker` until `stop`.
-pub(crate) async fn run(shared: Arc<Shared>, broker: Broker, stop: CancellationToken) {
+/// Runs the client of `broker` until `stop`; `row` follows its connection.
+pub(crate) async fn run(shared: Arc<Shared>, broker: Broker, row: Row, stop: CancellationToken) {
     let name = broker.name_any();
     let api: Api<Broker> = Api::namespaced(shared.client.clone(), &shared.settings.namespace);
     let mut status = StatusWriter::new(
@@ -59,6 +61,7 @@ pub(crate) async fn run(shared: Arc<Shared>, broker: Broker, stop: CancellationT
         Err(e) => {
             let e = BrokerError::from(e);
             tracing::warn!(broker = %name, error = %e.chain(), "Broker spec cannot work; waiting for it to change");
+            row.set(Link::Down(e.reason()));
             status
                 .report(&State::Down {
                     reason: e.reason(),
@@ -77,7 +80,7 @@ pub(crate) async fn run(shared: Arc<Shared>, broker: Broker, stop: CancellationT
         let started = Instant::now();
         let outcome = tokio::select! {
             () = stop.cancelled() => return,
-            r = attempt(&shared, &broker, &plan, &mut status, &stop) => r,
+            r = attempt(&shared, &broker, &plan, &mut status, &row, &stop) => r,
         };
         let Err(e) = outcome else { return };
         // A session that lived long enough starts the backoff afresh.
@@ -92,6 +95,7 @@ pub(crate) async fn run(shared: Arc<Shared>, broker: Broker, stop: CancellationT
         );
         backoff = Some(delay);
         tracing::warn!(broker = %name, reason = e.reason(), error = %e.chain(), retry_in = ?delay, "broker not connected; will retry");
+        row.set(Link::Down(e.reason()));
         status
             .report(&State::Down {
                 reason: e.reason(),
@@ -112,6 +116,7 @@ async fn attempt(
     broker: &Broker,
     plan: &Plan,
     status: &mut StatusWriter,
+    row: &Row,
     stop: &CancellationToken,
 ) -> Result<(), BrokerError> {
     let result = async {
@@ -134,6 +139,7 @@ async fn attempt(
     };
     shared.metrics.broker_connect("connected");
     tracing::info!(broker = %broker.name_any(), endpoint = %plan.endpoint, user = %session.user, "connected to the broker");
+    row.set(Link::Up);
     status
         .report(&State::Up {
             user: session.user.clone(),

@@ -16,8 +16,8 @@ use kube::{Api, ResourceExt};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::BrokerSettings;
 use super::client::{self, Shared};
+use super::{BrokerConnections, BrokerSettings, LocalNode};
 use crate::manager::PeerSink;
 use crate::metrics::NetworkMetrics;
 
@@ -53,17 +53,18 @@ pub(crate) fn change(running: Option<(&Option<String>, &BrokerSpec)>, seen: &Bro
 /// Announcements heard go to `peers` (the network manager's KnownCluster
 /// writer, [`crate::NetworkManager::peer_sink`]), so broker-learned
 /// KnownClusters follow the same cap, address- and key-conflict rules,
-/// refresh and expiry as multicast ones. Announcements carry `fingerprint`,
-/// the node's REAR key, when it has one. Secrets are read from the same
-/// namespace.
+/// refresh and expiry as multicast ones. Announcements carry `node`'s
+/// fingerprint, its REAR key, when it has one. Secrets are read from the
+/// same namespace. `connections` follows which Brokers are connected (the
+/// node's readiness).
 /// Watch errors are logged and the watch resumes with backoff.
 pub async fn run(
     client: kube::Client,
     settings: BrokerSettings,
-    identity: fluidos_api::NodeIdentity,
-    fingerprint: Option<fluidos_rear_identity::Fingerprint>,
+    node: LocalNode,
     metrics: NetworkMetrics,
     peers: PeerSink,
+    connections: BrokerConnections,
     shutdown: CancellationToken,
 ) {
     let api: Api<Broker> = Api::namespaced(client.clone(), &settings.namespace);
@@ -71,10 +72,11 @@ pub async fn run(
     let shared = Arc::new(Shared {
         client,
         settings,
-        identity,
-        fingerprint,
+        identity: node.identity,
+        fingerprint: node.fingerprint,
         metrics,
         peers,
+        connections,
     });
     let mut running: HashMap<String, Running> = HashMap::new();
     let mut tasks = JoinSet::new();
@@ -109,12 +111,13 @@ pub async fn run(
                         .cloned()
                         .collect();
                     for name in gone {
-                        remove(&mut running, &name);
+                        remove(&shared, &mut running, &name);
                     }
                 }
+                shared.connections.listed();
             }
             Some(Ok(watcher::Event::Apply(b))) => upsert(&shared, &mut running, &mut tasks, b),
-            Some(Ok(watcher::Event::Delete(b))) => remove(&mut running, &b.name_any()),
+            Some(Ok(watcher::Event::Delete(b))) => remove(&shared, &mut running, &b.name_any()),
         }
     }
     for r in running.values() {
@@ -139,11 +142,12 @@ fn upsert(
         Change::Keep => return,
         Change::Restart => {
             tracing::info!(broker = %name, "Broker changed; reconnecting");
-            remove(running, &name);
+            remove(shared, running, &name);
         }
         Change::Start => {}
     }
     let stop = CancellationToken::new();
+    let row = shared.connections.track(&name);
     running.insert(
         name,
         Running {
@@ -152,13 +156,14 @@ fn upsert(
             stop: stop.clone(),
         },
     );
-    tasks.spawn(client::run(shared.clone(), broker, stop));
+    tasks.spawn(client::run(shared.clone(), broker, row, stop));
 }
 
-fn remove(running: &mut HashMap<String, Running>, name: &str) {
+fn remove(shared: &Shared, running: &mut HashMap<String, Running>, name: &str) {
     if let Some(r) = running.remove(name) {
         tracing::info!(broker = %name, "Broker gone; disconnecting");
         r.stop.cancel();
+        shared.connections.forget(name);
     }
 }
 

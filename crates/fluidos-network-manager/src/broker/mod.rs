@@ -24,6 +24,7 @@
 //! (conditions, backoff), [`tls`] (Secret contents).
 
 mod client;
+mod connections;
 mod controller;
 mod error;
 pub mod message;
@@ -33,6 +34,7 @@ pub mod tls;
 
 use std::time::Duration;
 
+pub use connections::{BrokerConnections, ConnectionTable, Link};
 pub use controller::run;
 pub use error::BrokerError;
 
@@ -40,6 +42,16 @@ pub use error::BrokerError;
 pub const ANNOUNCEMENTS_EXCHANGE: &str = "announcements_exchange";
 /// Exchange of routing rules (Go).
 pub const RULES_EXCHANGE: &str = "rules_exchange";
+
+/// The node the broker clients announce.
+#[derive(Clone, Debug)]
+pub struct LocalNode {
+    /// Its identity (the announcement's `domain`, `nodeID` and `ip`).
+    pub identity: fluidos_api::NodeIdentity,
+    /// Its REAR key, announced so that peers pin it (none: a Go node's
+    /// announcement).
+    pub fingerprint: Option<fluidos_rear_identity::Fingerprint>,
+}
 
 /// How the broker clients behave; [`BrokerSettings::new`] has the Go node's
 /// timings.

@@ -1,23 +1,26 @@
-//! Network manager: finds other nodes on the LAN by multicast and keeps a
-//! `knowncluster-<nodeID>` for each (Go `network-manager`), which the
-//! consumer's Discovery queries. It advertises the node's REAR key
-//! fingerprint, and records each peer's in its KnownCluster. The AMQP broker
-//! client is not here yet.
+//! Network manager: finds other nodes on the LAN by multicast and through
+//! AMQP brokers, and keeps a `knowncluster-<nodeID>` for each (Go
+//! `network-manager`), which the consumer's Discovery queries. It announces
+//! the node's REAR key fingerprint both ways, and records each peer's in its
+//! KnownCluster.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use fluidos_network_manager::broker::{self, BrokerConnections, BrokerSettings, LocalNode};
 use fluidos_network_manager::{MulticastSettings, NetworkManager, Settings, SettingsError, config};
 use tokio_util::sync::CancellationToken;
 
 use super::Error;
 use crate::cli::{Args, Component};
 use crate::context::Context;
+use crate::health::Readiness;
 
 /// Runs the network manager until `shutdown` is cancelled. It reports ready
-/// once its multicast sockets are bound and joined (at once with LAN
-/// discovery off); a missing interface or a bad multicast address stops
-/// the node with the reason.
+/// while its multicast sockets are bound and joined (at once with LAN
+/// discovery off) and, with broker discovery on, the Broker list is read and
+/// every Broker is connected; a missing interface or a bad multicast
+/// address stops the node with the reason.
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), Error> {
     let settings = settings(&ctx.args).map_err(|e| Error::Setup(e.to_string()))?;
     let discovery = settings.multicast.clone();
@@ -28,20 +31,42 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
     let manager =
         NetworkManager::bind(settings, ctx.identity.clone(), fingerprint, metrics.clone())
             .map_err(|e| Error::Setup(format!("network manager: {e}")))?;
-    ctx.readiness.mark_ready(Component::NetworkManager);
-    match &discovery {
-        Some(m) => tracing::info!(
-            component = %Component::NetworkManager,
-            group = %m.group,
-            interface = m.interface.as_deref().unwrap_or("(routing)"),
-            "component started"
-        ),
-        None => tracing::info!(
-            component = %Component::NetworkManager,
-            "component started (LAN discovery off: only expiring KnownClusters)"
-        ),
+    let brokers = ctx.args.enable_broker_discovery.then(|| {
+        let connections = BrokerConnections::new();
+        let task = tokio::spawn(broker::run(
+            ctx.client.clone(),
+            BrokerSettings::new(&ctx.args.namespace),
+            LocalNode {
+                identity: ctx.identity.clone(),
+                fingerprint,
+            },
+            metrics.clone(),
+            manager.peer_sink(),
+            connections.clone(),
+            shutdown.clone(),
+        ));
+        let reporter = tokio::spawn(report_readiness(
+            connections,
+            ctx.readiness.clone(),
+            shutdown.clone(),
+        ));
+        (task, reporter)
+    });
+    if brokers.is_none() {
+        ctx.readiness.mark_ready(Component::NetworkManager);
     }
-    manager.run(ctx.client.clone(), shutdown).await;
+    tracing::info!(
+        component = %Component::NetworkManager,
+        lan_group = %discovery.as_ref().map_or_else(|| "(LAN discovery off)".to_owned(), |m| m.group.to_string()),
+        interface = discovery.as_ref().and_then(|m| m.interface.as_deref()).unwrap_or("(routing)"),
+        brokers = if brokers.is_some() { "on" } else { "off" },
+        "component started"
+    );
+    manager.run(ctx.client.clone(), shutdown.clone()).await;
+    if let Some((task, reporter)) = brokers {
+        shutdown.cancel();
+        let _ = tokio::join!(task, reporter);
+    }
     tracing::info!(
         component = %Component::NetworkManager,
         received = metrics.received_count(),
@@ -50,6 +75,38 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
         "component stopped"
     );
     Ok(())
+}
+
+/// Keeps the network manager's readiness in step with its broker
+/// connections (the multicast sockets are bound before this starts), and
+/// logs each change with the reason.
+async fn report_readiness(
+    connections: BrokerConnections,
+    readiness: Readiness,
+    shutdown: CancellationToken,
+) {
+    let mut table = connections.subscribe();
+    let mut last: Option<Option<String>> = None;
+    loop {
+        let reason = table.borrow_and_update().not_ready_reason();
+        if last.as_ref() != Some(&reason) {
+            match &reason {
+                None => {
+                    readiness.mark_ready(Component::NetworkManager);
+                    tracing::info!(component = %Component::NetworkManager, "broker discovery up: ready");
+                }
+                Some(why) => {
+                    readiness.mark_not_ready(Component::NetworkManager);
+                    tracing::info!(component = %Component::NetworkManager, reason = %why, "not ready");
+                }
+            }
+            last = Some(reason);
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            changed = table.changed() => if changed.is_err() { return },
+        }
+    }
 }
 
 /// The network manager's settings from the command line.
