@@ -12,8 +12,6 @@
 // A failed setup step is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod rabbitmq;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -22,13 +20,13 @@ use fluidos_api::{KnownCluster, NodeIdentity};
 use fluidos_network_manager::broker::{self, BrokerConnections, BrokerSettings, LocalNode};
 use fluidos_network_manager::{NetworkManager, NetworkMetrics, Settings};
 use fluidos_rear_identity::Fingerprint;
+use fluidos_testenv::rabbitmq::{self, Ca, RabbitMq};
 use fluidos_testenv::{ControlPlane, ControlPlaneOptions};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
-use rabbitmq::{Ca, RabbitMq};
 use tokio_util::sync::CancellationToken;
 
 const TTL: Duration = Duration::from_secs(3);
@@ -137,7 +135,7 @@ async fn secret(cp: &ControlPlane, namespace: &str, name: &str, data: &[(&str, &
 
 /// The client certificate Secret of `cn`, signed by `ca`.
 async fn client_secret(cp: &ControlPlane, namespace: &str, ca: &Ca, cn: &str) {
-    let (crt, key) = ca.sign(cn, false);
+    let (crt, key) = ca.sign(cn, false).unwrap();
     secret(
         cp,
         namespace,
@@ -259,7 +257,7 @@ async fn survive_a_restart(
             .unwrap();
     }
     let received = mb.broker_received_count();
-    rabbit.boot().await;
+    rabbit.boot().await.unwrap();
     for ns in ["ns-a", "ns-b"] {
         wait_condition(cp, ns, "reconnected", |c| c.status == "True").await;
     }
@@ -268,6 +266,37 @@ async fn survive_a_restart(
     wait_known(cp, "ns-b", "node-a", &a.ip).await;
     assert!(mb.broker_received_count() > received);
     assert!(ma.broker_connect_count("connected") >= 2);
+}
+
+/// A broker for node-a, node-b and node-c, and a control plane with their
+/// three namespaces, each holding the broker's CA Secret.
+async fn start_broker_and_cluster() -> (RabbitMq, ControlPlane) {
+    let (rabbit, cp) = tokio::join!(
+        async {
+            RabbitMq::start(&["node-a", "node-b", "node-c"])
+                .await
+                .unwrap()
+        },
+        async {
+            ControlPlane::start(ControlPlaneOptions {
+                workloads: false,
+                crd_dirs: vec![fluidos_testenv::crds_dir()],
+            })
+            .await
+            .unwrap()
+        }
+    );
+    for ns in ["ns-a", "ns-b", "ns-c"] {
+        fluidos_testenv::fixtures::namespace(&cp, ns).await.unwrap();
+        secret(
+            &cp,
+            ns,
+            "broker-ca",
+            &[("CA_cert.pem", &rabbit.ca.cert_pem)],
+        )
+        .await;
+    }
+    (rabbit, cp)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -282,25 +311,8 @@ async fn nodes_learn_each_other_through_a_real_rabbitmq() {
         return;
     }
     let started = Instant::now();
-    let (mut rabbit, cp) = tokio::join!(RabbitMq::start(&["node-a", "node-b", "node-c"]), async {
-        ControlPlane::start(ControlPlaneOptions {
-            workloads: false,
-            crd_dirs: vec![fluidos_testenv::crds_dir()],
-        })
-        .await
-        .unwrap()
-    });
+    let (mut rabbit, cp) = start_broker_and_cluster().await;
     let port = rabbit.port;
-    for ns in ["ns-a", "ns-b", "ns-c"] {
-        fluidos_testenv::fixtures::namespace(&cp, ns).await.unwrap();
-        secret(
-            &cp,
-            ns,
-            "broker-ca",
-            &[("CA_cert.pem", &rabbit.ca.cert_pem)],
-        )
-        .await;
-    }
     let (a, b, c) = (
         identity("node-a", 30001),
         identity("node-b", 30002),
@@ -328,7 +340,7 @@ async fn nodes_learn_each_other_through_a_real_rabbitmq() {
     create_broker(&cp, "ns-b", port).await;
 
     // node-c's certificate is signed by a CA the broker does not know.
-    let rogue = Ca::new("rogue-ca");
+    let rogue = Ca::new("rogue-ca").unwrap();
     client_secret(&cp, "ns-c", &rogue, "node-c").await;
     create_broker(&cp, "ns-c", port).await;
 

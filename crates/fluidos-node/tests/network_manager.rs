@@ -1,17 +1,23 @@
 //! End to end without `--peers` or a hand-made KnownCluster: two real
 //! control planes and two `fluidos-node` processes whose network managers
-//! find each other by multicast on loopback (interface 127.0.0.1); the
-//! consumer's Solver then buys from the provider it discovered, and the
-//! provider's KnownCluster goes once it stops advertising.
+//! find each other by multicast on loopback (interface 127.0.0.1), or, with
+//! LAN discovery off, through a real RabbitMQ named by the Go sample's
+//! Broker; the consumer's Solver then buys from the provider it discovered.
+//! The multicast test also sees the provider's KnownCluster go once it stops
+//! advertising.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // in tests a panic is the failure report
 
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
+use fluidos_api::network::{Broker, BrokerSpec};
 use fluidos_api::solver::{Selector, SolverSpec};
 use fluidos_api::{Contract, KnownCluster, Phase, Solver};
+use fluidos_testenv::rabbitmq::{self, RabbitMq};
 use fluidos_testenv::{ControlPlane, fixtures};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use serde_json::json;
@@ -145,6 +151,140 @@ async fn a_consumer_finds_a_provider_by_multicast_and_buys() {
         stopped.elapsed()
     );
     consumer_node.kill().await;
+    provider.stop().await;
+    consumer.stop().await;
+}
+
+/// The Go sample's Broker (`broker.yaml`) on `cp`, pointed at `rabbit`, with
+/// its two Secrets: the broker's CA and a client certificate for `cn`.
+async fn broker_for(cp: &ControlPlane, rabbit: &RabbitMq, cn: &str) {
+    let (crt, key) = rabbit.ca.sign(cn, false).unwrap();
+    let secrets: Api<Secret> = Api::namespaced(cp.client(), NS);
+    for (name, data) in [
+        (
+            "brokera-ca",
+            vec![("CA_cert.pem", rabbit.ca.cert_pem.clone())],
+        ),
+        ("brokera-cl", vec![("tls.crt", crt), ("tls.key", key)]),
+    ] {
+        let mut s = Secret::default();
+        s.metadata.name = Some(name.into());
+        s.data = Some(
+            data.into_iter()
+                .map(|(k, v)| (k.to_owned(), ByteString(v.into_bytes())))
+                .collect(),
+        );
+        secrets.create(&PostParams::default(), &s).await.unwrap();
+    }
+    let broker = Broker::new(
+        "broker-sample",
+        BrokerSpec {
+            name: "broker-sample".into(),
+            address: format!("127.0.0.1:{}", rabbit.port),
+            role: "both".into(),
+            rule: r#"{"MAXlatency":1000,"MINbandwidth":1}"#.into(),
+            metric: r#"{"bandwidth":1,"latency":10}"#.into(),
+            cacert: "brokera-ca".into(),
+            clcert: "brokera-cl".into(),
+        },
+    );
+    Api::<Broker>::namespaced(cp.client(), NS)
+        .create(&PostParams::default(), &broker)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_consumer_finds_a_provider_through_a_broker_and_buys() {
+    if !RabbitMq::installed() {
+        let msg = format!(
+            "{} not installed (tools/rabbitmq/install.sh installs it)",
+            rabbitmq::SERVER
+        );
+        assert!(std::env::var_os("CI").is_none(), "{msg}");
+        eprintln!("SKIP: {msg}");
+        return;
+    }
+    let (rabbit, provider, consumer) = tokio::join!(
+        async {
+            RabbitMq::start(&["provider01", "consumer01"])
+                .await
+                .unwrap()
+        },
+        cluster(),
+        cluster()
+    );
+    let (pport, cport) = (free_port(), free_port());
+    let provider_key = prepare(&provider, "provider01", pport).await;
+    prepare(&consumer, "consumer01", cport).await;
+    fixtures::worker_node(&provider, "worker-1", "8", "16Gi")
+        .await
+        .unwrap();
+    broker_for(&provider, &rabbit, "provider01").await;
+    broker_for(&consumer, &rabbit, "consumer01").await;
+    // LAN discovery off: whatever is found came through the broker. Broker
+    // discovery is on by default, as in Go.
+    let provider_node = NodeProcess::spawn(
+        &provider,
+        pport,
+        "local-resource-manager,rear-gateway,network-manager",
+        "0",
+        &[
+            "--liqo-cluster-id",
+            "liqo-provider",
+            "--enable-local-discovery=false",
+        ],
+    );
+    let consumer_node = NodeProcess::spawn(
+        &consumer,
+        cport,
+        "rear-manager,network-manager",
+        "0",
+        &[
+            "--liqo-cluster-id",
+            "liqo-consumer",
+            "--peer-timeout-ms",
+            "1000",
+            "--enable-local-discovery=false",
+        ],
+    );
+    let logs = [&provider_node, &consumer_node];
+
+    let known: Api<KnownCluster> = Api::namespaced(consumer.client(), NS);
+    let found = eventually(
+        "knowncluster-provider01 on the consumer, through the broker",
+        Duration::from_secs(60),
+        &logs,
+        || async {
+            known
+                .get_opt("knowncluster-provider01")
+                .await
+                .unwrap()
+                .filter(has_expiry)
+        },
+    )
+    .await;
+    assert_eq!(found.spec.address, format!("127.0.0.1:{pport}"));
+    assert_eq!(
+        found.spec.fingerprint.as_deref(),
+        Some(provider_key.as_str()),
+        "the consumer pins the key the provider announced"
+    );
+    let phase = buy_a_k8slice(&consumer, &logs).await;
+    assert_eq!(phase, Phase::Solved, "{}", consumer_node.log());
+    let contracts = Api::<Contract>::namespaced(consumer.client(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert_eq!(contracts.items.len(), 1, "{}", consumer_node.log());
+    assert!(
+        consumer_node.log().contains("broker discovery up: ready"),
+        "{}",
+        consumer_node.log()
+    );
+    consumer_node.kill().await;
+    provider_node.kill().await;
+    drop(rabbit);
     provider.stop().await;
     consumer.stop().await;
 }

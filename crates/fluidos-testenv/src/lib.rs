@@ -7,7 +7,8 @@
 //! `tools/control-plane/build.sh` (run once per process; it caches its output).
 //!
 //! [`Liqo`] adds the real Liqo controllers to a control plane (binaries from
-//! `FLUIDOS_LIQO_BIN_DIR`, built by `tools/liqo/build.sh`).
+//! `FLUIDOS_LIQO_BIN_DIR`, built by `tools/liqo/build.sh`), and
+//! [`rabbitmq::RabbitMq`] runs a real TLS-only RabbitMQ for broker discovery.
 
 #![warn(missing_docs)]
 
@@ -21,6 +22,7 @@ mod kubeconfig;
 pub mod liqo;
 mod ports;
 mod process;
+pub mod rabbitmq;
 #[cfg(test)]
 mod versions;
 

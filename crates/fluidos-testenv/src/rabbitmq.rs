@@ -8,6 +8,9 @@
 //! subscribers' rules) is not part of RabbitMQ; here `announcements_exchange`
 //! is a fanout bound to every client's queue, i.e. a router whose rules
 //! match everything.
+//!
+//! `tools/rabbitmq/install.sh` installs the server; [`RabbitMq::installed`]
+//! tells tests whether to skip.
 
 use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
@@ -20,6 +23,8 @@ use rcgen::{
     KeyUsagePurpose, SanType,
 };
 
+use crate::Error;
+
 /// Debian's server script that runs the broker as the calling user (the
 /// `/usr/sbin` wrapper switches to the `rabbitmq` user).
 pub const SERVER: &str = "/usr/lib/rabbitmq/bin/rabbitmq-server";
@@ -29,14 +34,16 @@ const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A CA that signs certificates.
 pub struct Ca {
+    /// The CA certificate (what a Broker's `CA_cert.pem` holds).
     pub cert_pem: String,
     issuer: Issuer<'static, KeyPair>,
 }
 
 impl Ca {
-    pub fn new(name: &str) -> Ca {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    /// A new self-signed CA named `name`.
+    pub fn new(name: &str) -> Result<Ca, Error> {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.distinguished_name = rcgen::DistinguishedName::new();
         params.distinguished_name.push(DnType::CommonName, name);
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -45,23 +52,23 @@ impl Ca {
             KeyUsagePurpose::CrlSign,
             KeyUsagePurpose::DigitalSignature,
         ];
-        let cert = params.self_signed(&key).unwrap();
-        Ca {
+        let cert = params.self_signed(&key)?;
+        Ok(Ca {
             cert_pem: cert.pem(),
             issuer: Issuer::new(params, key),
-        }
+        })
     }
 
     /// (certificate PEM, key PEM) for `cn`; a server certificate for
     /// localhost/127.0.0.1 when `server`.
-    pub fn sign(&self, cn: &str, server: bool) -> (String, String) {
-        let key = KeyPair::generate().unwrap();
+    pub fn sign(&self, cn: &str, server: bool) -> Result<(String, String), Error> {
+        let key = KeyPair::generate()?;
         let sans = if server {
             vec!["localhost".to_owned()]
         } else {
             vec![]
         };
-        let mut params = CertificateParams::new(sans).unwrap();
+        let mut params = CertificateParams::new(sans)?;
         if server {
             params
                 .subject_alt_names
@@ -78,29 +85,23 @@ impl Ca {
         } else {
             ExtendedKeyUsagePurpose::ClientAuth
         }];
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        (cert.pem(), key.serialize_pem())
+        let cert = params.signed_by(&key, &self.issuer)?;
+        Ok((cert.pem(), key.serialize_pem()))
     }
 }
 
-/// A running (or stopped) broker.
+/// A running (or stopped) broker; stopped and cleaned up on drop.
 pub struct RabbitMq {
     dir: tempfile::TempDir,
+    /// Its TLS port on 127.0.0.1 (a Broker's `address` is `127.0.0.1:<port>`).
     pub port: u16,
     dist_port: u16,
     epmd_port: u16,
     node_name: String,
     server: Option<Child>,
     epmd: Option<Child>,
+    /// The CA that signed its certificate and trusts client certificates.
     pub ca: Ca,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 impl RabbitMq {
@@ -112,28 +113,29 @@ impl RabbitMq {
     /// Writes the configuration for `users` (each gets a queue bound to
     /// `announcements_exchange`) and starts the broker; returns once its TLS
     /// port accepts connections.
-    pub async fn start(users: &[&str]) -> RabbitMq {
+    pub async fn start(users: &[&str]) -> Result<RabbitMq, Error> {
         let dir = tempfile::Builder::new()
             .prefix("fluidos-rabbitmq-")
             .tempdir()
-            .unwrap();
-        let ca = Ca::new("fluidos-test-broker-ca");
-        let (server_cert, server_key) = ca.sign("localhost", true);
+            .map_err(|e| Error::io("creating the RabbitMQ directory", e))?;
+        let ca = Ca::new("fluidos-test-broker-ca")?;
+        let (server_cert, server_key) = ca.sign("localhost", true)?;
         let p = |name: &str| dir.path().join(name);
-        std::fs::write(p("ca.pem"), &ca.cert_pem).unwrap();
-        std::fs::write(p("server.pem"), server_cert).unwrap();
-        std::fs::write(p("server.key"), server_key).unwrap();
+        let write = |name: &str, text: &[u8]| {
+            std::fs::write(p(name), text).map_err(|e| Error::io(format!("writing {name}"), e))
+        };
+        write("ca.pem", ca.cert_pem.as_bytes())?;
+        write("server.pem", server_cert.as_bytes())?;
+        write("server.key", server_key.as_bytes())?;
         for sub in ["home", "mnesia", "log"] {
-            std::fs::create_dir_all(p(sub)).unwrap();
+            std::fs::create_dir_all(p(sub)).map_err(|e| Error::io(format!("creating {sub}"), e))?;
         }
-        std::fs::write(p("enabled_plugins"), "[rabbitmq_auth_mechanism_ssl].\n").unwrap();
-        std::fs::write(p("rabbitmq-env.conf"), "").unwrap();
-        std::fs::write(
-            p("definitions.json"),
-            serde_json::to_vec_pretty(&definitions(users)).unwrap(),
-        )
-        .unwrap();
-        let port = free_port();
+        write("enabled_plugins", b"[rabbitmq_auth_mechanism_ssl].\n")?;
+        write("rabbitmq-env.conf", b"")?;
+        let definitions = serde_json::to_vec_pretty(&definitions(users))
+            .map_err(|e| Error::Fixture(format!("RabbitMQ definitions: {e}")))?;
+        write("definitions.json", &definitions)?;
+        let port = crate::ports::free_port()?;
         let conf = format!(
             "listeners.tcp = none\n\
              listeners.ssl.1 = 127.0.0.1:{port}\n\
@@ -151,7 +153,7 @@ impl RabbitMq {
             key = p("server.key").display(),
             defs = p("definitions.json").display(),
         );
-        std::fs::write(p("rabbitmq.conf"), conf).unwrap();
+        write("rabbitmq.conf", conf.as_bytes())?;
         let suffix: String = dir
             .path()
             .file_name()
@@ -162,8 +164,8 @@ impl RabbitMq {
             .collect();
         let mut rabbit = RabbitMq {
             port,
-            dist_port: free_port(),
-            epmd_port: free_port(),
+            dist_port: crate::ports::free_port()?,
+            epmd_port: crate::ports::free_port()?,
             node_name: format!("rabbit-{}@localhost", suffix.to_lowercase()),
             dir,
             server: None,
@@ -177,10 +179,10 @@ impl RabbitMq {
                 .stderr(Stdio::null())
                 .process_group(0)
                 .spawn()
-                .unwrap(),
+                .map_err(|e| Error::io("starting epmd", e))?,
         );
-        rabbit.boot().await;
-        rabbit
+        rabbit.boot().await?;
+        Ok(rabbit)
     }
 
     fn path(&self, name: &str) -> PathBuf {
@@ -188,13 +190,18 @@ impl RabbitMq {
     }
 
     /// Starts the server process (again) and waits for its TLS port.
-    pub async fn boot(&mut self) {
-        assert!(self.server.is_none(), "already running");
+    pub async fn boot(&mut self) -> Result<(), Error> {
+        if self.server.is_some() {
+            return Err(Error::Fixture("RabbitMQ is already running".into()));
+        }
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.path("server.out"))
-            .unwrap();
+            .map_err(|e| Error::io("opening the RabbitMQ log", e))?;
+        let log_err = log
+            .try_clone()
+            .map_err(|e| Error::io("opening the RabbitMQ log", e))?;
         let child = Command::new(SERVER)
             .env("HOME", self.path("home"))
             .env("RABBITMQ_CONF_ENV_FILE", self.path("rabbitmq-env.conf"))
@@ -213,31 +220,37 @@ impl RabbitMq {
             .env("RABBITMQ_DIST_PORT", self.dist_port.to_string())
             .env("ERL_EPMD_PORT", self.epmd_port.to_string())
             .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
+            .stdout(log)
+            .stderr(log_err)
             .process_group(0)
             .spawn()
-            .unwrap();
+            .map_err(|e| Error::io(format!("starting {SERVER}"), e))?;
         self.server = Some(child);
         let started = Instant::now();
         loop {
             if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
                 eprintln!("RabbitMQ up after {:?}", started.elapsed());
-                return;
+                return Ok(());
             }
             if let Some(child) = self.server.as_mut()
                 && let Ok(Some(exit)) = child.try_wait()
             {
-                panic!(
-                    "rabbitmq-server exited ({exit}) while booting:\n{}",
-                    self.log_tail()
-                );
+                self.server = None;
+                return Err(Error::ProcessExited {
+                    name: "rabbitmq-server".into(),
+                    status: exit.to_string(),
+                    log: self.path("server.out"),
+                    log_tail: self.log_tail(),
+                });
             }
-            assert!(
-                started.elapsed() < BOOT_TIMEOUT,
-                "RabbitMQ not listening within {BOOT_TIMEOUT:?}:\n{}",
-                self.log_tail()
-            );
+            if started.elapsed() > BOOT_TIMEOUT {
+                return Err(Error::Timeout {
+                    what: format!("RabbitMQ's TLS port {}", self.port),
+                    waited: BOOT_TIMEOUT,
+                    last_error: "connection refused".into(),
+                    log_tail: self.log_tail(),
+                });
+            }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
@@ -252,17 +265,14 @@ impl RabbitMq {
 
     /// The last lines of the server's output and log, for failures.
     pub fn log_tail(&self) -> String {
+        use std::fmt::Write as _;
         let mut text = String::new();
         let log = self.path("log").join(format!("{}.log", self.node_name));
         for f in [self.path("server.out"), log] {
             let s = std::fs::read_to_string(&f).unwrap_or_default();
             let lines: Vec<&str> = s.lines().collect();
             let from = lines.len().saturating_sub(30);
-            text.push_str(&format!(
-                "--- {}\n{}\n",
-                f.display(),
-                lines[from..].join("\n")
-            ));
+            let _ = writeln!(text, "--- {}\n{}", f.display(), lines[from..].join("\n"));
         }
         text
     }
@@ -289,6 +299,8 @@ impl Drop for RabbitMq {
     }
 }
 
+/// Signals the whole process group (the server script starts Erlang
+/// children that a signal to the script alone would orphan).
 fn kill_group(child: &Child, signal: &str) {
     let _ = Command::new("kill")
         .args([&format!("-{signal}"), "--", &format!("-{}", child.id())])
