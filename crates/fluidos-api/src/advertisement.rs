@@ -94,6 +94,56 @@ pub struct ProviderQueryStatus {
     /// Error text when the query failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Listed flavors not used, being another node's or undecodable: the
+    /// first 10 only (the total is `droppedCount`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dropped: Option<Vec<DroppedFlavor>>,
+    /// How many listed flavors were dropped in all.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dropped_count: i64,
+}
+
+/// Keeps `droppedCount: 0` out of the YAML, as before the field existed.
+#[expect(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if passes a reference"
+)]
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
+crate::string_enum::string_enum! {
+    /// Why a listed flavor was not used.
+    pub enum DropReason {
+        /// Its `owner.ip` is not the address asked: buying it would go
+        /// elsewhere than to the provider that listed it.
+        ForeignOwner => "ForeignOwner",
+        /// It does not decode.
+        Malformed => "Malformed",
+    }
+}
+
+impl Default for DropReason {
+    fn default() -> Self {
+        DropReason::Other(String::new())
+    }
+}
+
+/// How many [`DroppedFlavor`]s one [`ProviderQueryStatus`] keeps: they are
+/// peer-supplied and live in one Discovery object, which etcd bounds.
+pub const MAX_DROPPED_FLAVORS: usize = 10;
+
+/// A flavor a provider listed that the consumer did not use.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DroppedFlavor {
+    /// The flavor ID as listed (shortened when long).
+    #[serde(rename = "flavorID")]
+    pub flavor_id: String,
+    /// `ForeignOwner` or `Malformed`.
+    pub reason: DropReason,
+    /// What was wrong (shortened when long).
+    pub message: String,
 }
 
 /// `PeeringCandidateList` embedded in a Discovery status.

@@ -81,6 +81,16 @@ async fn ask(
         &ctx.cfg.identity.node_id,
     );
     ctx.metrics.discovery.query(answer.status.outcome.as_str());
+    if let Some(first) = answer.status.dropped.as_ref().and_then(|d| d.first()) {
+        tracing::warn!(
+            provider = %answer.status.address,
+            dropped = answer.status.dropped_count,
+            flavor = %first.flavor_id,
+            reason = %first.reason,
+            error = %first.message,
+            "dropped listed flavors (see the Discovery's status.providers)"
+        );
+    }
     answer
 }
 

@@ -4,8 +4,9 @@
 //! peer keeps its credentials. Here each sweep
 //! 1. notes the Sold ledger entries and the peer ServiceAccounts that exist;
 //! 2. lists the Transactions, then the Contracts;
-//! 3. deletes expired Contracts and their Allocations (looked for every
-//!    tenth sweep: it takes whole Contracts, the rest needs only metadata);
+//! 3. deletes expired Contracts, their Allocations and credentials Secrets
+//!    (looked for every tenth sweep: it takes whole Contracts, the rest
+//!    needs only metadata);
 //! 4. releases the Sold entries whose Contract is gone and whose Transaction
 //!    is gone too (a Transaction left means the sale may still be finishing);
 //! 5. revokes, in two phases (see [`revocations`]), the credentials of
@@ -353,11 +354,20 @@ impl State {
             .map(|_| ())
     }
 
-    /// Deletes an ended Contract and the Allocation made beside it; true
-    /// when both are gone.
+    /// Deletes an ended Contract, the Allocation made beside it and its
+    /// credentials Secret; true when all are gone.
+    ///
+    /// The Secret goes explicitly, before the Contract (a failure leaves the
+    /// Contract for the next sweep to retry): its ownerReference would have
+    /// the garbage collector remove it too, but not on a cluster without one
+    /// running, and only some time later.
     async fn delete_contract(&self, name: &str, tx: &str) -> bool {
         if let Err(e) = self.delete_allocations(tx).await {
             tracing::warn!(contract = name, error = %e, "deleting the Allocation of an expired Contract");
+            return false;
+        }
+        if let Err(e) = self.delete_credentials(name).await {
+            tracing::warn!(contract = name, error = %e, "deleting the credentials Secret of an expired Contract");
             return false;
         }
         match self.contracts.delete(name, &DeleteParams::default()).await {
@@ -368,7 +378,7 @@ impl State {
                     regarding,
                     "ContractExpired",
                     format!(
-                        "Contract {name} passed its expirationTime: deleted with its Allocation"
+                        "Contract {name} passed its expirationTime: deleted with its Allocation and credentials Secret"
                     ),
                 )
                 .await;
@@ -385,7 +395,7 @@ impl State {
     /// Every provider Contract as (name, transaction ID, buyer, expired),
     /// fresh from the API server.
     ///
-    /// Whole Contracts are large (an embedded flavor and a kubeconfig), so
+    /// Whole Contracts are large (an embedded flavor), so
     /// unless `with_expiry` a metadata-only listing is used: the transaction
     /// label and buyer annotation this gateway writes say all but the expiry
     /// (reported as not expired). Contracts without them are read whole.

@@ -1,4 +1,6 @@
-//! Peering credentials handed to a buyer in `Contract.peeringTargetCredentials`.
+//! Peering credentials handed to a buyer in the REAR Contract's
+//! `peeringTargetCredentials` (kept, provider side, in a Secret: see
+//! `peering_secret`).
 //!
 //! Upstream shares one near-cluster-admin ServiceAccount with every peer and
 //! never revokes it. Here each buyer gets its own ServiceAccount
@@ -66,6 +68,15 @@ pub enum CredentialsError {
     /// The TokenRequest answer had no token.
     #[error("the TokenRequest for {0} returned no token")]
     NoToken(String),
+    /// The TokenRequest answer was not JSON of the expected shape.
+    #[error("reading the TokenRequest answer for {account}: {source}")]
+    TokenAnswer {
+        /// The ServiceAccount.
+        account: String,
+        /// Why it did not parse.
+        #[source]
+        source: serde_json::Error,
+    },
     /// The kubeconfig could not be serialized.
     #[error("serializing the kubeconfig: {0}")]
     Yaml(#[from] serde_yaml::Error),
@@ -94,7 +105,8 @@ pub struct CredentialsConfig {
     pub api_server_url: String,
     /// PEM of the API server's CA, inlined as `certificate-authority-data`.
     pub ca_pem: Option<String>,
-    /// Requested token lifetime.
+    /// Requested token lifetime (the API server may grant another: what
+    /// it granted decides when a cached kubeconfig is renewed).
     pub token_ttl: Duration,
 }
 
@@ -397,7 +409,8 @@ impl Credentials {
     /// Base64 (std, padded) kubeconfig for `buyer_id`, named after
     /// `provider_liqo_id`, and the UID of the ServiceAccount it acts as.
     ///
-    /// Reused while more than half of its token lifetime is left.
+    /// Reused while more than half of the lifetime the API server granted
+    /// its token is left ([`reuse_for`]).
     pub async fn kubeconfig_for(
         &self,
         buyer_id: &str,
@@ -412,7 +425,11 @@ impl Credentials {
             return Ok((c.kubeconfig_b64.clone(), c.sa_uid.clone()));
         }
         let sa_uid = self.ensure_rbac(&sa, buyer_id).await?;
-        let token = self.token(&sa).await?;
+        // Measured before the request: the token cannot have been issued
+        // earlier, so half its lifetime from here never overshoots.
+        let (issued, issued_at) = (Instant::now(), jiff::Timestamp::now());
+        let (token, expiration) = self.token(&sa).await?;
+        let reuse = reuse_for(issued_at, expiration.as_deref(), self.cfg.token_ttl);
         let yaml = kubeconfig_yaml(
             provider_liqo_id,
             &self.cfg.api_server_url,
@@ -424,7 +441,7 @@ impl Credentials {
             key,
             Cached {
                 kubeconfig_b64: b64.clone(),
-                refresh_at: Instant::now() + self.cfg.token_ttl / 2,
+                refresh_at: issued + reuse,
                 sa_uid: sa_uid.clone(),
             },
         );
@@ -474,8 +491,10 @@ impl Credentials {
         Ok(applied.uid().unwrap_or_default())
     }
 
-    /// A bound token for `sa` from the TokenRequest API.
-    async fn token(&self, sa: &str) -> Result<String, CredentialsError> {
+    /// A bound token for `sa` from the TokenRequest API, and the
+    /// `status.expirationTimestamp` of the answer, as it came (the answer is
+    /// read untyped: a missing or odd timestamp must not lose the token).
+    async fn token(&self, sa: &str) -> Result<(String, Option<String>), CredentialsError> {
         let req = TokenRequest {
             spec: TokenRequestSpec {
                 audiences: Vec::new(),
@@ -486,18 +505,26 @@ impl Credentials {
             },
             ..Default::default()
         };
-        let answer = Api::<ServiceAccount>::namespaced(self.client.clone(), &self.cfg.namespace)
-            .create_token_request(sa, &PostParams::default(), &req)
-            .await
-            .map_err(|source| CredentialsError::Kube {
-                step: "requesting a ServiceAccount token (TokenRequest API)",
-                source,
-            })?;
-        answer
-            .status
-            .map(|s| s.token)
+        let answer: serde_json::Value =
+            Api::<ServiceAccount>::namespaced(self.client.clone(), &self.cfg.namespace)
+                .create_subresource("token", sa, &PostParams::default(), &req)
+                .await
+                .map_err(|source| CredentialsError::Kube {
+                    step: "requesting a ServiceAccount token (TokenRequest API)",
+                    source,
+                })?;
+        let status: TokenAnswerStatus = serde_json::from_value(
+            answer.get("status").cloned().unwrap_or_default(),
+        )
+        .map_err(|source| CredentialsError::TokenAnswer {
+            account: sa.to_owned(),
+            source,
+        })?;
+        let token = status
+            .token
             .filter(|t| !t.is_empty())
-            .ok_or_else(|| CredentialsError::NoToken(sa.to_owned()))
+            .ok_or_else(|| CredentialsError::NoToken(sa.to_owned()))?;
+        Ok((token, status.expiration_timestamp))
     }
 
     /// Creates `ns` for `buyer_id`, or accepts it when this gateway already
@@ -803,6 +830,37 @@ impl Credentials {
     }
 }
 
+/// The part of a TokenRequest answer's `status` this gateway reads; both
+/// optional, so that a missing timestamp falls back instead of failing.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TokenAnswerStatus {
+    #[serde(default)]
+    token: Option<String>,
+    #[serde(default)]
+    expiration_timestamp: Option<String>,
+}
+
+/// How long a kubeconfig whose token was requested at `issued` is reused:
+/// half the lifetime the API server granted (`expiration`, the answer's
+/// `status.expirationTimestamp`, RFC 3339), which may be shorter than
+/// `requested` (a `--service-account-max-token-expiration` cap) or longer
+/// (`--service-account-extend-token-expiration`); half of `requested` when
+/// the timestamp is missing or does not parse. A token already expired by
+/// our clock is not reused at all.
+pub fn reuse_for(
+    issued: jiff::Timestamp,
+    expiration: Option<&str>,
+    requested: Duration,
+) -> Duration {
+    let granted = expiration
+        .and_then(|e| e.parse::<jiff::Timestamp>().ok())
+        .map_or(requested, |exp| {
+            Duration::try_from(exp.duration_since(issued)).unwrap_or(Duration::ZERO)
+        });
+    granted / 2
+}
+
 /// The object as JSON with `apiVersion`/`kind`, which server-side apply requires.
 fn with_type<T: serde::Serialize>(obj: &T, api_version: &str, kind: &str) -> serde_json::Value {
     let mut v = serde_json::to_value(obj).unwrap_or_default();
@@ -934,6 +992,59 @@ mod tests {
         );
         assert_eq!(v["users"][0]["user"]["token"], "tok");
         assert!(kube::config::Kubeconfig::from_yaml(&y).is_ok());
+    }
+
+    #[test]
+    fn cached_kubeconfigs_live_half_the_granted_lifetime() {
+        let issued: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let day = Duration::from_secs(24 * 3600);
+        let hour = Duration::from_secs(3600);
+        // As requested.
+        assert_eq!(
+            reuse_for(issued, Some("2026-01-02T00:00:00Z"), day),
+            day / 2
+        );
+        // Shortened by the API server (a maximum token lifetime).
+        assert_eq!(
+            reuse_for(issued, Some("2026-01-01T01:00:00Z"), day),
+            hour / 2
+        );
+        // Extended by the API server.
+        assert_eq!(
+            reuse_for(issued, Some("2027-01-01T00:00:00Z"), day),
+            365 * day / 2
+        );
+        // Other offsets parse too.
+        assert_eq!(
+            reuse_for(issued, Some("2026-01-01T02:00:00+01:00"), day),
+            hour / 2
+        );
+        // Missing or unparsable: the configured lifetime.
+        assert_eq!(reuse_for(issued, None, day), day / 2);
+        assert_eq!(reuse_for(issued, Some("tomorrow"), day), day / 2);
+        assert_eq!(reuse_for(issued, Some(""), day), day / 2);
+        // Expired already (clock skew): never reused.
+        assert_eq!(
+            reuse_for(issued, Some("2025-12-31T23:00:00Z"), day),
+            Duration::ZERO
+        );
+    }
+
+    #[test]
+    fn token_answers_parse_without_a_timestamp() {
+        let s: TokenAnswerStatus =
+            serde_json::from_value(serde_json::json!({"token": "t"})).unwrap();
+        assert_eq!(
+            (s.token.as_deref(), s.expiration_timestamp),
+            (Some("t"), None)
+        );
+        let s: TokenAnswerStatus = serde_json::from_value(serde_json::json!({
+            "token": "t", "expirationTimestamp": "2026-01-01T00:00:00Z"}))
+        .unwrap();
+        assert_eq!(
+            s.expiration_timestamp.as_deref(),
+            Some("2026-01-01T00:00:00Z")
+        );
     }
 
     #[test]

@@ -27,6 +27,7 @@ mod error;
 mod http;
 pub mod limits;
 mod openapi;
+mod peering_secret;
 mod purchase;
 pub mod query;
 mod rate_limit;
@@ -80,6 +81,10 @@ pub mod labels {
     /// addresses reachable from outside this cluster, comma-joined (written
     /// by the service allocation controller, served to the buyer).
     pub const EXTERNAL_ENDPOINTS: &str = "fluidos.eu/external-endpoints";
+    /// Provider-side Contract annotation: the Secret (in the Contract's
+    /// namespace) holding the buyer's peering kubeconfig, which the
+    /// Contract's spec no longer carries (see `peering_secret`).
+    pub const CREDENTIALS_SECRET: &str = "fluidos.eu/credentials-secret";
 
     /// Selects the provider-side objects of this gateway.
     pub(crate) fn provider() -> kube::api::ListParams {
@@ -272,6 +277,8 @@ pub(crate) struct State {
     transactions: Api<Transaction>,
     contracts: Api<Contract>,
     allocations: Api<Allocation>,
+    /// The sold Contracts' credentials Secrets (in the node's namespace).
+    secrets: Api<k8s_openapi::api::core::v1::Secret>,
     credentials: Credentials,
     client: kube::Client,
     /// Publishes the Events of contract endings.
@@ -361,6 +368,7 @@ impl Gateway {
             transactions: Api::namespaced(client.clone(), ns),
             contracts: Api::namespaced(client.clone(), ns),
             allocations: Api::namespaced(client.clone(), ns),
+            secrets: Api::namespaced(client.clone(), ns),
             client,
             sweeps: Default::default(),
             recorder: fluidos_controller::events::recorder(client_for_events, REPORTER),

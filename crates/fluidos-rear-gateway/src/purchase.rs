@@ -4,11 +4,16 @@
 //! buyer simply retrying:
 //! 1. issue peering credentials (server-side apply + TokenRequest);
 //! 2. compare-and-swap the ledger entry `Held` → `Sold` with the contract name;
-//! 3. create the Contract (AlreadyExists → read it back);
+//! 3. create the Contract (AlreadyExists → read it back), with an empty
+//!    `peeringTargetCredentials.kubeconfig`;
 //! 4. create the Allocation (AlreadyExists is fine);
-//! 5. delete the Transaction.
+//! 5. answer, with the kubeconfig from memory;
+//! 6. in the background: write the kubeconfig into the Contract's
+//!    credentials Secret (`peering_secret`), then delete the Transaction.
 //!
-//! After 5, a repeated purchase finds the Contract by its transaction label.
+//! After 6, a repeated purchase finds the Contract by its transaction label
+//! and the kubeconfig in its Secret. A Secret missing then (a crash before
+//! 6) is written again with the buyer's current credentials.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -242,20 +247,55 @@ impl State {
             .await?;
         let suffix = contract.rsplit('-').next().map(str::len).unwrap_or(4);
 
-        let spec = self.contract_spec(&flavor, &tx, &liqo_id, kubeconfig, &req);
+        let spec = self.contract_spec(&flavor, &tx, &liqo_id, &req);
         // Independent objects: created concurrently to save a round trip.
-        let (stored, ()) = tokio::try_join!(
+        let ((stored, created), ()) = tokio::try_join!(
             self.ensure_contract(&contract, &flavor, spec, caller),
             self.ensure_allocation(&flavor_id, tx_id, suffix, &contract)
         )?;
-        // The sale is complete; consuming the Transaction need not delay the
-        // answer (if this process dies first, the sweeper deletes it).
+        tracing::info!(transaction = %tx_id, contract = %contract, buyer = %buyer_id, "sold");
+        self.settle(tx_id, &stored, created, kubeconfig).await
+    }
+
+    /// The answer to a purchase whose Contract `stored` exists (`created`
+    /// by it or by an earlier one), given the `kubeconfig` just issued; the
+    /// Secret and the Transaction are seen to after answering.
+    async fn settle(
+        self: &Arc<Self>,
+        tx_id: &str,
+        stored: &Contract,
+        created: bool,
+        kubeconfig: String,
+    ) -> Result<WireContract, ApiError> {
+        // A new Contract: its Secret is written after the answer (below).
+        // One made before (a repeated purchase): the kubeconfig it was sold
+        // with, so the buyer keeps getting the same one.
+        let (kubeconfig, secret) = if created {
+            let secret = crate::peering_secret::credentials_secret(stored, &kubeconfig)?;
+            (kubeconfig, Some(secret))
+        } else {
+            (
+                self.contract_kubeconfig(stored, Some(kubeconfig)).await?,
+                None,
+            )
+        };
+        // The sale is complete; storing its credentials and consuming the
+        // Transaction need not delay the answer (a Secret create is an API
+        // round trip with an etcd write: about 5 ms even on loopback). If
+        // this process dies first, the sweeper deletes the Transaction and
+        // a repeated purchase writes the Secret. The Secret goes first:
+        // while the Transaction exists, a retry takes the full path above,
+        // which repairs the Secret as well.
         self.recent.forget(tx_id);
         let me = self.clone();
         let id = tx_id.to_owned();
-        tokio::spawn(async move { me.delete_transaction(&id).await });
-        tracing::info!(transaction = %tx_id, contract = %contract, buyer = %buyer_id, "sold");
-        self.wire_contract(&stored)
+        tokio::spawn(async move {
+            if let Some(secret) = secret {
+                me.write_sold_credentials(secret).await;
+            }
+            me.delete_transaction(&id).await;
+        });
+        self.wire_contract(stored, kubeconfig)
     }
 
     /// The provider-side Transaction `tx_id` if it is still open, and
@@ -315,7 +355,6 @@ impl State {
         flavor: &Flavor,
         tx: &Transaction,
         liqo_id: &str,
-        kubeconfig: String,
         req: &PurchaseRequest,
     ) -> ContractSpec {
         let buyer = NodeIdentity {
@@ -343,9 +382,11 @@ impl State {
             buyer,
             buyer_cluster_id: tx.spec.cluster_id.clone(),
             seller,
+            // The kubeconfig lives in the Contract's Secret, not here:
+            // whoever reads Contracts must not read the buyers' tokens.
             peering_target_credentials: LiqoCredentials {
                 liqo_id: liqo_id.to_owned(),
-                kubeconfig,
+                kubeconfig: String::new(),
             },
             expiration_time: Some(time::expiry_after(self.cfg.contract_ttl)),
             // Names the ResourceSlice class this node's peering serves to
@@ -367,13 +408,15 @@ impl State {
         }
     }
 
+    /// Creates the Contract `name`, or reads back the one an earlier
+    /// purchase of the same transaction made; true when created now.
     async fn ensure_contract(
         &self,
         name: &str,
         flavor: &Flavor,
         spec: ContractSpec,
         owner: SaleOwner,
-    ) -> Result<Contract, ApiError> {
+    ) -> Result<(Contract, bool), ApiError> {
         let tx_id = spec.transaction_id.clone();
         let mut annotations = BTreeMap::from([
             (
@@ -381,6 +424,7 @@ impl State {
                 creation_timestamp(flavor),
             ),
             (labels::BUYER.to_owned(), spec.buyer.node_id.clone()),
+            crate::peering_secret::annotation(name),
         ]);
         if let Some(key) = owner.annotation() {
             annotations.insert(labels::BUYER_KEY.to_owned(), key);
@@ -404,7 +448,7 @@ impl State {
             .create(&PostParams::default(), &contract)
             .await
         {
-            Ok(c) => Ok(c),
+            Ok(c) => Ok((c, true)),
             Err(e) if is_already_exists(&e) => {
                 let existing = self
                     .contracts
@@ -417,7 +461,7 @@ impl State {
                         existing.spec.transaction_id
                     )));
                 }
-                Ok(existing)
+                Ok((existing, false))
             }
             Err(e) => Err(ApiError::kube("creating the Contract", &e)),
         }
@@ -481,19 +525,24 @@ impl State {
                     caller,
                     &format!("transaction {tx_id}"),
                 )?;
-                self.wire_contract(c)
+                let kubeconfig = self.contract_kubeconfig(c, None).await?;
+                self.wire_contract(c, kubeconfig)
             }
             None => Err(tx_not_found(tx_id)),
         }
     }
 
-    fn wire_contract(&self, c: &Contract) -> Result<WireContract, ApiError> {
+    /// The wire form of the stored Contract `c`, carrying `kubeconfig`
+    /// (which the stored one does not).
+    fn wire_contract(&self, c: &Contract, kubeconfig: String) -> Result<WireContract, ApiError> {
         let ts = c
             .annotations()
             .get(labels::FLAVOR_TIMESTAMP)
             .cloned()
             .unwrap_or_default();
-        WireContract::from_crd(&c.name_any(), &c.spec, ts)
+        let mut spec = c.spec.clone();
+        spec.peering_target_credentials.kubeconfig = kubeconfig;
+        WireContract::from_crd(&c.name_any(), &spec, ts)
             .map_err(|e| ApiError::internal(format!("the stored Contract does not convert: {e}")))
     }
 }

@@ -12,11 +12,10 @@ mod common;
 
 use std::time::Duration;
 
-use base64::Engine;
 use common::*;
 use fluidos_api::flavor::FlavorType;
 use fluidos_api::{Allocation, Contract, Flavor};
-use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::Api;
 use kube::api::DeleteParams;
@@ -45,12 +44,21 @@ async fn buy(c: &reqwest::Client, g: &Served, flavor: &str, buyer_id: &str, cpu:
     json(&body)["contractID"].as_str().unwrap().to_owned()
 }
 
-/// A client acting with the peering kubeconfig stored in the Contract.
-async fn peer_client(contract: &Contract) -> kube::Client {
-    let yaml = base64::engine::general_purpose::STANDARD
-        .decode(&contract.spec.peering_target_credentials.kubeconfig)
-        .unwrap();
-    let kc = kube::config::Kubeconfig::from_yaml(std::str::from_utf8(&yaml).unwrap()).unwrap();
+/// A client acting with the peering kubeconfig the provider keeps for
+/// `contract` in its credentials Secret (written just after the sale's
+/// answer: waited for).
+async fn peer_client(client: &kube::Client, ns: &str, contract: &str) -> kube::Client {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let name = format!("peering-credentials-{contract}");
+    wait_until(
+        &format!("the credentials Secret of {contract}"),
+        Duration::from_secs(10),
+        || async { secrets.get_opt(&name).await.unwrap().is_some() },
+    )
+    .await;
+    let secret = secrets.get(&name).await.unwrap();
+    let yaml = &secret.data.unwrap()["kubeconfig"].0;
+    let kc = kube::config::Kubeconfig::from_yaml(std::str::from_utf8(yaml).unwrap()).unwrap();
     let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
         .unwrap();
@@ -172,9 +180,8 @@ async fn deleted_and_expired_contracts_release_capacity_and_credentials() {
         || async { cpu_listed(&get(&c, &g.url("/api/v2/flavors/k8slice")).await.1).is_none() },
     )
     .await;
-    let first = contracts.get(&c1).await.unwrap();
-    let peer_one = peer_client(&first).await;
-    let peer_two = peer_client(&contracts.get(&c2).await.unwrap()).await;
+    let peer_one = peer_client(&client, ns, &c1).await;
+    let peer_two = peer_client(&client, ns, &c2).await;
     wait_token_works(
         &peer_one,
         &tenant("buyer-one"),
@@ -282,7 +289,7 @@ async fn deleted_and_expired_contracts_release_capacity_and_credentials() {
     // watch's latency) and issues fresh credentials.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let c3 = buy(&c, &replica, "f", "buyer-one", "1").await;
-    let again = peer_client(&contracts.get(&c3).await.unwrap()).await;
+    let again = peer_client(&client, ns, &c3).await;
     wait_token_works(
         &again,
         &tenant("buyer-one"),
@@ -302,7 +309,7 @@ async fn deleted_and_expired_contracts_release_capacity_and_credentials() {
     let allocations: Api<Allocation> = Api::namespaced(client.clone(), ns);
     let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
     let name = buy(&c, &g, "f", "buyer-three", "2").await;
-    let peer = peer_client(&contracts.get(&name).await.unwrap()).await;
+    let peer = peer_client(&client, ns, &name).await;
     wait_token_works(
         &peer,
         &tenant("buyer-three"),
@@ -379,7 +386,7 @@ async fn deleted_and_expired_contracts_release_capacity_and_credentials() {
     .await;
     // Buying again cancels it: no cached token of the marked account is reused.
     let second = buy(&c, &g, "f", "buyer-four", "1").await;
-    let peer = peer_client(&contracts.get(&second).await.unwrap()).await;
+    let peer = peer_client(&client, ns, &second).await;
     wait_token_works(
         &peer,
         &tenant("buyer-four"),

@@ -280,6 +280,12 @@ fn providers_summary(providers: &[fluidos_api::advertisement::ProviderQueryStatu
     if failed > 0 {
         s.push_str(&format!(", {failed} failed"));
     }
+    // Flavors a provider listed but does not own (or that do not decode):
+    // worth a look, `status.providers[].dropped` says which and why.
+    let dropped: i64 = providers.iter().map(|p| p.dropped_count).sum();
+    if dropped > 0 {
+        s.push_str(&format!(", {dropped} listed flavors dropped"));
+    }
     s
 }
 
@@ -666,12 +672,21 @@ mod tests {
                         outcome: ProviderOutcome::Answered,
                         flavors: 2,
                         message: None,
+                        ..Default::default()
                     },
                     ProviderQueryStatus {
                         address: "b:1".into(),
                         outcome: ProviderOutcome::TimedOut,
                         flavors: 0,
                         message: None,
+                        ..Default::default()
+                    },
+                    ProviderQueryStatus {
+                        address: "c:1".into(),
+                        outcome: ProviderOutcome::Answered,
+                        flavors: 0,
+                        dropped_count: 3,
+                        ..Default::default()
                     },
                 ],
             )),
@@ -680,7 +695,10 @@ mod tests {
         let d = &stages(&snap)[0];
         assert_eq!(d.state, StageState::Running);
         assert_eq!(d.object.as_deref(), Some("discovery-s1"));
-        assert_eq!(d.detail, "2 providers: 1 answered (2 matching), 1 failed");
+        assert_eq!(
+            d.detail,
+            "3 providers: 2 answered (2 matching), 1 failed, 3 listed flavors dropped"
+        );
     }
 
     #[test]

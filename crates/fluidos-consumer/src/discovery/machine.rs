@@ -5,8 +5,9 @@
 use std::time::Duration;
 
 use fluidos_api::advertisement::{
-    DiscoveryStatus, EmbeddedPeeringCandidate, EmbeddedPeeringCandidateList, PeeringCandidateSpec,
-    ProviderOutcome, ProviderQueryStatus,
+    DiscoveryStatus, DropReason, DroppedFlavor, EmbeddedPeeringCandidate,
+    EmbeddedPeeringCandidateList, MAX_DROPPED_FLAVORS, PeeringCandidateSpec, ProviderOutcome,
+    ProviderQueryStatus,
 };
 use fluidos_api::embedded::EmbeddedFlavor;
 use fluidos_api::rear::WireFlavor;
@@ -112,6 +113,13 @@ pub fn providers(known: &[KnownCluster], static_peers: &[ProviderAddress]) -> Pr
     out
 }
 
+/// A recorded flavor ID is cut to this many characters (a Kubernetes
+/// object name is at most 253).
+const MAX_DROPPED_ID_CHARS: usize = 253;
+
+/// A recorded message is cut to this many characters.
+const MAX_DROPPED_MESSAGE_CHARS: usize = 256;
+
 /// What `provider` answered, with the flavors this consumer can use.
 pub fn provider_answer(
     provider: &ProviderAddress,
@@ -129,37 +137,148 @@ pub fn provider_answer(
         Answer::Failed(e) => (ProviderOutcome::Failed, Some(e), Vec::new()),
         Answer::Listed(list) => (ProviderOutcome::Answered, None, list),
     };
-    let flavors = usable_flavors(&wire, selector, namespace, own_node_id);
+    let usable = usable_flavors(&wire, &provider.address, selector, namespace, own_node_id);
     ProviderAnswer {
         status: ProviderQueryStatus {
             address: provider.address.clone(),
             outcome,
-            flavors: i64::try_from(flavors.len()).unwrap_or(i64::MAX),
+            flavors: i64::try_from(usable.flavors.len()).unwrap_or(i64::MAX),
             message,
+            dropped: (!usable.dropped.is_empty()).then_some(usable.dropped),
+            dropped_count: i64::try_from(usable.dropped_count).unwrap_or(i64::MAX),
         },
-        flavors,
+        flavors: usable.flavors,
         fingerprint: provider.fingerprint,
     }
 }
 
-/// Decodes wire flavors, drops our own and those that do not really match
-/// (the query cannot carry regex filters), keeping only available ones.
+/// The flavors of one answer this consumer can use, and those it dropped.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Usable {
+    /// Decoded, available, matching flavors of the provider asked.
+    pub flavors: Vec<EmbeddedFlavor>,
+    /// The first [`MAX_DROPPED_FLAVORS`] dropped flavors, bounded in size.
+    pub dropped: Vec<DroppedFlavor>,
+    /// How many were dropped in all.
+    pub dropped_count: usize,
+}
+
+impl Usable {
+    /// Counts a dropped flavor, and records it while there is room (the
+    /// message is only written then: a long answer may drop thousands).
+    fn drop_flavor(
+        &mut self,
+        flavor_id: &str,
+        reason: DropReason,
+        message: impl FnOnce() -> String,
+    ) {
+        self.dropped_count += 1;
+        if self.dropped.len() < MAX_DROPPED_FLAVORS {
+            self.dropped.push(DroppedFlavor {
+                flavor_id: bounded(flavor_id, MAX_DROPPED_ID_CHARS),
+                reason,
+                message: bounded(&message(), MAX_DROPPED_MESSAGE_CHARS),
+            });
+        }
+    }
+}
+
+/// Sorts the flavors `asked` listed: drops our own and those that do not
+/// really match (the query cannot carry regex filters) or are unavailable,
+/// silently (normal filtering); drops and records those owned by another
+/// address (a provider may only sell its own: the consumer reserves and buys
+/// at `owner.ip`) and those that do not decode, so that one bad flavor costs
+/// only itself.
 pub fn usable_flavors(
     wire: &[WireFlavor],
+    asked: &str,
     selector: Option<&FlavorSelector>,
     namespace: &str,
     own_node_id: &str,
-) -> Vec<EmbeddedFlavor> {
-    wire.iter()
-        .filter(|w| w.availability && w.owner.id != own_node_id)
-        .filter_map(|w| match (w.to_embedded(namespace), w.parse_type()) {
-            (Ok(f), Ok(t)) if selector.is_none_or(|s| s.matches(&t)) => Some(f),
-            (Err(e), _) | (_, Err(e)) => {
-                tracing::warn!(flavor = %w.flavor_id, error = %e, "skipping malformed flavor");
-                None
+) -> Usable {
+    let mut out = Usable::default();
+    for w in wire.iter().filter(|w| w.owner.id != own_node_id) {
+        if !same_endpoint(&w.owner.ip, asked) {
+            out.drop_flavor(&w.flavor_id, DropReason::ForeignOwner, || {
+                format!(
+                    "owner.ip {:?} is not the address asked, {asked:?}",
+                    w.owner.ip
+                )
+            });
+            continue;
+        }
+        match w
+            .to_embedded(namespace)
+            .and_then(|f| Ok((f, w.parse_type()?)))
+        {
+            Ok((f, t)) => {
+                if w.availability && selector.is_none_or(|s| s.matches(&t)) {
+                    out.flavors.push(f);
+                }
             }
-            _ => None,
-        })
+            Err(e) => out.drop_flavor(&w.flavor_id, DropReason::Malformed, || e.to_string()),
+        }
+    }
+    out
+}
+
+/// Whether the `host:port` a flavor names as its owner is the `host:port`
+/// asked. Only spellings that cannot reach another endpoint are equal: the
+/// same text, IP addresses by value (`[::1]` and `[0:0::1]`), and DNS names
+/// without regard to ASCII case (RFC 4343); the port must be the same
+/// digits. A trailing dot is not ignored: `name` may resolve through the
+/// pod's search domains (`name.<ns>.svc.cluster.local`) where `name.` cannot,
+/// so they can be two hosts. Nor is a name equal to an address it resolves
+/// to: resolution is the peer's to influence.
+pub fn same_endpoint(owner: &str, asked: &str) -> bool {
+    // The same text reaches the same place, even when it is not a clean
+    // `host:port` (Go writes IPv6 hosts unbracketed).
+    if owner == asked {
+        return true;
+    }
+    match (split_host_port(owner), split_host_port(asked)) {
+        (Some((oh, op)), Some((ah, ap))) => {
+            op == ap
+                && match (
+                    oh.parse::<std::net::IpAddr>(),
+                    ah.parse::<std::net::IpAddr>(),
+                ) {
+                    (Ok(o), Ok(a)) => o == a,
+                    (Err(_), Err(_)) => oh.eq_ignore_ascii_case(ah),
+                    _ => false,
+                }
+        }
+        _ => false,
+    }
+}
+
+/// `host` (IPv6 brackets removed) and the port digits of `host:port`, or
+/// `None` when it is not that.
+fn split_host_port(s: &str) -> Option<(&str, &str)> {
+    let (host, port) = s.rsplit_once(':')?;
+    if port.is_empty() || port.len() > 5 || !port.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let host = match host.strip_prefix('[') {
+        Some(inner) => inner.strip_suffix(']')?,
+        // An unbracketed `:` leaves the port ambiguous.
+        None if host.contains(':') => return None,
+        None => host,
+    };
+    (!host.is_empty()).then_some((host, port))
+}
+
+/// `s` cut to at most `max` characters (ending in `…` when cut), control
+/// characters replaced: peer-supplied text shown by kubectl.
+fn bounded(s: &str, max: usize) -> String {
+    let clean = |c: char| if c.is_control() { '\u{fffd}' } else { c };
+    if s.chars().count() <= max {
+        return s.chars().map(clean).collect();
+    }
+    s.chars()
+        .take(max.saturating_sub(1))
+        .map(clean)
+        .chain(std::iter::once('…'))
         .collect()
 }
 
@@ -252,7 +371,8 @@ pub fn should_withdraw(
 ) -> bool {
     let flavor = &pc.spec.flavor;
     let Some(answer) = answers.iter().find(|a| {
-        a.status.outcome == ProviderOutcome::Answered && a.status.address == flavor.spec.owner.ip
+        a.status.outcome == ProviderOutcome::Answered
+            && same_endpoint(&flavor.spec.owner.ip, &a.status.address)
     }) else {
         return false;
     };
@@ -510,9 +630,14 @@ mod tests {
 
     #[test]
     fn answers_are_classified() {
-        let ok = answer("a:1", Answer::Listed(vec![wire_flavor("f1", "4", "1")]));
+        let ok = answer(OWNER, Answer::Listed(vec![wire_flavor("f1", "4", "1")]));
         assert_eq!(ok.status.outcome, ProviderOutcome::Answered);
         assert_eq!((ok.status.flavors, ok.status.message.clone()), (1, None));
+        // Nothing dropped: the status reads as before `dropped` existed.
+        assert_eq!(
+            serde_json::to_value(&ok.status).unwrap(),
+            serde_json::json!({"address": OWNER, "outcome": "Answered", "flavors": 1})
+        );
         let failed = answer("b:1", Answer::Failed("connection refused".into()));
         assert_eq!(failed.status.outcome, ProviderOutcome::Failed);
         assert_eq!(failed.status.message.as_deref(), Some("connection refused"));
@@ -545,10 +670,190 @@ mod tests {
             own,
             gone,
         ];
-        let kept = usable_flavors(&list, Some(&sel), "fluidos", "me");
-        assert_eq!(kept.iter().map(|f| f.id()).collect::<Vec<_>>(), ["a"]);
-        assert_eq!(kept[0].metadata.namespace.as_deref(), Some("fluidos"));
-        assert_eq!(usable_flavors(&list, None, "fluidos", "me").len(), 2);
+        let kept = usable_flavors(&list, OWNER, Some(&sel), "fluidos", "me");
+        assert_eq!(
+            kept.flavors.iter().map(|f| f.id()).collect::<Vec<_>>(),
+            ["a"]
+        );
+        assert_eq!(
+            kept.flavors[0].metadata.namespace.as_deref(),
+            Some("fluidos")
+        );
+        let all = usable_flavors(&list, OWNER, None, "fluidos", "me");
+        assert_eq!(all.flavors.len(), 2);
+        // Normal filtering, not drops: nothing is recorded.
+        for u in [kept, all] {
+            assert_eq!((u.dropped, u.dropped_count), (vec![], 0));
+        }
+    }
+
+    /// The fixture flavors' `owner.ip`.
+    const OWNER: &str = "127.0.0.1:1";
+
+    fn owned_by(id: &str, ip: &str) -> WireFlavor {
+        let mut w = wire_flavor(id, "4", "1");
+        w.owner.ip = ip.into();
+        w
+    }
+
+    fn malformed(id: &str, type_: serde_json::Value) -> WireFlavor {
+        let mut w = wire_flavor(id, "4", "1");
+        w.type_ = serde_json::from_value(type_).unwrap();
+        w
+    }
+
+    fn ids(u: &Usable) -> Vec<&str> {
+        u.flavors.iter().map(|f| f.id()).collect()
+    }
+
+    #[test]
+    fn flavors_owned_by_another_address_are_dropped_and_recorded() {
+        let list = vec![
+            owned_by("mine", OWNER),
+            owned_by("elsewhere", "203.0.113.9:1"),
+            owned_by("other-port", "127.0.0.1:2"),
+            owned_by("by-name", "localhost:1"),
+            owned_by("no-owner", ""),
+        ];
+        let a = answer(OWNER, Answer::Listed(list));
+        assert_eq!(
+            a.flavors.iter().map(|f| f.id()).collect::<Vec<_>>(),
+            ["mine"]
+        );
+        assert_eq!((a.status.flavors, a.status.dropped_count), (1, 4));
+        let dropped = a.status.dropped.clone().unwrap();
+        assert_eq!(
+            dropped
+                .iter()
+                .map(|d| d.flavor_id.as_str())
+                .collect::<Vec<_>>(),
+            ["elsewhere", "other-port", "by-name", "no-owner"]
+        );
+        assert!(dropped.iter().all(|d| d.reason == DropReason::ForeignOwner));
+        assert_eq!(
+            dropped[0].message,
+            r#"owner.ip "203.0.113.9:1" is not the address asked, "127.0.0.1:1""#
+        );
+        let json = serde_json::to_value(&a.status).unwrap();
+        assert_eq!(json["droppedCount"], 4);
+        assert_eq!(
+            json["dropped"][0],
+            serde_json::json!({
+                "flavorID": "elsewhere",
+                "reason": "ForeignOwner",
+                "message": dropped[0].message,
+            })
+        );
+    }
+
+    #[test]
+    fn a_malformed_flavor_costs_only_itself() {
+        let list = vec![
+            wire_flavor("a", "4", "1"),
+            malformed(
+                "bad-data",
+                serde_json::json!({"name": "k8slice", "data": {"charateristics": 7}}),
+            ),
+            malformed(
+                "bad-type",
+                serde_json::json!({"name": "teleporter", "data": {}}),
+            ),
+            wire_flavor("b", "4", "1"),
+        ];
+        let u = usable_flavors(&list, OWNER, None, "fluidos", "me");
+        assert_eq!(ids(&u), ["a", "b"]);
+        assert_eq!(u.dropped_count, 2);
+        assert_eq!(
+            u.dropped
+                .iter()
+                .map(|d| (d.flavor_id.as_str(), &d.reason))
+                .collect::<Vec<_>>(),
+            [
+                ("bad-data", &DropReason::Malformed),
+                ("bad-type", &DropReason::Malformed)
+            ]
+        );
+        assert!(
+            u.dropped.iter().all(|d| !d.message.is_empty()),
+            "{:?}",
+            u.dropped
+        );
+        assert!(
+            u.dropped[0].message.contains("flavor.type"),
+            "{:?}",
+            u.dropped[0]
+        );
+    }
+
+    #[test]
+    fn at_most_ten_drops_are_kept_with_the_full_count_and_bounded_text() {
+        let mut list: Vec<_> = (0..25)
+            .map(|i| owned_by(&format!("f{i}"), "203.0.113.9:1"))
+            .collect();
+        list[0].flavor_id = format!("\u{1b}[31m{}", "é".repeat(400));
+        list[1].owner.ip = format!("{}:1", "h".repeat(1000));
+        let u = usable_flavors(&list, OWNER, None, "fluidos", "me");
+        assert!(u.flavors.is_empty());
+        assert_eq!(
+            (u.dropped.len(), u.dropped_count),
+            (MAX_DROPPED_FLAVORS, 25)
+        );
+        let long = &u.dropped[0].flavor_id;
+        assert_eq!(long.chars().count(), MAX_DROPPED_ID_CHARS);
+        assert!(
+            long.starts_with("\u{fffd}[31mé") && long.ends_with("é…"),
+            "{long}"
+        );
+        let message = &u.dropped[1].message;
+        assert_eq!(message.chars().count(), MAX_DROPPED_MESSAGE_CHARS);
+        assert!(message.ends_with('…'));
+        assert_eq!(u.dropped[9].flavor_id, "f9");
+    }
+
+    #[test]
+    fn our_own_flavors_are_skipped_without_a_record() {
+        let mut own = owned_by("relayed", "203.0.113.9:1");
+        own.owner.id = "me".into();
+        let u = usable_flavors(
+            &[own, wire_flavor("a", "4", "1")],
+            OWNER,
+            None,
+            "fluidos",
+            "me",
+        );
+        assert_eq!(ids(&u), ["a"]);
+        assert_eq!((u.dropped, u.dropped_count), (vec![], 0));
+    }
+
+    #[test]
+    fn an_owner_is_the_address_asked_only_when_nothing_else_can_be_reached() {
+        for (owner, asked) in [
+            ("127.0.0.1:1", "127.0.0.1:1"),
+            ("Provider.Example:443", "provider.example:443"),
+            ("[::1]:8080", "[0:0::1]:8080"),
+            ("[FD00::A]:1", "[fd00::a]:1"),
+            ("fd00::1:30000", "fd00::1:30000"),
+        ] {
+            assert!(same_endpoint(owner, asked), "{owner} vs {asked}");
+        }
+        for (owner, asked) in [
+            ("127.0.0.1:2", "127.0.0.1:1"),
+            ("127.0.0.1:01", "127.0.0.1:1"),
+            ("localhost:1", "127.0.0.1:1"),
+            ("provider.example.:443", "provider.example:443"),
+            ("provider.example:443", "provider.example.:443"),
+            ("127.0.0.2:1", "127.0.0.1:1"),
+            ("[::ffff:127.0.0.1]:1", "127.0.0.1:1"),
+            ("127.0.0.1", "127.0.0.1:1"),
+            ("", "127.0.0.1:1"),
+            (":1", "[::]:1"),
+            ("::1:1", "[::1]:1"),
+            ("http://127.0.0.1:1", "127.0.0.1:1"),
+            ("127.0.0.1:1/x", "127.0.0.1:1"),
+            ("127.0.0.1:1", "127.0.0.1:1x"),
+        ] {
+            assert!(!same_endpoint(owner, asked), "{owner} vs {asked}");
+        }
     }
 
     #[test]
@@ -618,7 +923,7 @@ mod tests {
     fn a_round_ends_solved_failed_or_retrying() {
         let now = at("2026-12-01T10:00:05Z");
         let pc = embedded(&candidate("f1", "4", "1"));
-        let up = || answer("a:1", Answer::Listed(vec![wire_flavor("f1", "4", "1")]));
+        let up = || answer(OWNER, Answer::Listed(vec![wire_flavor("f1", "4", "1")]));
         let down = || answer("b:1", Answer::Failed("down".into()));
 
         let c = conclude(running_since(NOW), &[up(), down()], vec![pc], now);

@@ -192,6 +192,12 @@ namespace:
   - apiGroups: [""]
     resources: [serviceaccounts/token]
     verbs: [create]
+  # peering_secret.rs: each sold Contract's peering kubeconfig lives in the
+  # Secret `peering-credentials-<contract>` here (created at the sale, read
+  # on a repeated purchase); contract_end.rs deletes it with the Contract.
+  - apiGroups: [""]
+    resources: [secrets]
+    verbs: [get, create, delete]
   # credentials.rs: removes the peer grants earlier versions made in the
   # node's namespace (label-selected).
   - apiGroups: [rbac.authorization.k8s.io]

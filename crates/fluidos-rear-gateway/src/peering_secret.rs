@@ -1,0 +1,326 @@
+//! The buyer's peering kubeconfig of a sold Contract, kept in a Secret.
+//!
+//! Whoever may read Contracts (every FLUIDOS component, operators, tools)
+//! would read every buyer's bearer token if it stayed in the Contract's
+//! `spec.peeringTargetCredentials.kubeconfig`, as upstream keeps it. The
+//! provider-side Contract keeps `liqoID` and an empty `kubeconfig`; its
+//! annotation [`labels::CREDENTIALS_SECRET`] names the Secret
+//! `peering-credentials-<contract>` ([`secret_name`]) in the node's
+//! namespace: type Opaque, the kubeconfig YAML itself under the key
+//! [`KUBECONFIG_KEY`] (so the usual `base64 -d` of the Secret's data gives a
+//! usable file), the Contract's labels plus [`MANAGED_LABEL`], and owned by
+//! the Contract, so the garbage collector removes it with the Contract (the
+//! contract-end sweep also deletes it explicitly). The REAR answer still
+//! carries the kubeconfig, base64 of that YAML, as upstream's does.
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use fluidos_api::Contract;
+use fluidos_api::common::FlavorTypeIdentifier;
+use fluidos_api::naming::hash_prefix;
+use fluidos_controller::api_error::{is_already_exists, is_not_found};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use kube::{Resource, ResourceExt};
+
+use crate::credentials::MANAGED_LABEL;
+use crate::error::ApiError;
+use crate::{State, labels};
+
+/// Key of the kubeconfig YAML in the credentials Secret.
+pub const KUBECONFIG_KEY: &str = "kubeconfig";
+/// Prefix of the credentials Secret's name.
+const PREFIX: &str = "peering-credentials-";
+/// Longest object name (a DNS subdomain).
+const MAX_NAME: usize = 253;
+/// Hex characters of the hash that keeps a shortened name unique.
+const HASH_LEN: usize = 16;
+
+/// Why the credentials Secret of a Contract could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    /// The kubeconfig to store is not base64 (it is this gateway's own
+    /// encoding, so this is a bug, never the buyer's fault).
+    #[error("the kubeconfig to store is not base64")]
+    NotBase64(#[source] base64::DecodeError),
+    /// The Contract has no UID for the Secret's ownerReference.
+    #[error("the Contract {0} has no UID to own its credentials Secret")]
+    NoOwnerUid(String),
+}
+
+impl From<SecretError> for ApiError {
+    fn from(e: SecretError) -> Self {
+        tracing::warn!(error = %e, "building the credentials Secret");
+        ApiError::internal(format!("cannot store the peering credentials: {e}"))
+    }
+}
+
+/// `peering-credentials-<contract>`; when that would be longer than an
+/// object name may be, the contract name is cut and a hash of the whole of
+/// it appended (two long names sharing a prefix stay apart).
+pub fn secret_name(contract: &str) -> String {
+    let name = format!("{PREFIX}{contract}");
+    if name.len() <= MAX_NAME {
+        return name;
+    }
+    let hash = hash_prefix(contract, HASH_LEN);
+    let keep = MAX_NAME - PREFIX.len() - 1 - HASH_LEN;
+    // Object names are ASCII; a non-boundary cut (impossible) keeps nothing.
+    let head = contract.get(..keep).unwrap_or_default();
+    let head = head.trim_end_matches(['-', '.']);
+    format!("{PREFIX}{head}-{hash}")
+}
+
+/// The credentials Secret of `contract` holding `kubeconfig_b64` (the wire
+/// form, base64 of the YAML), stored decoded.
+pub(crate) fn credentials_secret(
+    contract: &Contract,
+    kubeconfig_b64: &str,
+) -> Result<Secret, SecretError> {
+    let name = contract.name_any();
+    let uid = contract
+        .uid()
+        .ok_or_else(|| SecretError::NoOwnerUid(name.clone()))?;
+    let yaml = base64::engine::general_purpose::STANDARD
+        .decode(kubeconfig_b64)
+        .map_err(SecretError::NotBase64)?;
+    let mut secret_labels = contract.labels().clone();
+    secret_labels.insert(MANAGED_LABEL.0.to_owned(), MANAGED_LABEL.1.to_owned());
+    Ok(Secret {
+        metadata: ObjectMeta {
+            name: Some(secret_name(&name)),
+            namespace: contract.namespace(),
+            labels: Some(secret_labels),
+            // Not `blockOwnerDeletion`: it needs `update` on the Contracts'
+            // finalizers, a right the gateway has no other use for.
+            owner_references: Some(vec![OwnerReference {
+                api_version: Contract::api_version(&()).into_owned(),
+                kind: Contract::kind(&()).into_owned(),
+                name,
+                uid,
+                controller: Some(true),
+                block_owner_deletion: None,
+            }]),
+            ..Default::default()
+        },
+        type_: Some("Opaque".to_owned()),
+        data: Some(BTreeMap::from([(
+            KUBECONFIG_KEY.to_owned(),
+            ByteString(yaml),
+        )])),
+        ..Default::default()
+    })
+}
+
+/// The kubeconfig a credentials Secret holds, in the wire form (base64).
+pub(crate) fn kubeconfig_in(secret: &Secret) -> Option<String> {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(KUBECONFIG_KEY))
+        .filter(|b| !b.0.is_empty())
+        .map(|b| base64::engine::general_purpose::STANDARD.encode(&b.0))
+}
+
+/// The kubeconfig a Contract stored by an earlier version still carries in
+/// its spec, if any.
+pub(crate) fn kubeconfig_in_spec(contract: &Contract) -> Option<&str> {
+    Some(contract.spec.peering_target_credentials.kubeconfig.as_str()).filter(|k| !k.is_empty())
+}
+
+fn no_kubeconfig() -> ApiError {
+    ApiError::internal("the credentials Secret of the Contract holds no kubeconfig")
+}
+
+impl State {
+    /// The kubeconfig to answer a repeated purchase of `contract` with: the
+    /// one in its spec (a Contract of an earlier version), else the one in
+    /// its Secret. A missing Secret (the process died between answering the
+    /// sale and writing it, or somebody deleted it) is written again, with
+    /// `fresh` if the caller has issued credentials already, else with
+    /// credentials issued now.
+    pub(crate) async fn contract_kubeconfig(
+        &self,
+        contract: &Contract,
+        fresh: Option<String>,
+    ) -> Result<String, ApiError> {
+        if let Some(k) = kubeconfig_in_spec(contract) {
+            return Ok(k.to_owned());
+        }
+        let name = secret_name(&contract.name_any());
+        match self.secrets.get_opt(&name).await {
+            Ok(Some(s)) => return kubeconfig_in(&s).ok_or_else(no_kubeconfig),
+            Ok(None) => {}
+            Err(e) => return Err(ApiError::kube("reading the credentials Secret", &e)),
+        }
+        let kubeconfig = match fresh {
+            Some(k) => k,
+            None => self.reissue(contract).await?,
+        };
+        self.store_credentials(contract, &kubeconfig).await
+    }
+
+    /// Credentials for the buyer of `contract` (cached while fresh), and for
+    /// a K8Slice its tenant-namespace grant (in place since the sale unless
+    /// the grant was lost; checked against a watch cache, so usually free).
+    async fn reissue(&self, contract: &Contract) -> Result<String, ApiError> {
+        let buyer_id = &contract.spec.buyer.node_id;
+        let liqo_id = &contract.spec.peering_target_credentials.liqo_id;
+        let (kubeconfig, account_uid) = self.credentials.kubeconfig_for(buyer_id, liqo_id).await?;
+        if contract.spec.flavor.spec.flavor_type.identifier() == Some(FlavorTypeIdentifier::K8Slice)
+        {
+            self.credentials
+                .grant_tenant_namespace(buyer_id, &account_uid, &contract.spec.buyer_cluster_id)
+                .await?;
+        }
+        Ok(kubeconfig)
+    }
+
+    /// Creates `contract`'s credentials Secret with `kubeconfig_b64`, or, if
+    /// it exists already, returns what it holds: the first write wins, so
+    /// every later answer agrees with the Secret.
+    pub(crate) async fn store_credentials(
+        &self,
+        contract: &Contract,
+        kubeconfig_b64: &str,
+    ) -> Result<String, ApiError> {
+        let secret = credentials_secret(contract, kubeconfig_b64)?;
+        match self.secrets.create(&PostParams::default(), &secret).await {
+            Ok(_) => Ok(kubeconfig_b64.to_owned()),
+            Err(e) if is_already_exists(&e) => {
+                let existing = self
+                    .secrets
+                    .get(&secret.name_any())
+                    .await
+                    .map_err(|e| ApiError::kube("reading the credentials Secret", &e))?;
+                kubeconfig_in(&existing).ok_or_else(no_kubeconfig)
+            }
+            Err(e) => Err(ApiError::kube("creating the credentials Secret", &e)),
+        }
+    }
+
+    /// Creates a credentials Secret built at the sale, after the answer; a
+    /// failure is logged (without the Secret's content) and repaired by the
+    /// buyer's next purchase of the same transaction.
+    pub(crate) async fn write_sold_credentials(&self, secret: Secret) {
+        match self.secrets.create(&PostParams::default(), &secret).await {
+            Ok(_) => {}
+            // A repeated purchase wrote it first.
+            Err(e) if is_already_exists(&e) => {}
+            Err(e) => tracing::warn!(
+                secret = %secret.name_any(),
+                error = %e,
+                "storing the peering credentials of a sale"
+            ),
+        }
+    }
+
+    /// Deletes the credentials Secret of `contract`; gone already is fine.
+    pub(crate) async fn delete_credentials(&self, contract: &str) -> Result<(), kube::Error> {
+        match self
+            .secrets
+            .delete(&secret_name(contract), &DeleteParams::default())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The annotation a sold Contract carries naming its credentials Secret.
+pub(crate) fn annotation(contract: &str) -> (String, String) {
+    (labels::CREDENTIALS_SECRET.to_owned(), secret_name(contract))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn contract(uid: Option<&str>) -> Contract {
+        let mut c: Contract = serde_json::from_value(serde_json::json!({
+            "apiVersion": "reservation.fluidos.eu/v1alpha1", "kind": "Contract",
+            "metadata": {"name": "contract-f-abcd"},
+            "spec": {
+                "flavor": {"metadata": {"name": "f"}, "spec": {
+                    "flavorType": {"typeIdentifier": "K8Slice", "typeData": {}},
+                    "owner": {"domain": "d", "nodeID": "p", "ip": "i"}, "providerID": "p",
+                    "price": {"amount": "", "currency": "", "period": ""},
+                    "availability": true, "networkPropertyType": "", "location": {}}},
+                "transactionID": "t-1", "buyer": {"domain": "d", "nodeID": "b", "ip": "i"},
+                "buyerClusterID": "c", "seller": {"domain": "d", "nodeID": "p", "ip": "i"},
+                "peeringTargetCredentials": {"liqoID": "l", "kubeconfig": ""}}}))
+        .unwrap();
+        c.metadata.namespace = Some("fluidos".into());
+        c.metadata.uid = uid.map(str::to_owned);
+        c.metadata.labels = Some(BTreeMap::from([
+            (labels::SIDE.to_owned(), labels::PROVIDER.to_owned()),
+            (labels::TRANSACTION.to_owned(), "t-1".to_owned()),
+        ]));
+        c
+    }
+
+    #[test]
+    fn names_fit_an_object_name_and_stay_distinct() {
+        assert_eq!(secret_name("contract-a"), "peering-credentials-contract-a");
+        let a = secret_name(&format!("{}a", "x".repeat(300)));
+        let b = secret_name(&format!("{}b", "x".repeat(300)));
+        assert_eq!(a.len(), MAX_NAME);
+        assert_ne!(a, b);
+        let dashed = secret_name(&format!("{}-{}", "x".repeat(215), "y".repeat(100)));
+        assert!(dashed.len() <= MAX_NAME, "{dashed}");
+        assert!(!dashed.contains("--"), "{dashed}");
+    }
+
+    #[test]
+    fn the_secret_holds_the_yaml_is_owned_by_the_contract_and_round_trips() {
+        let yaml = "apiVersion: v1\nkind: Config\n";
+        let b64 = base64::engine::general_purpose::STANDARD.encode(yaml);
+        let s = credentials_secret(&contract(Some("uid-1")), &b64).unwrap();
+        assert_eq!(
+            s.metadata.name.as_deref(),
+            Some("peering-credentials-contract-f-abcd")
+        );
+        assert_eq!(s.metadata.namespace.as_deref(), Some("fluidos"));
+        assert_eq!(s.type_.as_deref(), Some("Opaque"));
+        assert_eq!(s.data.as_ref().unwrap()[KUBECONFIG_KEY].0, yaml.as_bytes());
+        let l = s.metadata.labels.as_ref().unwrap();
+        assert_eq!(l[MANAGED_LABEL.0], MANAGED_LABEL.1);
+        assert_eq!(l[labels::TRANSACTION], "t-1");
+        assert_eq!(l[labels::SIDE], labels::PROVIDER);
+        let owner = &s.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+            ("Contract", "contract-f-abcd", "uid-1")
+        );
+        assert_eq!(owner.api_version, "reservation.fluidos.eu/v1alpha1");
+        assert_eq!(kubeconfig_in(&s).as_deref(), Some(b64.as_str()));
+    }
+
+    #[test]
+    fn a_secret_is_refused_without_an_owner_uid_or_base64() {
+        assert!(matches!(
+            credentials_secret(&contract(None), "YQ=="),
+            Err(SecretError::NoOwnerUid(_))
+        ));
+        assert!(matches!(
+            credentials_secret(&contract(Some("u")), "not base64!"),
+            Err(SecretError::NotBase64(_))
+        ));
+    }
+
+    #[test]
+    fn only_a_non_empty_spec_kubeconfig_is_a_legacy_one() {
+        let mut c = contract(Some("u"));
+        assert_eq!(kubeconfig_in_spec(&c), None);
+        c.spec.peering_target_credentials.kubeconfig = "YQ==".into();
+        assert_eq!(kubeconfig_in_spec(&c), Some("YQ=="));
+        assert_eq!(kubeconfig_in(&Secret::default()), None);
+    }
+}
