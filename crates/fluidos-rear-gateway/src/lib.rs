@@ -128,6 +128,10 @@ pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default cap on connections served at once.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Default of [`GatewayConfig::max_connections_per_peer`]: far above what a
+/// consumer opens (a few pooled connections), far below
+/// [`DEFAULT_MAX_CONNECTIONS`], so one address cannot hold every slot.
+pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 64;
 
 /// Everything the gateway needs to know besides a Kubernetes client.
 #[derive(Clone, Debug)]
@@ -186,6 +190,9 @@ pub struct GatewayConfig {
     pub request_timeout: Duration,
     /// Connections served at once; more wait for one to close.
     pub max_connections: usize,
+    /// Connections one peer (IPv4 address, IPv6 /64) may hold open at once;
+    /// one more is closed at once, without a response.
+    pub max_connections_per_peer: usize,
     /// TLS on the REAR port (connections that open with a handshake), with
     /// client certificates naming buyers; `None`: plain HTTP only.
     pub tls: Option<Arc<rustls::ServerConfig>>,
@@ -223,6 +230,7 @@ impl GatewayConfig {
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
             tls: None,
             plain_http_sales: PlainHttpSales::Off,
         }
@@ -438,6 +446,7 @@ impl Gateway {
         let limits = server::ConnectionLimits {
             header_read_timeout: cfg.header_read_timeout,
             max_connections: cfg.max_connections,
+            max_connections_per_peer: cfg.max_connections_per_peer,
         };
         let tls = cfg.tls.clone().map(tokio_rustls::TlsAcceptor::from);
         server::serve(listener, self.router(), limits, tls, shutdown).await;

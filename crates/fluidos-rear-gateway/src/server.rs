@@ -2,7 +2,10 @@
 //! limits it does not offer.
 //!
 //! - At most `max_connections` connections are served at once; further
-//!   ones wait in the kernel's accept backlog until one closes.
+//!   ones wait in the kernel's accept backlog until one closes. One peer
+//!   (IPv4 address, IPv6 /64, as the rate limit counts them) may hold at
+//!   most `max_connections_per_peer` of them: one more is closed at once,
+//!   so a single client cannot take every slot and starve the others.
 //! - A request head must arrive whole within `header_read_timeout`, counted
 //!   from the moment the connection is ready for it: a slow-drip client
 //!   (a header byte now and then) and an idle keep-alive connection are
@@ -21,8 +24,10 @@
 //! HTTP/1.1 only, as the Go node serves REAR: no HTTP/2 stream multiplexing
 //! to police.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::Router;
@@ -54,6 +59,64 @@ pub(crate) struct ConnectionLimits {
     pub header_read_timeout: Duration,
     /// See the module documentation.
     pub max_connections: usize,
+    /// See the module documentation.
+    pub max_connections_per_peer: usize,
+}
+
+/// Open connections per peer key ([`crate::rate_limit::peer_key`]).
+#[derive(Clone, Default)]
+struct PeerConnections {
+    open: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+/// One open connection of a peer; counted down when dropped.
+struct PeerSlot {
+    connections: PeerConnections,
+    key: IpAddr,
+}
+
+impl PeerConnections {
+    /// A slot for one more connection of `peer`, or `None` when it already
+    /// holds `cap`.
+    fn try_open(&self, peer: IpAddr, cap: usize) -> Option<PeerSlot> {
+        let key = crate::rate_limit::peer_key(peer);
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = open.entry(key).or_insert(0);
+        if *n >= cap.max(1) {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot {
+            connections: self.clone(),
+            key,
+        })
+    }
+
+    #[cfg(test)]
+    fn peers(&self) -> usize {
+        self.open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut open = self
+            .connections
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // The map holds only peers with connections open: bounded by
+        // `max_connections`.
+        if let Some(n) = open.get_mut(&self.key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.remove(&self.key);
+            }
+        }
+    }
 }
 
 /// How a connection is served, decided from its first byte (pure).
@@ -82,6 +145,7 @@ pub(crate) async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let per_peer = PeerConnections::default();
     let graceful = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
@@ -107,6 +171,12 @@ pub(crate) async fn serve(
             },
             () = &mut shutdown => break,
         };
+        let Some(peer_slot) = per_peer.try_open(peer.ip(), limits.max_connections_per_peer) else {
+            tracing::debug!(peer = %peer.ip(), cap = limits.max_connections_per_peer,
+                "closing a REAR connection: its peer holds the most connections allowed");
+            drop(tcp);
+            continue;
+        };
         // Small request/response pairs: Nagle's delay would dominate latency.
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::trace!(error = %e, "TCP_NODELAY");
@@ -121,6 +191,7 @@ pub(crate) async fn serve(
         let handshake_timeout = limits.header_read_timeout;
         tokio::spawn(async move {
             connection.run(tcp, tls, handshake_timeout).await;
+            drop(peer_slot);
             drop(slot);
         });
     }
@@ -229,5 +300,35 @@ mod tests {
         for first in [b'G', b'P', b'D', 0x80, 0x00] {
             assert_eq!(transport_of(first, true), Transport::Plain, "{first:#x}");
         }
+    }
+
+    #[test]
+    fn a_peer_holds_at_most_its_cap_and_gets_slots_back() {
+        let c = PeerConnections::default();
+        let a: IpAddr = [10, 0, 0, 1].into();
+        let held: Vec<PeerSlot> = (0..3).filter_map(|_| c.try_open(a, 3)).collect();
+        assert_eq!(held.len(), 3);
+        assert!(c.try_open(a, 3).is_none(), "a fourth is refused");
+        assert!(
+            c.try_open([10, 0, 0, 2].into(), 3).is_some(),
+            "others are not"
+        );
+        let v6 = |s: &str| s.parse::<IpAddr>().unwrap_or(IpAddr::from([0; 4]));
+        let same_64: Vec<PeerSlot> = ["2001:db8::1", "2001:db8::2", "2001:db8::3"]
+            .iter()
+            .filter_map(|s| c.try_open(v6(s), 3))
+            .collect();
+        assert_eq!(same_64.len(), 3);
+        assert!(
+            c.try_open(v6("2001:db8::4"), 3).is_none(),
+            "one /64, one peer"
+        );
+        drop(held);
+        assert!(
+            c.try_open(a, 3).is_some(),
+            "closed connections free their slots"
+        );
+        drop(same_64);
+        assert_eq!(c.peers(), 0, "peers without connections are forgotten");
     }
 }

@@ -2,7 +2,8 @@
 //! over loopback HTTP: oversized fields, names that would bend the
 //! API-server URL, zero-size and fractional-pod partitions, a buyer hogging capacity, a hold
 //! renewed forever, a peer flooding requests, slow-drip and idle
-//! connections, more connections than allowed, and an API server failing
+//! connections, more connections than allowed (in all and per peer), and an
+//! API server failing
 //! in the middle of a sale.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -511,6 +512,51 @@ async fn floods_slow_drips_and_connection_hogs_are_cut_off() {
     for t in tasks {
         assert_eq!(t.await.unwrap().unwrap(), 200);
     }
+    gw.shutdown().await;
+
+    // ---- Per peer: one address holds at most 3 connections; one more is
+    // closed at once, while another address is served.
+    let mut cfg = config(&cp, NS);
+    cfg.max_connections_per_peer = 3;
+    let gw = serve(&client, cfg).await;
+    let addr = gw.base.trim_start_matches("http://").to_owned();
+    let mut hogs = Vec::new();
+    for _ in 0..3 {
+        hogs.push(TcpStream::connect(&addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut fourth = TcpStream::connect(&addr).await.unwrap();
+    let (read, closed) = read_until_closed(&mut fourth, Duration::from_secs(5)).await;
+    assert!(read.is_empty(), "{:?}", String::from_utf8_lossy(&read));
+    assert!(
+        closed.is_some_and(|d| d < Duration::from_secs(1)),
+        "the peer's fourth connection was not closed at once: {closed:?}"
+    );
+    let other = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .build()
+        .unwrap();
+    assert_eq!(
+        other
+            .get(gw.url("/api/v2/flavors"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    drop(hogs);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        fresh()
+            .get(gw.url("/api/v2/flavors"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200,
+        "closed connections give the peer its slots back"
+    );
     gw.shutdown().await;
     cp.stop().await;
 }
