@@ -484,6 +484,10 @@ pub fn after_reserve(
             }
             return plan;
         }
+        Err(Refusal {
+            message: e,
+            kind: RefusalKind::Transient,
+        }) => return reserve_again(input, st, e),
         Err(Refusal { message: e, .. }) => {
             return fail(
                 st,
@@ -522,6 +526,55 @@ pub fn after_reserve(
         status: st,
         after: Vec::new(),
         requeue: purchase.then_some(Duration::ZERO),
+    }
+}
+
+/// How long, counted from the Reservation's start, a RESERVE answered
+/// "later" (429, 502, 503, 504: a provider over a rate or hold limit, or
+/// whose API server is briefly failing) is asked again before the
+/// Reservation fails. RESERVE is safe to repeat: our provider answers the
+/// same buyer with its live hold, and a "later" means nothing was held.
+pub const TRANSIENT_RESERVE_LIMIT: Duration = Duration::from_secs(60);
+
+/// How soon such a RESERVE is asked again.
+pub const TRANSIENT_RESERVE_RETRY: Duration = Duration::from_secs(2);
+
+/// RESERVE answered "later" (`e`): asked again while the Reservation is
+/// younger than [`TRANSIENT_RESERVE_LIMIT`], the candidate kept held;
+/// failed (and the candidate given back) after it, or when its start time
+/// cannot be read (edited by hand), rather than asking forever.
+fn reserve_again(input: &Input<'_>, mut st: ReservationStatus, e: &str) -> Plan {
+    let now = input.now.as_str();
+    let waited = st
+        .phase
+        .start_time
+        .as_deref()
+        .zip(now.parse::<jiff::Timestamp>().ok())
+        .and_then(|(since, now)| seconds_between(since, now));
+    let limit = i64::try_from(TRANSIENT_RESERVE_LIMIT.as_secs()).unwrap_or(i64::MAX);
+    match waited {
+        Some(w) if w <= limit => {
+            st.reserve_phase = Some(Phase::Running);
+            st.phase.message = Some(format!(
+                "Reservation: the provider answered RESERVE with {e}; asking again"
+            ));
+            touch_at(&mut st.phase, now);
+            Plan {
+                before: Vec::new(),
+                status: st,
+                after: Vec::new(),
+                requeue: Some(TRANSIENT_RESERVE_RETRY),
+            }
+        }
+        _ => fail(
+            st,
+            input.candidate,
+            &format!(
+                "Reservation failed: error when reserving flavor: {e}, still after asking for {}s",
+                TRANSIENT_RESERVE_LIMIT.as_secs()
+            ),
+            now,
+        ),
     }
 }
 
@@ -1141,6 +1194,48 @@ mod tests {
         );
         assert_eq!(p.status.reserve_phase, Some(Phase::Failed));
         assert!(releases(&p));
+
+        // Answered "later": asked again, the candidate kept, until a minute
+        // after the Reservation started.
+        let busy = Refusal {
+            message: "503: the API server is busy; retry".into(),
+            kind: RefusalKind::Transient,
+        };
+        let mut started = st.clone();
+        started.phase.start_time = Some(NOW.into());
+        let p = after_reserve(&input(&r, Some(&pc), &me), started, Err(&busy));
+        assert_eq!(p.status.phase.phase, Phase::Running);
+        assert_eq!(p.status.reserve_phase, Some(Phase::Running));
+        assert_eq!(p.requeue, Some(TRANSIENT_RESERVE_RETRY));
+        assert!(p.before.is_empty(), "the candidate stays held");
+        assert_eq!(
+            p.status.phase.message.as_deref(),
+            Some(
+                "Reservation: the provider answered RESERVE with 503: the API server is busy; retry; asking again"
+            )
+        );
+        // Reconciled again with that status, held by it: RESERVE again.
+        let mut again = r.clone();
+        again.status = Some(p.status.clone());
+        let mut held = pc.clone();
+        held.spec.available = false;
+        held.annotations_mut()
+            .insert(HELD_BY.to_owned(), holder(&again));
+        assert!(matches!(
+            decide(&input(&again, Some(&held), &me)),
+            Decision::Reserve { .. }
+        ));
+        let mut old = st.clone();
+        old.phase.start_time = Some("2026-12-01T09:58:00Z".into());
+        let p = after_reserve(&input(&r, Some(&pc), &me), old.clone(), Err(&busy));
+        assert_eq!(
+            failed_with(&p),
+            "Reservation failed: error when reserving flavor: 503: the API server is busy; retry, still after asking for 60s"
+        );
+        assert!(releases(&p));
+        old.phase.start_time = Some("garbage".into());
+        let p = after_reserve(&input(&r, Some(&pc), &me), old, Err(&busy));
+        assert_eq!(p.status.phase.phase, Phase::Failed, "never asks forever");
 
         // Refused as not available: failed so that the Solver moves on, the
         // candidate withdrawn rather than released.
