@@ -1140,6 +1140,55 @@ mod tests {
     }
 
     #[test]
+    fn a_reserve_answered_later_is_asked_again_for_a_minute() {
+        let me = me();
+        let pc = candidate("f1", "4", "1");
+        let r = reservation(None, "peeringcandidate-f1");
+        let st = running(Phase::Running, Phase::Idle, None);
+        // Answered "later": asked again, the candidate kept, until a minute
+        // after the Reservation started.
+        let busy = Refusal {
+            message: "503: the API server is busy; retry".into(),
+            kind: RefusalKind::Transient,
+        };
+        let mut started = st.clone();
+        started.phase.start_time = Some(NOW.into());
+        let p = after_reserve(&input(&r, Some(&pc), &me), started, Err(&busy));
+        assert_eq!(p.status.phase.phase, Phase::Running);
+        assert_eq!(p.status.reserve_phase, Some(Phase::Running));
+        assert_eq!(p.requeue, Some(TRANSIENT_RESERVE_RETRY));
+        assert!(p.before.is_empty(), "the candidate stays held");
+        assert_eq!(
+            p.status.phase.message.as_deref(),
+            Some(
+                "Reservation: the provider answered RESERVE with 503: the API server is busy; retry; asking again"
+            )
+        );
+        // Reconciled again with that status, held by it: RESERVE again.
+        let mut again = r.clone();
+        again.status = Some(p.status.clone());
+        let mut held = pc.clone();
+        held.spec.available = false;
+        held.annotations_mut()
+            .insert(HELD_BY.to_owned(), holder(&again));
+        assert!(matches!(
+            decide(&input(&again, Some(&held), &me)),
+            Decision::Reserve { .. }
+        ));
+        let mut old = st.clone();
+        old.phase.start_time = Some("2026-12-01T09:58:00Z".into());
+        let p = after_reserve(&input(&r, Some(&pc), &me), old.clone(), Err(&busy));
+        assert_eq!(
+            failed_with(&p),
+            "Reservation failed: error when reserving flavor: 503: the API server is busy; retry, still after asking for 60s"
+        );
+        assert!(releases(&p));
+        old.phase.start_time = Some("garbage".into());
+        let p = after_reserve(&input(&r, Some(&pc), &me), old, Err(&busy));
+        assert_eq!(p.status.phase.phase, Phase::Failed, "never asks forever");
+    }
+
+    #[test]
     fn a_reserve_answer_is_recorded_before_the_status() {
         let me = me();
         let pc = candidate("f1", "4", "1");
@@ -1194,48 +1243,6 @@ mod tests {
         );
         assert_eq!(p.status.reserve_phase, Some(Phase::Failed));
         assert!(releases(&p));
-
-        // Answered "later": asked again, the candidate kept, until a minute
-        // after the Reservation started.
-        let busy = Refusal {
-            message: "503: the API server is busy; retry".into(),
-            kind: RefusalKind::Transient,
-        };
-        let mut started = st.clone();
-        started.phase.start_time = Some(NOW.into());
-        let p = after_reserve(&input(&r, Some(&pc), &me), started, Err(&busy));
-        assert_eq!(p.status.phase.phase, Phase::Running);
-        assert_eq!(p.status.reserve_phase, Some(Phase::Running));
-        assert_eq!(p.requeue, Some(TRANSIENT_RESERVE_RETRY));
-        assert!(p.before.is_empty(), "the candidate stays held");
-        assert_eq!(
-            p.status.phase.message.as_deref(),
-            Some(
-                "Reservation: the provider answered RESERVE with 503: the API server is busy; retry; asking again"
-            )
-        );
-        // Reconciled again with that status, held by it: RESERVE again.
-        let mut again = r.clone();
-        again.status = Some(p.status.clone());
-        let mut held = pc.clone();
-        held.spec.available = false;
-        held.annotations_mut()
-            .insert(HELD_BY.to_owned(), holder(&again));
-        assert!(matches!(
-            decide(&input(&again, Some(&held), &me)),
-            Decision::Reserve { .. }
-        ));
-        let mut old = st.clone();
-        old.phase.start_time = Some("2026-12-01T09:58:00Z".into());
-        let p = after_reserve(&input(&r, Some(&pc), &me), old.clone(), Err(&busy));
-        assert_eq!(
-            failed_with(&p),
-            "Reservation failed: error when reserving flavor: 503: the API server is busy; retry, still after asking for 60s"
-        );
-        assert!(releases(&p));
-        old.phase.start_time = Some("garbage".into());
-        let p = after_reserve(&input(&r, Some(&pc), &me), old, Err(&busy));
-        assert_eq!(p.status.phase.phase, Phase::Failed, "never asks forever");
 
         // Refused as not available: failed so that the Solver moves on, the
         // candidate withdrawn rather than released.
