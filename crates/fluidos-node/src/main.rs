@@ -34,6 +34,7 @@ async fn main() -> ExitCode {
         Err(e) => e.exit(),
     };
     init_tracing(args.log_format, args.go.zap_log_level.as_deref());
+    raise_open_files_limit();
     for (flag, why) in args.go.ignored() {
         tracing::warn!(flag, "Go node flag accepted and ignored: {why}");
     }
@@ -55,6 +56,26 @@ async fn main() -> ExitCode {
             eprintln!("fluidos-node: cannot start: {e}");
             ExitCode::from(EXIT_STARTUP)
         }
+    }
+}
+
+/// Open files the node wants at least: the REAR gateway's connections
+/// (`fluidos_rear_gateway::DEFAULT_MAX_CONNECTIONS`) plus the API-server
+/// connections, watches and sockets of the other components.
+const WANTED_OPEN_FILES: u64 = 4096;
+
+/// Raises the soft limit of open files as far as the hard limit allows:
+/// with the usual soft limit of 1024, a gateway serving its 1024 allowed
+/// connections would see its accepts fail.
+fn raise_open_files_limit() {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(n) if n < WANTED_OPEN_FILES => tracing::warn!(
+            open_files = n,
+            wanted = WANTED_OPEN_FILES,
+            "the open-files limit is low (raise the container's nofile ulimit); connections beyond it are refused"
+        ),
+        Ok(n) => tracing::debug!(open_files = n, "open-files limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open-files limit"),
     }
 }
 

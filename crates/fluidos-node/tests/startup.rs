@@ -371,7 +371,24 @@ async fn components_flag_starts_only_the_selected_one() {
         ],
     )
     .await;
-    let mut node = Node::spawn(&cp, &["--components", "rear-gateway"]);
+    // Started with the usual soft limit of 1024 open files, which the node
+    // raises to the hard limit (its gateway alone may serve 1024 connections).
+    let dir = tempfile::tempdir().unwrap();
+    let wrapper = dir.path().join("fluidos-node-low-nofile");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nulimit -Sn 1024\nexec {} \"$@\"\n",
+            env!("CARGO_BIN_EXE_fluidos-node")
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let mut node = Node::spawn_as(&cp, &wrapper, &["--components", "rear-gateway"]);
     node.until_ok(node.probes, "/readyz", READY_WITHIN).await;
 
     let stdout = node.stdout();
@@ -380,6 +397,20 @@ async fn components_flag_starts_only_the_selected_one() {
         ["rear-gateway"],
         "{}",
         node.output()
+    );
+    let pid = node.child.id().unwrap();
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let open_files: Vec<&str> = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap()
+        .split_whitespace()
+        .skip(3)
+        .take(2)
+        .collect();
+    assert_eq!(
+        open_files[0], open_files[1],
+        "soft limit raised to the hard one: {open_files:?}"
     );
     assert!(stdout.contains("ip=192.0.2.8:30001"), "{}", node.output());
 
