@@ -117,6 +117,11 @@ struct Cached {
     sa_uid: String,
 }
 
+/// Key of a cached kubeconfig: the buyer and the provider identity it names.
+fn cache_key(buyer_id: &str, provider_liqo_id: &str) -> String {
+    format!("{buyer_id}\u{0}{provider_liqo_id}")
+}
+
 /// Issues (and caches) per-buyer kubeconfigs.
 pub struct Credentials {
     client: kube::Client,
@@ -407,28 +412,66 @@ impl Credentials {
     }
 
     /// Base64 (std, padded) kubeconfig for `buyer_id`, named after
-    /// `provider_liqo_id`, and the UID of the ServiceAccount it acts as.
-    ///
-    /// Reused while more than half of the lifetime the API server granted
-    /// its token is left ([`reuse_for`]).
-    pub async fn kubeconfig_for(
+    /// `provider_liqo_id` (reused while more than half of its token
+    /// lifetime is left), and with `tenant_cluster_id` (a K8Slice sale) the
+    /// buyer's grant in its Liqo tenant namespace
+    /// ([`Credentials::grant_tenant_namespace`]). New credentials mint the
+    /// token and write the grant at the same time, both needing only the
+    /// ServiceAccount: a first sale to a buyer waits for one of the two
+    /// instead of both.
+    pub async fn issue(
         &self,
         buyer_id: &str,
         provider_liqo_id: &str,
-    ) -> Result<(String, String), CredentialsError> {
-        let key = format!("{buyer_id}\u{0}{provider_liqo_id}");
-        let sa = service_account_name(buyer_id);
-        if let Some(c) = self.cache.lock().await.get(&key)
-            && Instant::now() < c.refresh_at
-            && self.account_is(&sa, &c.sa_uid)
-        {
-            return Ok((c.kubeconfig_b64.clone(), c.sa_uid.clone()));
+        tenant_cluster_id: Option<&str>,
+    ) -> Result<String, CredentialsError> {
+        let grant = |sa_uid: String| async move {
+            match tenant_cluster_id {
+                Some(cluster) => {
+                    self.grant_tenant_namespace(buyer_id, &sa_uid, cluster)
+                        .await
+                }
+                None => Ok(()),
+            }
+        };
+        if let Some((b64, sa_uid)) = self.cached(buyer_id, provider_liqo_id).await {
+            grant(sa_uid).await?;
+            return Ok(b64);
         }
-        let sa_uid = self.ensure_rbac(&sa, buyer_id).await?;
+        let sa_uid = self
+            .ensure_rbac(&service_account_name(buyer_id), buyer_id)
+            .await?;
+        let (b64, ()) = tokio::try_join!(
+            self.mint(buyer_id, provider_liqo_id, &sa_uid),
+            grant(sa_uid.clone())
+        )?;
+        Ok(b64)
+    }
+
+    /// The cached kubeconfig and account UID for `buyer_id`, while fresh and
+    /// its account still exists.
+    async fn cached(&self, buyer_id: &str, provider_liqo_id: &str) -> Option<(String, String)> {
+        let key = cache_key(buyer_id, provider_liqo_id);
+        let sa = service_account_name(buyer_id);
+        let cache = self.cache.lock().await;
+        let c = cache.get(&key)?;
+        (Instant::now() < c.refresh_at && self.account_is(&sa, &c.sa_uid))
+            .then(|| (c.kubeconfig_b64.clone(), c.sa_uid.clone()))
+    }
+
+    /// A new token for `buyer_id`'s ServiceAccount (UID `sa_uid`, applied
+    /// already), as a base64 kubeconfig, cached for half the lifetime the
+    /// API server granted.
+    async fn mint(
+        &self,
+        buyer_id: &str,
+        provider_liqo_id: &str,
+        sa_uid: &str,
+    ) -> Result<String, CredentialsError> {
         // Measured before the request: the token cannot have been issued
         // earlier, so half its lifetime from here never overshoots.
         let (issued, issued_at) = (Instant::now(), jiff::Timestamp::now());
-        let (token, expiration) = self.token(&sa).await?;
+        let (token, expiration) = self.token(&service_account_name(buyer_id)).await?;
         let reuse = reuse_for(issued_at, expiration.as_deref(), self.cfg.token_ttl);
         let yaml = kubeconfig_yaml(
             provider_liqo_id,
@@ -438,14 +481,14 @@ impl Credentials {
         )?;
         let b64 = base64::engine::general_purpose::STANDARD.encode(yaml.as_bytes());
         self.cache.lock().await.insert(
-            key,
+            cache_key(buyer_id, provider_liqo_id),
             Cached {
                 kubeconfig_b64: b64.clone(),
                 refresh_at: issued + reuse,
-                sa_uid: sa_uid.clone(),
+                sa_uid: sa_uid.to_owned(),
             },
         );
-        Ok((b64, sa_uid))
+        Ok(b64)
     }
 
     /// Server-side applies the ServiceAccount (and, in the compatibility

@@ -169,14 +169,16 @@ impl State {
     async fn reissue(&self, contract: &Contract) -> Result<String, ApiError> {
         let buyer_id = &contract.spec.buyer.node_id;
         let liqo_id = &contract.spec.peering_target_credentials.liqo_id;
-        let (kubeconfig, account_uid) = self.credentials.kubeconfig_for(buyer_id, liqo_id).await?;
-        if contract.spec.flavor.spec.flavor_type.identifier() == Some(FlavorTypeIdentifier::K8Slice)
-        {
-            self.credentials
-                .grant_tenant_namespace(buyer_id, &account_uid, &contract.spec.buyer_cluster_id)
-                .await?;
-        }
-        Ok(kubeconfig)
+        let k8slice = contract.spec.flavor.spec.flavor_type.identifier()
+            == Some(FlavorTypeIdentifier::K8Slice);
+        Ok(self
+            .credentials
+            .issue(
+                buyer_id,
+                liqo_id,
+                k8slice.then_some(contract.spec.buyer_cluster_id.as_str()),
+            )
+            .await?)
     }
 
     /// Creates `contract`'s credentials Secret with `kubeconfig_b64`, or, if

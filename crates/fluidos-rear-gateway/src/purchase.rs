@@ -338,16 +338,16 @@ impl State {
         tx: &Transaction,
         liqo_id: &str,
     ) -> Result<String, ApiError> {
-        let buyer_id = &tx.spec.buyer.node_id;
-        let (kubeconfig, account_uid) = self.credentials.kubeconfig_for(buyer_id, liqo_id).await?;
-        if flavor.spec.flavor_type.identifier()
-            == Some(fluidos_api::common::FlavorTypeIdentifier::K8Slice)
-        {
-            self.credentials
-                .grant_tenant_namespace(buyer_id, &account_uid, &tx.spec.cluster_id)
-                .await?;
-        }
-        Ok(kubeconfig)
+        let k8slice = flavor.spec.flavor_type.identifier()
+            == Some(fluidos_api::common::FlavorTypeIdentifier::K8Slice);
+        Ok(self
+            .credentials
+            .issue(
+                &tx.spec.buyer.node_id,
+                liqo_id,
+                k8slice.then_some(tx.spec.cluster_id.as_str()),
+            )
+            .await?)
     }
 
     fn contract_spec(
