@@ -17,6 +17,7 @@ pub mod flavor;
 pub mod ledger;
 pub mod naming;
 pub mod network;
+pub mod peering_credentials;
 pub mod probe;
 pub mod quantity;
 pub mod raw;

@@ -118,8 +118,12 @@ pub enum Step {
     Purchase,
     /// Applying the consumer's Transaction record.
     ApplyTransaction,
+    /// Applying the Secret holding the Contract's peering kubeconfig.
+    ApplyCredentials,
     /// Applying the consumer's Contract.
     ApplyContract,
+    /// Making the Contract own its credentials Secret.
+    OwnCredentials,
     /// Deleting the spent Transaction record.
     DeleteTransaction,
     /// Writing the Reservation status.
@@ -155,7 +159,9 @@ impl Step {
             Step::Reserve => "reserve",
             Step::Purchase => "purchase",
             Step::ApplyTransaction => "apply_transaction",
+            Step::ApplyCredentials => "apply_credentials",
             Step::ApplyContract => "apply_contract",
+            Step::OwnCredentials => "own_credentials",
             Step::DeleteTransaction => "delete_transaction",
             Step::WriteReservationStatus => "write_reservation_status",
             Step::ListKnownClusters => "list_known_clusters",

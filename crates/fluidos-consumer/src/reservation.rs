@@ -1,6 +1,7 @@
 //! Reservation controller (upstream's "contract manager"): RESERVE, then
 //! PURCHASE, through the REAR client, recording the consumer's Transaction
-//! and Contract.
+//! and Contract, and the provider's peering kubeconfig in a Secret the
+//! Contract names and owns (`fluidos_api::peering_credentials`).
 //!
 //! Restart-safe: once the transaction ID is in the Reservation status a
 //! restarted node purchases it instead of reserving again; a crash before that
@@ -18,11 +19,13 @@ pub mod machine;
 use std::future::Future;
 use std::sync::Arc;
 
+use fluidos_api::peering_credentials;
 use fluidos_api::reservation::ReservationStatus;
 use fluidos_api::{Contract, PeeringCandidate, Reservation, Solver, Transaction};
 use fluidos_controller::api_error::ok_if_not_found;
 use fluidos_controller::readiness::ReadinessGate;
 use fluidos_rear_client::RearError;
+use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
@@ -263,6 +266,8 @@ async fn finish(
 }
 
 async fn run_effects(ctx: &Context, ns: &str, effects: &[Effect]) -> Result<(), Error> {
+    // The Contract applied last, whose UID the Secret's ownerReference needs.
+    let mut applied: Option<Contract> = None;
     for effect in effects {
         match effect {
             Effect::UpdateCandidate {
@@ -293,8 +298,18 @@ async fn run_effects(ctx: &Context, ns: &str, effects: &[Effect]) -> Result<(), 
                     .await
                     .map_err(Error::kube(Step::ApplyTransaction))?;
             }
+            Effect::ApplyCredentials(secret) => {
+                Api::<Secret>::namespaced(ctx.client.clone(), ns)
+                    .patch(
+                        &secret.name_any(),
+                        &PatchParams::apply(MANAGER).force(),
+                        &Patch::Apply(secret.as_ref()),
+                    )
+                    .await
+                    .map_err(Error::kube(Step::ApplyCredentials))?;
+            }
             Effect::ApplyContract(c) => {
-                Api::<Contract>::namespaced(ctx.client.clone(), ns)
+                let stored = Api::<Contract>::namespaced(ctx.client.clone(), ns)
                     .patch(
                         &c.name_any(),
                         &PatchParams::apply(MANAGER).force(),
@@ -302,6 +317,10 @@ async fn run_effects(ctx: &Context, ns: &str, effects: &[Effect]) -> Result<(), 
                     )
                     .await
                     .map_err(Error::kube(Step::ApplyContract))?;
+                applied = Some(stored);
+            }
+            Effect::OwnCredentials { secret, contract } => {
+                own_credentials(ctx, ns, secret, contract, applied.as_ref()).await?;
             }
             Effect::DeleteTransaction(id) => {
                 ok_if_not_found(
@@ -313,6 +332,39 @@ async fn run_effects(ctx: &Context, ns: &str, effects: &[Effect]) -> Result<(), 
             }
         }
     }
+    Ok(())
+}
+
+/// Makes the credentials Secret `secret` owned by the Contract `contract`,
+/// whose UID comes from `applied` (the apply's answer) or, failing that, a
+/// read. A strategic merge patch of `ownerReferences` alone (merged by UID):
+/// the Secret's server-side apply, which has no owner to give, then never
+/// takes it away again when a purchase is repeated.
+async fn own_credentials(
+    ctx: &Context,
+    ns: &str,
+    secret: &str,
+    contract: &str,
+    applied: Option<&Contract>,
+) -> Result<(), Error> {
+    let uid = match applied.filter(|c| c.name_any() == contract) {
+        Some(c) => c.uid(),
+        None => Api::<Contract>::namespaced(ctx.client.clone(), ns)
+            .get(contract)
+            .await
+            .map_err(Error::kube(Step::OwnCredentials))?
+            .uid(),
+    }
+    .ok_or(Error::Incomplete("uid"))?;
+    let owner = peering_credentials::owner_reference(contract, &uid);
+    Api::<Secret>::namespaced(ctx.client.clone(), ns)
+        .patch(
+            secret,
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"metadata": {"ownerReferences": [owner]}})),
+        )
+        .await
+        .map_err(Error::kube(Step::OwnCredentials))?;
     Ok(())
 }
 

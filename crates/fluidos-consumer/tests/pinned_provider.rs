@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use fluidos_api::advertisement::ProviderOutcome;
 use fluidos_api::flavor::{FlavorSpec, FlavorType, K8Slice};
 use fluidos_api::network::KnownClusterSpec;
+use fluidos_api::peering_credentials;
 use fluidos_api::solver::{Selector, SolverSpec};
 use fluidos_api::{
     Contract, Discovery, Flavor, KnownCluster, NodeIdentity, NodeIdentityAdditionalInfo,
@@ -21,6 +22,7 @@ use fluidos_consumer::{ConsumerConfig, Context, Metrics};
 use fluidos_rear_client::{ClientConfig, Fingerprint, NodeKey};
 use fluidos_rear_gateway::{Gateway, GatewayConfig};
 use fluidos_testenv::{ControlPlane, ControlPlaneOptions, fixtures};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -202,7 +204,48 @@ async fn a_pinned_provider_is_bought_from_over_tls_and_knows_the_buyers_key() {
             .get(fluidos_rear_gateway::labels::BUYER_KEY),
         Some(&consumer.fingerprint().to_string())
     );
+    the_peering_kubeconfig_is_in_a_secret_owned_by(&cp, &bought).await;
     cp.stop().await;
+}
+
+/// The consumer's Contract keeps no token: the Secret its annotation names
+/// holds the kubeconfig the provider sold (the provider's own Secret holds
+/// the same), owned by the Contract.
+async fn the_peering_kubeconfig_is_in_a_secret_owned_by(cp: &ControlPlane, bought: &Contract) {
+    assert_eq!(bought.spec.peering_target_credentials.kubeconfig, "");
+    let name = peering_credentials::secret_name(&bought.name_any());
+    assert_eq!(
+        bought.annotations().get(peering_credentials::ANNOTATION),
+        Some(&name)
+    );
+    let secrets: Api<Secret> = Api::namespaced(cp.client(), CONSUMER_NS);
+    // The ownerReference follows the Contract's apply, in the same reconcile.
+    let secret = eventually("the credentials Secret owned by the Contract", || async {
+        secrets
+            .get_opt(&name)
+            .await
+            .unwrap()
+            .filter(|s| !s.owner_references().is_empty())
+    })
+    .await;
+    let owner = &secret.owner_references()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+        ("Contract", bought.name_any().as_str(), Some(true))
+    );
+    assert_eq!(Some(owner.uid.clone()), bought.uid());
+    let kubeconfig = peering_credentials::kubeconfig_in(&secret).expect("a kubeconfig");
+    // The provider writes its own after answering the sale.
+    let provider_secrets: Api<Secret> = Api::namespaced(cp.client(), PROVIDER_NS);
+    let provider_copy = eventually("the provider's credentials Secret", || async {
+        provider_secrets.get_opt(&name).await.unwrap()
+    })
+    .await;
+    assert_eq!(
+        peering_credentials::kubeconfig_in(&provider_copy).as_deref(),
+        Some(kubeconfig.as_str()),
+        "the consumer keeps what the provider sold"
+    );
 }
 
 #[tokio::test]

@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use fluidos_api::allocation::AllocationStatus;
 use fluidos_api::common::FlavorTypeIdentifier;
+use fluidos_api::peering_credentials::{self, KubeconfigSource};
 use fluidos_api::{Allocation, Contract, GenericRef, NodeIdentity};
 use fluidos_controller::api_error;
 use fluidos_controller::readiness::ReadinessGate;
@@ -416,8 +417,16 @@ async fn consumer(
     let mut view = observe_local(c, &ns, &provider, &slice_name).await?;
     let mut remote_client = None;
     if view.needs_remote() {
-        let kubeconfig = &contract.spec.peering_target_credentials.kubeconfig;
-        let client = match ctx.remote_client(kubeconfig).await {
+        let kubeconfig = match ctx.kubeconfig(contract).await? {
+            Ok(kubeconfig) => kubeconfig,
+            Err(message) => {
+                write(allocations, a, &plan_error(&message), None).await?;
+                // The Secret is not watched: look again now and then, in
+                // case it is put back.
+                return Ok(Action::requeue(LOCAL_RECHECK));
+            }
+        };
+        let client = match ctx.remote_client(&kubeconfig).await {
             Ok(client) => client,
             Err(message) => {
                 write(allocations, a, &plan_error(message), None).await?;
@@ -450,6 +459,27 @@ async fn consumer(
 }
 
 impl Context {
+    /// The peering kubeconfig of `contract` (base64 of its YAML): in the
+    /// Secret its annotation names, in its namespace (ours since the
+    /// kubeconfig left the Contract), else in its spec (a Contract stored by
+    /// an earlier version or a Go node). A failed read is an error, retried;
+    /// a missing or empty Secret is the status message saying so.
+    async fn kubeconfig(&self, contract: &Contract) -> Result<Result<String, String>, Error> {
+        match peering_credentials::kubeconfig_source(contract) {
+            KubeconfigSource::Spec(kubeconfig) => Ok(Ok(kubeconfig.to_owned())),
+            KubeconfigSource::Secret(name) => {
+                let ns = contract
+                    .namespace()
+                    .unwrap_or_else(|| self.cfg.namespace.clone());
+                let secret = Api::<Secret>::namespaced(self.client.clone(), &ns)
+                    .get_opt(name)
+                    .await
+                    .map_err(local("get_credentials_secret"))?;
+                Ok(machine::kubeconfig_from_secret(name, secret.as_ref()))
+            }
+        }
+    }
+
     /// A client for the provider from the Contract's kubeconfig, or the Go
     /// node's message saying why not.
     async fn remote_client(&self, kubeconfig_b64: &str) -> Result<kube::Client, &'static str> {
@@ -979,8 +1009,12 @@ async fn tear(
             let Some(contract) = contract else {
                 return Ok(());
             };
-            let kubeconfig = &contract.spec.peering_target_credentials.kubeconfig;
-            let Ok(p) = ctx.remote_client(kubeconfig).await else {
+            // Without usable credentials (their Secret gone too), the
+            // provider's Tenant is left to it, as with a revoked kubeconfig.
+            let Ok(kubeconfig) = ctx.kubeconfig(contract).await? else {
+                return Ok(());
+            };
+            let Ok(p) = ctx.remote_client(&kubeconfig).await else {
                 return Ok(());
             };
             let me = &ctx.cfg.local_cluster_id;

@@ -83,8 +83,9 @@ pub mod labels {
     pub const EXTERNAL_ENDPOINTS: &str = "fluidos.eu/external-endpoints";
     /// Provider-side Contract annotation: the Secret (in the Contract's
     /// namespace) holding the buyer's peering kubeconfig, which the
-    /// Contract's spec no longer carries (see `peering_secret`).
-    pub const CREDENTIALS_SECRET: &str = "fluidos.eu/credentials-secret";
+    /// Contract's spec no longer carries (see `peering_secret`); the
+    /// consumer's Contracts carry it too.
+    pub const CREDENTIALS_SECRET: &str = fluidos_api::peering_credentials::ANNOTATION;
 
     /// Selects the provider-side objects of this gateway.
     pub(crate) fn provider() -> kube::api::ListParams {

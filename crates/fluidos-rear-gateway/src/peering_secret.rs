@@ -7,37 +7,28 @@
 //! annotation [`labels::CREDENTIALS_SECRET`] names the Secret
 //! `peering-credentials-<contract>` ([`secret_name`]) in the node's
 //! namespace: type Opaque, the kubeconfig YAML itself under the key
-//! [`KUBECONFIG_KEY`] (so the usual `base64 -d` of the Secret's data gives a
-//! usable file), the Contract's labels plus [`MANAGED_LABEL`], and owned by
-//! the Contract, so the garbage collector removes it with the Contract (the
-//! contract-end sweep also deletes it explicitly). The REAR answer still
-//! carries the kubeconfig, base64 of that YAML, as upstream's does.
+//! [`KUBECONFIG_KEY`](fluidos_api::peering_credentials::KUBECONFIG_KEY) (so
+//! the usual `base64 -d` of the Secret's data gives a usable file), the
+//! Contract's labels plus [`MANAGED_LABEL`], and owned by the Contract, so
+//! the garbage collector removes it with the Contract (the contract-end
+//! sweep also deletes it explicitly). The REAR answer still carries the
+//! kubeconfig, base64 of that YAML, as upstream's does. The name, the
+//! Secret's shape and its readers are shared with the consumer side, in
+//! [`fluidos_api::peering_credentials`].
 
-use std::collections::BTreeMap;
-
-use base64::Engine;
 use fluidos_api::Contract;
 use fluidos_api::common::FlavorTypeIdentifier;
-use fluidos_api::naming::hash_prefix;
+use fluidos_api::peering_credentials::{
+    SecretMeta, kubeconfig_in, kubeconfig_in_spec, owner_reference, secret_name,
+};
 use fluidos_controller::api_error::{is_already_exists, is_not_found};
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{DeleteParams, ObjectMeta, PostParams};
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
+use kube::api::{DeleteParams, PostParams};
 
 use crate::credentials::MANAGED_LABEL;
 use crate::error::ApiError;
 use crate::{State, labels};
-
-/// Key of the kubeconfig YAML in the credentials Secret.
-pub const KUBECONFIG_KEY: &str = "kubeconfig";
-/// Prefix of the credentials Secret's name.
-const PREFIX: &str = "peering-credentials-";
-/// Longest object name (a DNS subdomain).
-const MAX_NAME: usize = 253;
-/// Hex characters of the hash that keeps a shortened name unique.
-const HASH_LEN: usize = 16;
 
 /// Why the credentials Secret of a Contract could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -58,22 +49,6 @@ impl From<SecretError> for ApiError {
     }
 }
 
-/// `peering-credentials-<contract>`; when that would be longer than an
-/// object name may be, the contract name is cut and a hash of the whole of
-/// it appended (two long names sharing a prefix stay apart).
-pub fn secret_name(contract: &str) -> String {
-    let name = format!("{PREFIX}{contract}");
-    if name.len() <= MAX_NAME {
-        return name;
-    }
-    let hash = hash_prefix(contract, HASH_LEN);
-    let keep = MAX_NAME - PREFIX.len() - 1 - HASH_LEN;
-    // Object names are ASCII; a non-boundary cut (impossible) keeps nothing.
-    let head = contract.get(..keep).unwrap_or_default();
-    let head = head.trim_end_matches(['-', '.']);
-    format!("{PREFIX}{head}-{hash}")
-}
-
 /// The credentials Secret of `contract` holding `kubeconfig_b64` (the wire
 /// form, base64 of the YAML), stored decoded.
 pub(crate) fn credentials_secret(
@@ -84,51 +59,16 @@ pub(crate) fn credentials_secret(
     let uid = contract
         .uid()
         .ok_or_else(|| SecretError::NoOwnerUid(name.clone()))?;
-    let yaml = base64::engine::general_purpose::STANDARD
-        .decode(kubeconfig_b64)
-        .map_err(SecretError::NotBase64)?;
     let mut secret_labels = contract.labels().clone();
     secret_labels.insert(MANAGED_LABEL.0.to_owned(), MANAGED_LABEL.1.to_owned());
-    Ok(Secret {
-        metadata: ObjectMeta {
-            name: Some(secret_name(&name)),
-            namespace: contract.namespace(),
-            labels: Some(secret_labels),
-            // Not `blockOwnerDeletion`: it needs `update` on the Contracts'
-            // finalizers, a right the gateway has no other use for.
-            owner_references: Some(vec![OwnerReference {
-                api_version: Contract::api_version(&()).into_owned(),
-                kind: Contract::kind(&()).into_owned(),
-                name,
-                uid,
-                controller: Some(true),
-                block_owner_deletion: None,
-            }]),
-            ..Default::default()
-        },
-        type_: Some("Opaque".to_owned()),
-        data: Some(BTreeMap::from([(
-            KUBECONFIG_KEY.to_owned(),
-            ByteString(yaml),
-        )])),
-        ..Default::default()
-    })
-}
-
-/// The kubeconfig a credentials Secret holds, in the wire form (base64).
-pub(crate) fn kubeconfig_in(secret: &Secret) -> Option<String> {
-    secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get(KUBECONFIG_KEY))
-        .filter(|b| !b.0.is_empty())
-        .map(|b| base64::engine::general_purpose::STANDARD.encode(&b.0))
-}
-
-/// The kubeconfig a Contract stored by an earlier version still carries in
-/// its spec, if any.
-pub(crate) fn kubeconfig_in_spec(contract: &Contract) -> Option<&str> {
-    Some(contract.spec.peering_target_credentials.kubeconfig.as_str()).filter(|k| !k.is_empty())
+    let meta = SecretMeta {
+        owner: Some(owner_reference(&name, &uid)),
+        contract: name,
+        namespace: contract.namespace(),
+        labels: secret_labels,
+    };
+    fluidos_api::peering_credentials::credentials_secret(meta, kubeconfig_b64)
+        .map_err(SecretError::NotBase64)
 }
 
 fn no_kubeconfig() -> ApiError {
@@ -242,6 +182,11 @@ pub(crate) fn annotation(contract: &str) -> (String, String) {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+
+    use std::collections::BTreeMap;
+
+    use base64::Engine;
+    use fluidos_api::peering_credentials::{KUBECONFIG_KEY, MAX_NAME};
 
     use super::*;
 

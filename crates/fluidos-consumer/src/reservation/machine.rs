@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use fluidos_api::common::{GenericRef, NodeIdentityAdditionalInfo};
 use fluidos_api::flavor::FlavorTypeData;
+use fluidos_api::peering_credentials::{self, SecretMeta};
 use fluidos_api::rear::{
     PurchaseRequest, ReserveRequest, WireConfiguration, WireContract, WireLiqoCredentials,
     WireNodeIdentity, WireTelemetryServer, WireTransaction,
@@ -22,6 +23,7 @@ use fluidos_api::{
     Transaction,
 };
 use fluidos_rear_client::ProviderAddress;
+use k8s_openapi::api::core::v1::Secret;
 use kube::{Resource, ResourceExt};
 
 use crate::status::{seconds_between, set_phase_at, touch_at};
@@ -111,8 +113,21 @@ pub enum Effect {
     },
     /// Server-side apply of the consumer's record of the transaction.
     ApplyTransaction(Box<Transaction>),
+    /// Server-side apply of the credentials Secret holding the provider's
+    /// peering kubeconfig, not owned yet: written before the Contract, so a
+    /// Contract whose credentials were lost never exists.
+    ApplyCredentials(Box<Secret>),
     /// Server-side apply of the purchased Contract.
     ApplyContract(Box<Contract>),
+    /// Make the credentials Secret owned by the Contract (whose UID exists
+    /// only once the Contract does), so the garbage collector removes it
+    /// with the Contract.
+    OwnCredentials {
+        /// The Secret's name.
+        secret: String,
+        /// The Contract's name.
+        contract: String,
+    },
     /// Delete the spent transaction record.
     DeleteTransaction(String),
 }
@@ -637,6 +652,7 @@ pub fn after_purchase(
             fingerprint.to_string(),
         );
     }
+    let credentials = take_credentials(&mut contract);
     st.contract = Some(GenericRef::named(&ns, &wire.contract_id));
     st.purchase_phase = Some(Phase::Solved);
     set_phase_at(&mut st.phase, Phase::Solved, "Reservation solved", now);
@@ -664,12 +680,64 @@ pub fn after_purchase(
         // The transaction is spent; the Contract is the record now.
         after.push(Effect::DeleteTransaction(tx.clone()));
     }
+    // All before the status: a crash anywhere here repeats the purchase,
+    // which the provider answers with the same Contract and credentials.
+    let before = match credentials {
+        Some(secret) => {
+            let own = Effect::OwnCredentials {
+                secret: secret.name_any(),
+                contract: wire.contract_id.clone(),
+            };
+            vec![
+                Effect::ApplyCredentials(Box::new(secret)),
+                Effect::ApplyContract(Box::new(contract)),
+                own,
+            ]
+        }
+        None => vec![Effect::ApplyContract(Box::new(contract))],
+    };
     Plan {
-        before: vec![Effect::ApplyContract(Box::new(contract))],
+        before,
         status: st,
         after,
         requeue: None,
     }
+}
+
+/// Moves the provider's peering kubeconfig out of `contract`'s spec into a
+/// credentials Secret (`fluidos_api::peering_credentials`: the YAML under
+/// `kubeconfig`, so readers of Contracts do not read the token) and names
+/// that Secret in the Contract's annotation. `None`, and the Contract as it
+/// was, when there is nothing to move: no kubeconfig (a Service purchase
+/// may carry none), or one that is not base64, which is no usable
+/// credential and stays in the spec, so the peering reports it as it always
+/// has ("Error when decoding Kubeconfig").
+fn take_credentials(contract: &mut Contract) -> Option<Secret> {
+    let name = contract.name_any();
+    let kubeconfig = &contract.spec.peering_target_credentials.kubeconfig;
+    if kubeconfig.is_empty() {
+        return None;
+    }
+    let mut labels = contract.labels().clone();
+    labels.insert(
+        "app.kubernetes.io/managed-by".to_owned(),
+        crate::MANAGER.to_owned(),
+    );
+    let meta = SecretMeta {
+        contract: name.clone(),
+        namespace: contract.namespace(),
+        labels,
+        // Not known before the Contract exists: see `Effect::OwnCredentials`.
+        owner: None,
+    };
+    // Trimmed as the peering trims it before decoding.
+    let secret = peering_credentials::credentials_secret(meta, kubeconfig.trim()).ok()?;
+    contract.spec.peering_target_credentials.kubeconfig.clear();
+    contract.annotations_mut().insert(
+        peering_credentials::ANNOTATION.to_owned(),
+        peering_credentials::secret_name(&name),
+    );
+    Some(secret)
 }
 
 /// The candidate's K8Slice flavor type less what `configuration` bought,
@@ -1430,6 +1498,100 @@ mod tests {
             p.status
         );
         assert!(!releases(&p));
+    }
+
+    /// base64 of `apiVersion: v1\nkind: Config\n`.
+    const KUBECONFIG_B64: &str = "YXBpVmVyc2lvbjogdjEKa2luZDogQ29uZmlnCg==";
+
+    fn bought(kubeconfig: &str) -> Plan {
+        let me = me();
+        let pc = candidate("f1", "4", "1");
+        let r = reservation(None, "peeringcandidate-f1");
+        let st = running(Phase::Solved, Phase::Running, Some("tx-1"));
+        let mut wire = contract();
+        wire.peering_target_credentials = WireLiqoCredentials {
+            cluster_id: "liqo-provider".into(),
+            kubeconfig: kubeconfig.into(),
+        };
+        after_purchase(&input(&r, Some(&pc), &me), st, Ok(&wire), true, SELLER)
+    }
+
+    #[test]
+    fn the_peering_kubeconfig_goes_to_a_secret_written_before_the_contract_and_owned_after() {
+        // A trailing newline is trimmed, as the peering trims it.
+        for sent in [KUBECONFIG_B64.to_owned(), format!("{KUBECONFIG_B64}\n")] {
+            let p = bought(&sent);
+            let [
+                Effect::ApplyCredentials(secret),
+                Effect::ApplyContract(c),
+                Effect::OwnCredentials {
+                    secret: owned,
+                    contract: owner,
+                },
+            ] = &p.before[..]
+            else {
+                panic!("{:?}", p.before);
+            };
+            assert_eq!(
+                secret.metadata.name.as_deref(),
+                Some("peering-credentials-contract-1")
+            );
+            assert_eq!(secret.metadata.namespace.as_deref(), Some("fluidos"));
+            assert_eq!(
+                secret.data.as_ref().unwrap()["kubeconfig"].0,
+                b"apiVersion: v1\nkind: Config\n"
+            );
+            assert_eq!(
+                secret.metadata.labels.as_ref().unwrap()["app.kubernetes.io/managed-by"],
+                crate::MANAGER
+            );
+            // No UID to own it by before the Contract exists.
+            assert_eq!(secret.metadata.owner_references, None);
+            assert_eq!(
+                (owned.as_str(), owner.as_str()),
+                ("peering-credentials-contract-1", "contract-1")
+            );
+            // The Contract names the Secret and keeps no token.
+            assert_eq!(c.metadata.name.as_deref(), Some("contract-1"));
+            assert_eq!(c.spec.peering_target_credentials.kubeconfig, "");
+            assert_eq!(c.spec.peering_target_credentials.liqo_id, "liqo-provider");
+            assert_eq!(
+                c.annotations().get(peering_credentials::ANNOTATION),
+                Some(&"peering-credentials-contract-1".to_owned())
+            );
+            // All of it before the status: a crash repeats the purchase.
+            assert_eq!(p.status.phase.phase, Phase::Solved);
+            assert!(p.after.iter().all(|e| !matches!(
+                e,
+                Effect::ApplyCredentials(_) | Effect::OwnCredentials { .. }
+            )));
+        }
+    }
+
+    #[test]
+    fn no_kubeconfig_or_one_not_base64_makes_no_secret() {
+        // Nothing to keep (a Service may come without one).
+        let p = bought("");
+        let [Effect::ApplyContract(c)] = &p.before[..] else {
+            panic!("{:?}", p.before);
+        };
+        assert!(
+            !c.annotations()
+                .contains_key(peering_credentials::ANNOTATION)
+        );
+        assert_eq!(c.spec.peering_target_credentials.kubeconfig, "");
+        // Not base64: no usable credential; it stays where it always was, so
+        // the peering reports it as before.
+        let p = bought("not base64!");
+        let [Effect::ApplyContract(c)] = &p.before[..] else {
+            panic!("{:?}", p.before);
+        };
+        assert!(
+            !c.annotations()
+                .contains_key(peering_credentials::ANNOTATION)
+        );
+        assert_eq!(c.spec.peering_target_credentials.kubeconfig, "not base64!");
+        assert_eq!(p.status.phase.phase, Phase::Solved);
     }
 
     #[test]

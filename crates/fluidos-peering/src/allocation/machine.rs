@@ -34,6 +34,23 @@ pub const MSG_NO_CONTRACT: &str = "Error when getting Contract";
 pub const MSG_BAD_KUBECONFIG: &str = "Error when decoding Kubeconfig";
 /// Go, consumer: no client could be built from the kubeconfig.
 pub const MSG_NO_REMOTE_CLIENT: &str = "Error when creating remote client";
+/// Consumer: the Secret the Contract names for its kubeconfig is missing or
+/// holds none (ours: the Go node keeps the kubeconfig in the Contract).
+pub const MSG_NO_CREDENTIALS: &str = "Error when reading the Contract's credentials";
+
+/// The peering kubeconfig in the Contract's credentials Secret `name`, as
+/// read (`None`: not found), in the base64 form the Contract's spec used to
+/// carry; else the status message saying what is wrong.
+pub fn kubeconfig_from_secret(
+    name: &str,
+    secret: Option<&k8s_openapi::api::core::v1::Secret>,
+) -> Result<String, String> {
+    match secret {
+        None => Err(format!("{MSG_NO_CREDENTIALS}: Secret {name} not found")),
+        Some(s) => fluidos_api::peering_credentials::kubeconfig_in(s)
+            .ok_or_else(|| format!("{MSG_NO_CREDENTIALS}: Secret {name} holds no kubeconfig")),
+    }
+}
 
 /// Which side of the Contract this node is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -394,6 +411,39 @@ mod tests {
 
     const P: &str = "prov";
     const S: &str = "contract-f-1234";
+
+    #[test]
+    fn a_missing_or_empty_credentials_secret_says_so() {
+        use k8s_openapi::ByteString;
+        use k8s_openapi::api::core::v1::Secret;
+        assert_eq!(
+            kubeconfig_from_secret("peering-credentials-c", None),
+            Err(format!(
+                "{MSG_NO_CREDENTIALS}: Secret peering-credentials-c not found"
+            ))
+        );
+        assert_eq!(
+            kubeconfig_from_secret("peering-credentials-c", Some(&Secret::default())),
+            Err(format!(
+                "{MSG_NO_CREDENTIALS}: Secret peering-credentials-c holds no kubeconfig"
+            ))
+        );
+        let secret = Secret {
+            data: Some(
+                [(
+                    "kubeconfig".to_owned(),
+                    ByteString(b"apiVersion: v1\n".to_vec()),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        };
+        // Base64 again, as `remote_client` takes it.
+        assert_eq!(
+            kubeconfig_from_secret("peering-credentials-c", Some(&secret)).as_deref(),
+            Ok("YXBpVmVyc2lvbjogdjEK")
+        );
+    }
 
     fn grant() -> TenantGrant {
         TenantGrant {

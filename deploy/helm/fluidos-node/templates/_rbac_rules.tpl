@@ -304,6 +304,9 @@ namespace:
     verbs: [get, list, watch]
   # service-allocation consumer.rs: the bought service's credentials Secret
   # (`credentials-<contract>`, server-side apply, deleted with the Allocation).
+  # consumer reservation.rs: each bought Contract's peering kubeconfig in
+  # `peering-credentials-<contract>` (server-side apply, then a patch making
+  # the Contract its owner); peering allocation.rs reads it.
   - apiGroups: [""]
     resources: [secrets]
     verbs: [get, list, watch, create, patch, delete]
