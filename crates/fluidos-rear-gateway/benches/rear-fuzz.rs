@@ -32,10 +32,16 @@ fn main() {
         .unwrap();
     rt.block_on(async {
         let target = rear_fuzz::start().await;
+        // FLUIDOS_FUZZ_TLS=1: over TLS 1.3 with a client certificate.
+        let transport = if env_u64("FLUIDOS_FUZZ_TLS", 0) == 1 {
+            rear_fuzz::Transport::tls(target.provider)
+        } else {
+            rear_fuzz::Transport::Plain
+        };
         println!(
             "REAR fuzz: {total} requests, {workers} concurrent connections, seed {seed:#x}; gateway and client in one process"
         );
-        let report = rear_fuzz::run(&target.gw.base, total, workers, seed).await;
+        let report = rear_fuzz::run(&target.gw.base, &transport, total, workers, seed).await;
         report.print();
         target.gw.shutdown().await;
         target.cp.stop().await;

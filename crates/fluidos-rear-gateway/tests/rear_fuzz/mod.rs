@@ -5,6 +5,11 @@
 //!
 //! Shared by `tests/fuzz.rs` (a bounded slice) and `benches/rear-fuzz.rs`
 //! (10^6 requests). The same seed gives the same request sequence per worker.
+//!
+//! [`Transport::Tls`] sends the same requests over TLS 1.3 with a client
+//! certificate (the gateway's other way in: the first byte decides), raw
+//! ones included, so the sniffing, the handshake and the key-bound sale
+//! paths are fuzzed too.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
@@ -16,8 +21,13 @@ use std::time::{Duration, Instant};
 use fluidos_api::common::HostingPolicy;
 use fluidos_api::flavor::FlavorType;
 use fluidos_rear_gateway::RateLimit;
+use fluidos_rear_identity::{Fingerprint, NodeKey};
 use fluidos_testenv::ControlPlane;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client as HyperClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::common::{
@@ -486,10 +496,38 @@ fn generate_uncut(rng: &mut Rng, known_tx: Option<&str>) -> Fuzzed {
     }
 }
 
-/// A running fuzz target: a control plane with flavors and a gateway.
+/// A running fuzz target: a control plane with flavors and a gateway that
+/// serves TLS (with the key whose fingerprint is `provider`) and plain HTTP.
 pub struct Target {
     pub cp: ControlPlane,
     pub gw: Served,
+    pub provider: Fingerprint,
+}
+
+/// How the fuzz reaches the gateway.
+#[derive(Clone)]
+pub enum Transport {
+    /// Plain HTTP, as a Go node speaks REAR.
+    Plain,
+    /// TLS 1.3, presenting a buyer's certificate, pinned to the provider.
+    Tls(Arc<rustls::ClientConfig>),
+}
+
+impl Transport {
+    /// TLS as a freshly made buyer key, pinned to `provider`.
+    pub fn tls(provider: Fingerprint) -> Transport {
+        let buyer = NodeKey::generate("fuzz-buyer").unwrap();
+        Transport::Tls(Arc::new(
+            fluidos_rear_identity::tls::client_config(&buyer, provider).unwrap(),
+        ))
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Transport::Plain => "plain HTTP",
+            Transport::Tls(_) => "TLS 1.3 with a client certificate",
+        }
+    }
 }
 
 /// Starts a control plane with `K8SLICES` partitionable flavors and a
@@ -533,13 +571,18 @@ pub async fn start() -> Target {
     cfg.transaction_ttl = Duration::from_secs(5);
     cfg.sweep_interval = Duration::from_secs(1);
     cfg.header_read_timeout = Duration::from_secs(2);
+    let key = NodeKey::generate("fuzz-provider").unwrap();
+    let provider = key.fingerprint();
+    let cfg = cfg.with_node_key(&key).unwrap();
     let gw = serve(&client, cfg).await;
-    Target { cp, gw }
+    Target { cp, gw, provider }
 }
 
 /// What a fuzz run saw.
 #[derive(Debug, Default)]
 pub struct Report {
+    /// How the requests were sent.
+    pub transport: &'static str,
     pub requests: u64,
     pub statuses: BTreeMap<u16, u64>,
     /// Raw requests the server closed without answering (fine for garbage).
@@ -614,8 +657,9 @@ impl Report {
 
     pub fn print(&self) {
         println!(
-            "{} requests in {:.1} s: {:.0} req/s",
+            "{} requests over {} in {:.1} s: {:.0} req/s",
             self.requests,
+            self.transport,
             self.elapsed.as_secs_f64(),
             self.requests as f64 / self.elapsed.as_secs_f64()
         );
@@ -684,14 +728,33 @@ fn describe(f: &Fuzzed) -> String {
 
 /// Sends one raw request; the status code of the answer, or None if the
 /// server closed without one.
-async fn send_raw(addr: &str, bytes: &[u8]) -> Result<Option<u16>, String> {
-    let mut tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+async fn send_raw(addr: &str, bytes: &[u8], transport: &Transport) -> Result<Option<u16>, String> {
+    let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    match transport {
+        Transport::Plain => exchange_raw(tcp, bytes).await,
+        Transport::Tls(config) => {
+            let name = rustls::pki_types::ServerName::try_from("fluidos-provider")
+                .map_err(|e| e.to_string())?;
+            let tls = tokio_rustls::TlsConnector::from(config.clone())
+                .connect(name, tcp)
+                .await
+                .map_err(|e| format!("TLS handshake: {e}"))?;
+            exchange_raw(tls, bytes).await
+        }
+    }
+}
+
+/// Writes `bytes` on `stream` and reads the status line of the answer.
+async fn exchange_raw(
+    mut stream: impl AsyncRead + AsyncWrite + Unpin,
+    bytes: &[u8],
+) -> Result<Option<u16>, String> {
     // The server may answer and close before reading everything.
-    let _ = tcp.write_all(bytes).await;
+    let _ = stream.write_all(bytes).await;
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
     loop {
-        match tokio::time::timeout(Duration::from_secs(10), tcp.read(&mut buf)).await {
+        match tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await {
             Ok(Ok(0) | Err(_)) => break,
             Ok(Ok(n)) => {
                 head.extend_from_slice(&buf[..n]);
@@ -712,21 +775,60 @@ async fn send_raw(addr: &str, bytes: &[u8]) -> Result<Option<u16>, String> {
     Ok(Some(status))
 }
 
+/// An HTTP client over `transport`: reqwest for plain HTTP (as before),
+/// hyper with a pinned rustls connector for TLS (reqwest's TLS features
+/// stay off in this workspace).
+#[derive(Clone)]
+enum Http {
+    Plain(reqwest::Client),
+    Tls(HyperClient<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>),
+}
+
+impl Http {
+    fn new(transport: &Transport, workers: usize) -> Http {
+        match transport {
+            Transport::Plain => Http::Plain(
+                reqwest::Client::builder()
+                    .pool_max_idle_per_host(workers)
+                    .timeout(Duration::from_secs(60))
+                    .build()
+                    .unwrap(),
+            ),
+            Transport::Tls(config) => {
+                let mut tcp = HttpConnector::new();
+                tcp.enforce_http(false);
+                tcp.set_nodelay(true);
+                let mut https = hyper_rustls::HttpsConnector::from((tcp, config.as_ref().clone()));
+                https.enforce_https();
+                Http::Tls(
+                    HyperClient::builder(hyper_util::rt::TokioExecutor::new())
+                        .pool_max_idle_per_host(workers)
+                        .build(https),
+                )
+            }
+        }
+    }
+}
+
 /// Sends one request: its status and body, `None` for a raw request the
 /// server closed without answering, `Err` when no answer came.
 async fn send(
-    client: &reqwest::Client,
+    client: &Http,
+    transport: &Transport,
     base: &str,
     addr: &str,
     req: &Fuzzed,
 ) -> Result<Option<(u16, String)>, String> {
-    match req {
-        Fuzzed::Http {
-            method,
-            path,
-            body,
-            headers,
-        } => {
+    match (req, client) {
+        (
+            Fuzzed::Http {
+                method,
+                path,
+                body,
+                headers,
+            },
+            Http::Plain(client),
+        ) => {
             let mut rb = client
                 .request(method.clone(), format!("{base}{path}"))
                 .body(body.clone());
@@ -741,25 +843,62 @@ async fn send(
                 Err(e) => Err(format!("{e:?}")),
             }
         }
-        Fuzzed::Raw(bytes) => send_raw(addr, bytes)
+        (
+            Fuzzed::Http {
+                method,
+                path,
+                body,
+                headers,
+            },
+            Http::Tls(client),
+        ) => {
+            // The URL parser reqwest uses, so that both transports send the
+            // same (percent-encoded) request targets.
+            let url = reqwest::Url::parse(&format!("https://{addr}{path}"))
+                .map_err(|e| format!("bad URL: {e}"))?;
+            let mut rb = hyper::Request::builder()
+                .method(method.as_str())
+                .uri(url.as_str());
+            for (k, v) in headers {
+                rb = rb.header(*k, v.as_str());
+            }
+            let request = rb
+                .body(Full::new(Bytes::from(body.clone())))
+                .map_err(|e| format!("request: {e}"))?;
+            let answer = tokio::time::timeout(Duration::from_secs(60), client.request(request))
+                .await
+                .map_err(|_| "no answer within 60 s".to_owned())?
+                .map_err(|e| format!("{e:?}"))?;
+            let status = answer.status().as_u16();
+            let text = answer
+                .into_body()
+                .collect()
+                .await
+                .map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned())
+                .unwrap_or_default();
+            Ok(Some((status, text)))
+        }
+        (Fuzzed::Raw(bytes), _) => send_raw(addr, bytes, transport)
             .await
             .map(|s| s.map(|s| (s, String::new()))),
     }
 }
 
 /// Sends `total` generated requests over `workers` concurrent connections.
-pub async fn run(base: &str, total: u64, workers: usize, seed: u64) -> Report {
+pub async fn run(
+    base: &str,
+    transport: &Transport,
+    total: u64,
+    workers: usize,
+    seed: u64,
+) -> Report {
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         PANICS.fetch_add(1, Ordering::Relaxed);
         previous(info);
     }));
     let panics_before = PANICS.load(Ordering::Relaxed);
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(workers)
-        .timeout(Duration::from_secs(60))
-        .build()
-        .unwrap();
+    let client = Http::new(transport, workers);
     let addr: Arc<str> = base.trim_start_matches("http://").into();
     let base: Arc<str> = base.into();
     let next = Arc::new(AtomicUsize::new(0));
@@ -770,6 +909,7 @@ pub async fn run(base: &str, total: u64, workers: usize, seed: u64) -> Report {
     report.lock().unwrap().rss.push((0, rss_kib()));
     let mut tasks = Vec::new();
     for w in 0..workers {
+        let transport = transport.clone();
         let (client, base, addr, next, report, known_tx) = (
             client.clone(),
             base.clone(),
@@ -790,7 +930,7 @@ pub async fn run(base: &str, total: u64, workers: usize, seed: u64) -> Report {
                     (!k.is_empty()).then(|| k[rng.below(k.len())].clone())
                 };
                 let req = generate(&mut rng, tx.as_deref());
-                let outcome = send(&client, &base, &addr, &req).await;
+                let outcome = send(&client, &transport, &base, &addr, &req).await;
                 if let (Ok(Some((200, text))), Fuzzed::Http { path, .. }) = (&outcome, &req)
                     && path == "/api/v2/reservations"
                     && let Some(id) = serde_json::from_str::<serde_json::Value>(text)
@@ -815,6 +955,7 @@ pub async fn run(base: &str, total: u64, workers: usize, seed: u64) -> Report {
         t.await.unwrap();
     }
     let mut rep = std::mem::take(&mut *report.lock().unwrap());
+    rep.transport = transport.name();
     rep.elapsed = started.elapsed();
     rep.rss.push((rep.requests, rss_kib()));
     rep.panics = PANICS.load(Ordering::Relaxed) - panics_before;
