@@ -408,10 +408,18 @@ async fn components_flag_starts_only_the_selected_one() {
         .skip(3)
         .take(2)
         .collect();
-    assert_eq!(
-        open_files[0], open_files[1],
-        "soft limit raised to the hard one: {open_files:?}"
+    let (soft, hard): (u64, u64) = (
+        open_files[0].parse().unwrap_or(0),
+        open_files[1].parse().unwrap_or(u64::MAX),
     );
+    if hard > 1024 {
+        assert!(
+            soft > 1024 && soft == hard,
+            "started with a soft limit of 1024, the node raised it to the hard one ({hard}): {open_files:?}"
+        );
+    } else {
+        eprintln!("the hard open-files limit here is {hard}: nothing to raise, not checked");
+    }
     assert!(stdout.contains("ip=192.0.2.8:30001"), "{}", node.output());
 
     node.sigterm();

@@ -357,18 +357,19 @@ impl State {
     /// Deletes an ended Contract, the Allocation made beside it and its
     /// credentials Secret; true when all are gone.
     ///
-    /// The Secret goes explicitly, before the Contract (a failure leaves the
-    /// Contract for the next sweep to retry): its ownerReference would have
-    /// the garbage collector remove it too, but not on a cluster without one
-    /// running, and only some time later.
+    /// The Secret goes explicitly, before the Contract, so that the token
+    /// is gone at once; its ownerReference has the garbage collector remove
+    /// it too, only later. A failed Secret delete (e.g. a chart without the
+    /// grant) is logged and does not keep the Contract: a Contract kept
+    /// would keep its capacity sold forever, a Secret left is collected.
     async fn delete_contract(&self, name: &str, tx: &str) -> bool {
         if let Err(e) = self.delete_allocations(tx).await {
             tracing::warn!(contract = name, error = %e, "deleting the Allocation of an expired Contract");
             return false;
         }
         if let Err(e) = self.delete_credentials(name).await {
-            tracing::warn!(contract = name, error = %e, "deleting the credentials Secret of an expired Contract");
-            return false;
+            tracing::warn!(contract = name, error = %e,
+                "deleting the credentials Secret of an expired Contract; the garbage collector removes it with the Contract");
         }
         match self.contracts.delete(name, &DeleteParams::default()).await {
             Ok(_) => {

@@ -52,6 +52,11 @@ impl ConnectionTable {
         (!down.is_empty()).then(|| format!("Brokers not connected: {}", down.join(", ")))
     }
 
+    /// Whether the Broker list was read (or found unavailable here).
+    pub fn is_listed(&self) -> bool {
+        self.listed
+    }
+
     /// The link of Broker `name`, if it has a client.
     pub fn link(&self, name: &str) -> Option<&Link> {
         self.brokers.get(name).map(|(_, l)| l)

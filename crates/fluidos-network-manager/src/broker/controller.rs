@@ -48,6 +48,19 @@ pub(crate) fn change(running: Option<(&Option<String>, &BrokerSpec)>, seen: &Bro
     }
 }
 
+/// True when a watch error says Brokers cannot be listed at all here:
+/// 401/403 (no RBAC) or 404 (no Broker CRD), as opposed to an API server
+/// briefly failing.
+pub(crate) fn cannot_list_here(e: &watcher::Error) -> bool {
+    let api = match e {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => e,
+        watcher::Error::WatchError(_) | watcher::Error::NoResourceVersion => return false,
+    };
+    matches!(api, kube::Error::Api(s) if matches!(s.code, 401 | 403 | 404))
+}
+
 /// Runs a client for every Broker in `settings.namespace` until `shutdown`.
 ///
 /// Announcements heard go to `peers` (the network manager's KnownCluster
@@ -93,7 +106,15 @@ pub async fn run(
         match event {
             None => break,
             Some(Err(e)) => {
-                tracing::warn!(error = %e, "watching Brokers failed; retrying");
+                if cannot_list_here(&e) && !shared.connections.snapshot().is_listed() {
+                    // No Broker CRD or no RBAC for it (a chart with broker
+                    // discovery off, an older chart): nothing to connect
+                    // to, so the node's readiness must not wait for it.
+                    tracing::warn!(error = %e, "Brokers cannot be listed here: broker discovery unavailable (enable it in the chart, or --enable-broker-discovery=false); retrying");
+                    shared.connections.listed();
+                } else {
+                    tracing::warn!(error = %e, "watching Brokers failed; retrying");
+                }
                 tokio::time::sleep(std::time::Duration::from_secs(1)).await;
             }
             Some(Ok(watcher::Event::Init)) => relisted = Some(HashSet::new()),
@@ -181,6 +202,29 @@ mod tests {
         );
         b.metadata.uid = Some(uid.into());
         b
+    }
+
+    #[test]
+    fn no_rbac_or_no_crd_means_unavailable_a_failing_server_does_not() {
+        let api = |code: u16| {
+            kube::Error::Api(Box::new(
+                serde_json::from_value(serde_json::json!({"code": code, "status": "Failure"}))
+                    .unwrap_or_default(),
+            ))
+        };
+        for code in [401, 403, 404] {
+            assert!(
+                cannot_list_here(&watcher::Error::InitialListFailed(api(code))),
+                "{code}"
+            );
+        }
+        for code in [429, 500, 503] {
+            assert!(
+                !cannot_list_here(&watcher::Error::InitialListFailed(api(code))),
+                "{code}"
+            );
+        }
+        assert!(!cannot_list_here(&watcher::Error::NoResourceVersion));
     }
 
     #[test]
