@@ -210,6 +210,7 @@ fn refusal(e: &RearError) -> Refusal {
     Refusal {
         message: e.to_string(),
         kind: RefusalKind::of_status(status),
+        retry_after: e.retry_after(),
     }
 }
 

@@ -101,6 +101,9 @@ pub enum RearError {
         status: u16,
         /// The provider's message (JSON `error` field or plain text).
         message: String,
+        /// When to ask again, from a `Retry-After` header in seconds (429,
+        /// 503), capped at [`MAX_RETRY_AFTER`].
+        retry_after: Option<Duration>,
     },
     /// The provider answered 2xx with a body we cannot decode.
     #[error("provider {address} sent a malformed {what}: {message}")]
@@ -158,6 +161,28 @@ impl RearError {
             _ => None,
         }
     }
+
+    /// How long the provider asked to wait before asking again, if it said.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            RearError::Rejected { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+/// Longest `Retry-After` taken from a provider: a peer cannot park a
+/// caller for hours.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// A `Retry-After` value in whole seconds (the HTTP-date form is not used
+/// by REAR providers and is ignored), capped at [`MAX_RETRY_AFTER`] (pure).
+pub fn parse_retry_after(value: &str) -> Option<Duration> {
+    value
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .map(|s| Duration::from_secs(s).min(MAX_RETRY_AFTER))
 }
 
 /// A request body (JSON, or empty).
@@ -495,7 +520,7 @@ impl RearClient {
                 (Ok(_) | Err(Failure::WrongKey { .. }), _) => false,
                 (Err(Failure::Connect(_)), _) => true,
                 (Err(Failure::Transport(_, _)), Retry::Always) => true,
-                (Err(Failure::Status(s, _)), Retry::Always) => *s >= 500,
+                (Err(Failure::Status(s, _, _)), Retry::Always) => *s >= 500,
                 _ => false,
             };
             if !retryable || attempt >= config.retries {
@@ -513,6 +538,11 @@ impl RearClient {
 async fn once(pool: &Pool, request: Request<RequestBody>) -> Result<Option<Vec<u8>>, Failure> {
     let response = pool.request(request).await.map_err(Failure::of_request)?;
     let status = response.status();
+    let retry_after = response
+        .headers()
+        .get(http::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_retry_after);
     let length = response
         .headers()
         .get(http::header::CONTENT_LENGTH)
@@ -523,7 +553,11 @@ async fn once(pool: &Pool, request: Request<RequestBody>) -> Result<Option<Vec<u
         return Ok(None);
     }
     if !status.is_success() {
-        return Err(Failure::Status(status.as_u16(), error_message(&bytes)));
+        return Err(Failure::Status(
+            status.as_u16(),
+            error_message(&bytes),
+            retry_after,
+        ));
     }
     Ok(Some(bytes))
 }
@@ -566,7 +600,7 @@ async fn read_capped(
 enum Failure {
     Connect(String),
     Transport(String, bool),
-    Status(u16, String),
+    Status(u16, String, Option<Duration>),
     WrongKey {
         expected: Fingerprint,
         presented: Fingerprint,
@@ -603,10 +637,11 @@ impl Failure {
                 message,
                 timed_out,
             },
-            Failure::Status(status, message) => RearError::Rejected {
+            Failure::Status(status, message, retry_after) => RearError::Rejected {
                 address,
                 status,
                 message,
+                retry_after,
             },
             Failure::WrongKey {
                 expected,
@@ -917,5 +952,42 @@ mod tests {
             .await
             .unwrap_err();
         assert!(e.to_string().contains("over 16777216 bytes"), "{e}");
+    }
+
+    /// A provider's `Retry-After` reaches the caller, capped.
+    #[tokio::test]
+    async fn a_retry_after_is_kept_with_the_rejection() {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = tokio::io::AsyncReadExt::read(&mut s, &mut buf).await;
+                let body = r#"{"error":"slow down"}"#;
+                let _ = s
+                    .write_all(
+                        format!(
+                            "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 7\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        )
+                        .as_bytes(),
+                    )
+                    .await;
+            }
+        });
+        let client = RearClient::new(ClientConfig::default()).unwrap();
+        let request: ReserveRequest = serde_json::from_value(serde_json::json!({
+            "flavorID": "f", "buyerID": {"ID": "b", "IP": "h:1", "domain": "d"}
+        }))
+        .unwrap();
+        let e = client
+            .reserve(&ProviderAddress::plain(addr), &request)
+            .await
+            .unwrap_err();
+        assert_eq!(e.status(), Some(429), "{e}");
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(7)));
+        assert_eq!(parse_retry_after(" 3600 "), Some(MAX_RETRY_AFTER));
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
     }
 }

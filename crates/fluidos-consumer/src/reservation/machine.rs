@@ -73,6 +73,8 @@ pub struct Refusal {
     pub message: String,
     /// What it means.
     pub kind: RefusalKind,
+    /// How long it asked to wait before asking again (`Retry-After`).
+    pub retry_after: Option<Duration>,
 }
 
 /// Everything one decision needs.
@@ -502,7 +504,8 @@ pub fn after_reserve(
         Err(Refusal {
             message: e,
             kind: RefusalKind::Transient,
-        }) => return reserve_again(input, st, e),
+            retry_after,
+        }) => return reserve_again(input, st, e, *retry_after),
         Err(Refusal { message: e, .. }) => {
             return fail(
                 st,
@@ -555,10 +558,16 @@ pub const TRANSIENT_RESERVE_LIMIT: Duration = Duration::from_secs(60);
 pub const TRANSIENT_RESERVE_RETRY: Duration = Duration::from_secs(2);
 
 /// RESERVE answered "later" (`e`): asked again while the Reservation is
-/// younger than [`TRANSIENT_RESERVE_LIMIT`], the candidate kept held;
+/// younger than [`TRANSIENT_RESERVE_LIMIT`], the candidate kept held, after
+/// [`TRANSIENT_RESERVE_RETRY`] or the provider's `Retry-After` if longer;
 /// failed (and the candidate given back) after it, or when its start time
 /// cannot be read (edited by hand), rather than asking forever.
-fn reserve_again(input: &Input<'_>, mut st: ReservationStatus, e: &str) -> Plan {
+fn reserve_again(
+    input: &Input<'_>,
+    mut st: ReservationStatus,
+    e: &str,
+    retry_after: Option<Duration>,
+) -> Plan {
     let now = input.now.as_str();
     let waited = st
         .phase
@@ -578,7 +587,9 @@ fn reserve_again(input: &Input<'_>, mut st: ReservationStatus, e: &str) -> Plan 
                 before: Vec::new(),
                 status: st,
                 after: Vec::new(),
-                requeue: Some(TRANSIENT_RESERVE_RETRY),
+                requeue: Some(
+                    retry_after.map_or(TRANSIENT_RESERVE_RETRY, |r| r.max(TRANSIENT_RESERVE_RETRY)),
+                ),
             }
         }
         _ => fail(
@@ -1218,6 +1229,7 @@ mod tests {
         let busy = Refusal {
             message: "503: the API server is busy; retry".into(),
             kind: RefusalKind::Transient,
+            retry_after: None,
         };
         let mut started = st.clone();
         started.phase.start_time = Some(NOW.into());
@@ -1226,6 +1238,17 @@ mod tests {
         assert_eq!(p.status.reserve_phase, Some(Phase::Running));
         assert_eq!(p.requeue, Some(TRANSIENT_RESERVE_RETRY));
         assert!(p.before.is_empty(), "the candidate stays held");
+        // A provider's longer Retry-After is honoured, a shorter one is not.
+        let mut started = st.clone();
+        started.phase.start_time = Some(NOW.into());
+        for (asked, waited) in [(10, 10), (1, 2)] {
+            let told = Refusal {
+                retry_after: Some(Duration::from_secs(asked)),
+                ..busy.clone()
+            };
+            let q = after_reserve(&input(&r, Some(&pc), &me), started.clone(), Err(&told));
+            assert_eq!(q.requeue, Some(Duration::from_secs(waited)), "{asked} s");
+        }
         assert_eq!(
             p.status.phase.message.as_deref(),
             Some(
@@ -1303,6 +1326,7 @@ mod tests {
         let refusal = Refusal {
             message: "400: bad configuration".into(),
             kind: RefusalKind::Other,
+            retry_after: None,
         };
         let p = after_reserve(&input(&r, Some(&pc), &me), st.clone(), Err(&refusal));
         assert_eq!(
@@ -1317,6 +1341,7 @@ mod tests {
         let refusal = Refusal {
             message: "409: not enough [\"pods\"] left".into(),
             kind: RefusalKind::Unavailable,
+            retry_after: None,
         };
         let p = after_reserve(&input(&r, Some(&pc), &me), st, Err(&refusal));
         assert_eq!(
@@ -1393,6 +1418,7 @@ mod tests {
         Refusal {
             message: message.into(),
             kind,
+            retry_after: None,
         }
     }
 

@@ -327,6 +327,7 @@ mod tests {
             address: "p:3004".into(),
             status,
             message: "why".into(),
+            retry_after: None,
         }
     }
 
