@@ -31,6 +31,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
     let manager =
         NetworkManager::bind(settings, ctx.identity.clone(), fingerprint, metrics.clone())
             .map_err(|e| Error::Setup(format!("network manager: {e}")))?;
+    // The broker tasks stop with the node, or with the manager if it ever
+    // ends first (a child token: cancelling it stops nothing else).
+    let brokers_stop = shutdown.child_token();
     let brokers = ctx.args.enable_broker_discovery.then(|| {
         let connections = BrokerConnections::new();
         let task = tokio::spawn(broker::run(
@@ -43,12 +46,12 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
             metrics.clone(),
             manager.peer_sink(),
             connections.clone(),
-            shutdown.clone(),
+            brokers_stop.clone(),
         ));
         let reporter = tokio::spawn(report_readiness(
             connections,
             ctx.readiness.clone(),
-            shutdown.clone(),
+            brokers_stop.clone(),
         ));
         (task, reporter)
     });
@@ -64,7 +67,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
     );
     manager.run(ctx.client.clone(), shutdown.clone()).await;
     if let Some((task, reporter)) = brokers {
-        shutdown.cancel();
+        brokers_stop.cancel();
         let _ = tokio::join!(task, reporter);
     }
     tracing::info!(
