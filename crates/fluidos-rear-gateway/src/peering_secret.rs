@@ -186,7 +186,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use base64::Engine;
-    use fluidos_api::peering_credentials::{KUBECONFIG_KEY, MAX_NAME};
+    use fluidos_api::peering_credentials::KUBECONFIG_KEY;
 
     use super::*;
 
@@ -211,18 +211,6 @@ mod tests {
             (labels::TRANSACTION.to_owned(), "t-1".to_owned()),
         ]));
         c
-    }
-
-    #[test]
-    fn names_fit_an_object_name_and_stay_distinct() {
-        assert_eq!(secret_name("contract-a"), "peering-credentials-contract-a");
-        let a = secret_name(&format!("{}a", "x".repeat(300)));
-        let b = secret_name(&format!("{}b", "x".repeat(300)));
-        assert_eq!(a.len(), MAX_NAME);
-        assert_ne!(a, b);
-        let dashed = secret_name(&format!("{}-{}", "x".repeat(215), "y".repeat(100)));
-        assert!(dashed.len() <= MAX_NAME, "{dashed}");
-        assert!(!dashed.contains("--"), "{dashed}");
     }
 
     #[test]
