@@ -134,9 +134,13 @@ async fn reconcile(cached: Arc<Solver>, ctx: Arc<Context>) -> Result<Action, Err
     };
     let mut plan = machine::plan(&input, &observed);
     if plan.needs_candidates {
-        observed.candidates = list_candidates(&ctx, &ns).await?;
+        observed.candidates = list_candidates(&ctx, &ns, Read::Cached).await?;
         observed.candidates_unread = false;
         plan = machine::plan(&input, &observed);
+        if !machine::cached_candidates_suffice(&observed, &plan) {
+            observed.candidates = list_candidates(&ctx, &ns, Read::Consistent).await?;
+            plan = machine::plan(&input, &observed);
+        }
     }
     for effect in &plan.effects {
         if let Some(action) = apply(&ctx, &ns, effect).await? {
@@ -153,10 +157,27 @@ async fn reconcile(cached: Arc<Solver>, ctx: Arc<Context>) -> Result<Action, Err
     })
 }
 
+/// How fresh a list must be.
+#[derive(Clone, Copy, Debug)]
+enum Read {
+    /// Whatever the API server's watch cache holds, at once.
+    Cached,
+    /// At least as new as the latest write (may wait for the watch cache).
+    Consistent,
+}
+
 /// Every PeeringCandidate in `ns`.
-async fn list_candidates(ctx: &Context, ns: &str) -> Result<Vec<PeeringCandidate>, Error> {
+async fn list_candidates(
+    ctx: &Context,
+    ns: &str,
+    read: Read,
+) -> Result<Vec<PeeringCandidate>, Error> {
+    let params = match read {
+        Read::Cached => ListParams::default().match_any(),
+        Read::Consistent => ListParams::default(),
+    };
     Api::<PeeringCandidate>::namespaced(ctx.client.clone(), ns)
-        .list(&ListParams::default())
+        .list(&params)
         .await
         .map(|l| l.items)
         .map_err(Error::kube(Step::ListCandidates))

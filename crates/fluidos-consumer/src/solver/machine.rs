@@ -144,6 +144,37 @@ pub fn is_over(solver: &Solver) -> bool {
         .is_some_and(|p| matches!(p.phase, Phase::Failed | Phase::TimedOut))
 }
 
+/// Whether a plan made on candidates read from the API server's watch cache
+/// may stand. That read does not wait for the cache to catch up with the
+/// latest writes (a consistent list of a kind nobody wrote lately waits up to
+/// one 100 ms progress-notify period), so it may miss what was just written:
+/// the plan stands only when the read holds every candidate the Solver's
+/// Discovery reports, and only when it does not end the Solver (a failure is
+/// decided on a consistent read).
+pub fn cached_candidates_suffice(observed: &Observed, plan: &Plan) -> bool {
+    let reported = observed
+        .discovery
+        .as_ref()
+        .and_then(|d| d.status.as_ref())
+        .and_then(|s| s.peering_candidate_list.as_ref())
+        .map(|l| l.items.as_slice())
+        .unwrap_or_default();
+    let all_seen = reported.iter().all(|reported| {
+        reported.metadata.name.as_deref().is_none_or(|name| {
+            observed
+                .candidates
+                .iter()
+                .any(|pc| pc.metadata.name.as_deref() == Some(name))
+        })
+    });
+    let ends = plan
+        .status
+        .solver_phase
+        .as_ref()
+        .is_some_and(|p| matches!(p.phase, Phase::Failed | Phase::TimedOut));
+    all_seen && !ends
+}
+
 /// Computes the Solver's next status and writes.
 pub fn plan(input: &Input<'_>, observed: &Observed) -> Plan {
     let solver = input.solver;
@@ -1054,6 +1085,54 @@ mod tests {
         };
         let p = run(&solver(true, false, false, Some(running)), &waiting);
         assert!(!p.needs_candidates, "{:?}", p.effects);
+    }
+
+    #[test]
+    fn a_cached_read_stands_only_when_complete_and_not_ending_the_solver() {
+        let running = status(Some(Phase::Running), None, None, NOW);
+        let s = solver(true, true, false, Some(running));
+        let mut solved = discovery(Phase::Solved, SOLVER_UID);
+        let listed = candidate("f1", "4", "1");
+        solved
+            .status
+            .get_or_insert_with(Default::default)
+            .peering_candidate_list =
+            Some(fluidos_api::advertisement::EmbeddedPeeringCandidateList {
+                items: vec![fluidos_api::advertisement::EmbeddedPeeringCandidate {
+                    metadata: fluidos_api::embedded::EmbeddedObjectMeta {
+                        name: listed.metadata.name.clone(),
+                        ..Default::default()
+                    },
+                    spec: listed.spec.clone(),
+                    api_version: None,
+                    kind: None,
+                    status: None,
+                }],
+                ..Default::default()
+            });
+        let observed = |candidates: Vec<PeeringCandidate>| Observed {
+            discovery: Some(solved.clone()),
+            candidates,
+            ..Default::default()
+        };
+        // Holds what the Discovery made: it reserves, and that stands.
+        let complete = observed(vec![listed.clone()]);
+        let p = run(&s, &complete);
+        assert_eq!(p.status.reserve_and_buy, Some(Phase::Running));
+        assert!(cached_candidates_suffice(&complete, &p));
+        // Lags behind the Discovery: read again, even if an older candidate
+        // would do.
+        let lagging = observed(vec![candidate("old", "4", "9")]);
+        let p = run(&s, &lagging);
+        assert!(!cached_candidates_suffice(&lagging, &p));
+        // A plan that fails the Solver is never decided on the cache.
+        let none = Observed {
+            discovery: Some(discovery(Phase::Solved, SOLVER_UID)),
+            ..Default::default()
+        };
+        let p = run(&s, &none);
+        assert_eq!(message(&p).0, Phase::Failed);
+        assert!(!cached_candidates_suffice(&none, &p));
     }
 
     #[test]
