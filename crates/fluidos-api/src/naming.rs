@@ -8,6 +8,23 @@ pub fn hash_prefix(s: &str, n: usize) -> String {
     digest[..n.min(digest.len())].to_owned()
 }
 
+/// A Kubernetes object name (DNS-1123 subdomain): 1–253 characters of
+/// `[a-z0-9.-]`, each dot-separated part starting and ending alphanumeric
+/// (pure). Anything else never reaches an API-server URL (`?watch=true`,
+/// `a/status`, `..`).
+pub fn is_object_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
+}
+
 /// `<domain>-<type>-<4 hex>`, lower-cased; `random4` supplies the 4 hex characters.
 pub fn flavor_name(type_wire_name: &str, domain: &str, random4: &str) -> String {
     format!("{domain}-{type_wire_name}-{random4}").to_lowercase()
@@ -56,6 +73,30 @@ pub fn transaction_id(random16: &[u8; 16], unix_nanos: u128) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn object_names_are_dns_subdomains() {
+        for ok in ["a", "fluidos.eu-k8slice-3f9a", "0ff0", &"a".repeat(253)] {
+            assert!(is_object_name(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "?watch=true",
+            "a/status",
+            "..",
+            "A",
+            "-a",
+            "a-",
+            "a..b",
+            ".a",
+            "a b",
+            "é",
+            &"a".repeat(254),
+        ] {
+            assert!(!is_object_name(bad), "{bad}");
+        }
+    }
+
 
     #[test]
     fn names_match_go() {

@@ -189,12 +189,24 @@ async fn purchase(
         }
         other => other.map_err(|e| refusal(&e)),
     };
+    // The Contract already kept under the name the provider chose: the
+    // machine refuses a name taken by another sale.
+    let stored = match &answer {
+        Ok(wire) if fluidos_api::naming::is_object_name(&wire.contract_id) => {
+            Api::<Contract>::namespaced(ctx.client.clone(), &r.namespace().unwrap_or_default())
+                .get_opt(&wire.contract_id)
+                .await
+                .map_err(Error::kube(Step::ApplyContract))?
+        }
+        _ => None,
+    };
     let plan = machine::after_purchase(
         input,
         status,
         answer.as_ref(),
         first_attempt,
         &seller.address,
+        stored.as_ref(),
     );
     finish(ctx, api, r, plan).await
 }

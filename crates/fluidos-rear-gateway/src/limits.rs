@@ -32,22 +32,7 @@ pub const MAX_INTENTS: usize = 32;
 /// Longest telemetry intent.
 pub const MAX_INTENT: usize = 253;
 
-/// A Kubernetes object name (DNS-1123 subdomain): 1–253 characters of
-/// `[a-z0-9.-]`, each dot-separated part starting and ending alphanumeric
-/// (pure). Anything else never reaches an API-server URL (`?watch=true`,
-/// `a/status`, `..`).
-pub fn is_object_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.split('.').all(|part| {
-            !part.is_empty()
-                && part
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !part.starts_with('-')
-                && !part.ends_with('-')
-        })
-}
+pub use fluidos_api::naming::is_object_name;
 
 /// An identifier of `[A-Za-z0-9._-]`, 1..=`max` bytes (pure).
 fn is_identifier(s: &str, max: usize) -> bool {
@@ -246,29 +231,6 @@ mod tests {
     fn buyer(id: &str) -> serde_json::Value {
         serde_json::json!({"ID": id, "IP": "10.0.0.1:30000", "domain": "fluidos.eu",
             "additionalInformation": {"liqoID": "a1b2c3d4-0000-4000-8000-000000000000", "kubeconfig": "a2NmZw=="}})
-    }
-
-    #[test]
-    fn object_names_are_dns_subdomains() {
-        for ok in ["a", "fluidos.eu-k8slice-3f9a", "0ff0", &"a".repeat(253)] {
-            assert!(is_object_name(ok), "{ok}");
-        }
-        for bad in [
-            "",
-            "?watch=true",
-            "a/status",
-            "..",
-            "A",
-            "-a",
-            "a-",
-            "a..b",
-            ".a",
-            "a b",
-            "é",
-            &"a".repeat(254),
-        ] {
-            assert!(!is_object_name(bad), "{bad}");
-        }
     }
 
     #[test]

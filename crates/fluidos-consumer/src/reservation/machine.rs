@@ -619,13 +619,16 @@ fn flavor_gone(refusal: &Refusal) -> bool {
 
 /// The provider answered PURCHASE (sent to `seller`) with `answer`; an
 /// unreachable provider is retried by the executor instead, and an
-/// unanswered call goes to [`after_purchase_timeout`].
+/// unanswered call goes to [`after_purchase_timeout`]. `stored` is the
+/// Contract this node already keeps under the name the provider gave, if
+/// any.
 pub fn after_purchase(
     input: &Input<'_>,
     mut st: ReservationStatus,
     answer: Result<&WireContract, &Refusal>,
     first_attempt: bool,
     seller: &str,
+    stored: Option<&Contract>,
 ) -> Plan {
     let r = input.reservation;
     let now = input.now.as_str();
@@ -634,6 +637,16 @@ pub fn after_purchase(
         Ok(c) => c,
         Err(refusal) => return purchase_refused(input, st, refusal, first_attempt, seller),
     };
+    if let Some(why) = foreign_contract(wire, st.transaction_id.as_deref(), stored) {
+        st.purchase_phase = Some(Phase::Failed);
+        // The provider may have sold it: the candidate stays held.
+        return fail(
+            st,
+            None,
+            &format!("Reservation failed: error when purchasing flavor: {why}"),
+            now,
+        );
+    }
     let spec = match wire.to_crd(&ns) {
         Ok(s) => s,
         Err(e) => {
@@ -713,6 +726,47 @@ pub fn after_purchase(
         after,
         requeue: None,
     }
+}
+
+/// Why the Contract a provider answered with cannot be stored as this
+/// Reservation's, if it cannot. The provider chooses the name and this node
+/// writes the Contract and its credentials Secret under it: a name that is
+/// not an object name, a Contract for another transaction, or a name this
+/// node already keeps for another transaction (which would overwrite
+/// another sale's Contract and credentials) is refused.
+fn foreign_contract(
+    wire: &WireContract,
+    transaction: Option<&str>,
+    stored: Option<&Contract>,
+) -> Option<String> {
+    let id = &wire.contract_id;
+    if !fluidos_api::naming::is_object_name(id) {
+        return Some(format!(
+            "malformed contract: contract ID {:?} is not a Kubernetes object name",
+            bounded(id)
+        ));
+    }
+    if let Some(tx) = transaction
+        && wire.transaction_id != tx
+    {
+        return Some(format!(
+            "the provider answered with a contract for transaction {:?}, not {tx}",
+            bounded(&wire.transaction_id)
+        ));
+    }
+    stored
+        .filter(|c| c.spec.transaction_id != wire.transaction_id)
+        .map(|c| {
+            format!(
+                "the provider named its contract {id}, the name of this node's contract for transaction {}",
+                c.spec.transaction_id
+            )
+        })
+}
+
+/// At most 64 characters of peer-chosen text, for a status message.
+fn bounded(s: &str) -> String {
+    s.chars().take(64).collect()
 }
 
 /// Moves the provider's peering kubeconfig out of `contract`'s spec into a
@@ -1094,6 +1148,7 @@ mod tests {
             Ok(&contract()),
             true,
             "127.0.0.1:1",
+            None,
         );
         let Some(Effect::ApplyContract(c)) = p.before.first() else {
             panic!("{:?}", p.before);
@@ -1111,6 +1166,7 @@ mod tests {
             Ok(&contract()),
             true,
             "127.0.0.1:1",
+            None,
         );
         let Some(Effect::ApplyContract(c)) = p.before.first() else {
             panic!("{:?}", p.before);
@@ -1431,7 +1487,7 @@ mod tests {
         let r = reservation(None, "peeringcandidate-f1");
         let st = running(Phase::Solved, Phase::Running, Some("tx-1"));
         let i = input(&r, Some(&pc), &me);
-        let p = after_purchase(&i, st.clone(), Ok(&contract()), true, SELLER);
+        let p = after_purchase(&i, st.clone(), Ok(&contract()), true, SELLER, None);
         assert_eq!(p.status.phase.phase, Phase::Solved);
         assert_eq!(
             p.status.phase.message.as_deref(),
@@ -1462,6 +1518,7 @@ mod tests {
                 Err(&refused(kind, "500: boom")),
                 true,
                 SELLER,
+                None,
             );
             assert_eq!(
                 failed_with(&p),
@@ -1473,7 +1530,7 @@ mod tests {
 
         let mut bad = contract();
         bad.flavor.type_.name = "teleporter".into();
-        let p = after_purchase(&i, st.clone(), Ok(&bad), true, SELLER);
+        let p = after_purchase(&i, st.clone(), Ok(&bad), true, SELLER, None);
         assert!(
             failed_with(&p).starts_with(
                 "Reservation failed: error when purchasing flavor: malformed contract: "
@@ -1497,6 +1554,7 @@ mod tests {
             )),
             true,
             SELLER,
+            None,
         );
         assert!(failed_with(&p).starts_with(NOT_AVAILABLE), "{:?}", p.status);
         assert!(matches!(
@@ -1517,6 +1575,7 @@ mod tests {
             )),
             true,
             SELLER,
+            None,
         );
         assert!(
             failed_with(&p).contains("the provider sold transaction tx-1"),
@@ -1524,6 +1583,60 @@ mod tests {
             p.status
         );
         assert!(!releases(&p));
+    }
+
+    #[test]
+    fn a_contract_the_provider_names_badly_or_for_another_sale_is_refused() {
+        let me = me();
+        let pc = candidate("f1", "4", "1");
+        let r = reservation(None, "peeringcandidate-f1");
+        let st = running(Phase::Solved, Phase::Running, Some("tx-1"));
+        let i = input(&r, Some(&pc), &me);
+        let refused_with = |wire: &WireContract, stored: Option<&Contract>| {
+            let p = after_purchase(&i, st.clone(), Ok(wire), true, SELLER, stored);
+            assert_eq!(p.status.purchase_phase, Some(Phase::Failed));
+            assert!(p.before.is_empty(), "nothing written: {:?}", p.before);
+            assert!(
+                !releases(&p),
+                "the provider may have sold it: the hold stays"
+            );
+            failed_with(&p).to_owned()
+        };
+        // Not an object name: never reaches an API path.
+        for id in [
+            "../secrets/x",
+            "a/status",
+            "?watch=true",
+            "",
+            &"a".repeat(254),
+        ] {
+            let mut wire = contract();
+            wire.contract_id = id.to_owned();
+            let msg = refused_with(&wire, None);
+            assert!(msg.contains("is not a Kubernetes object name"), "{msg}");
+            assert!(msg.len() < 200, "peer text is bounded: {msg}");
+        }
+        // A contract for another transaction.
+        let mut wire = contract();
+        wire.transaction_id = "tx-2".into();
+        assert!(refused_with(&wire, None).contains("for transaction \"tx-2\", not tx-1"));
+        // The name of another sale's Contract here: not overwritten.
+        let theirs = Contract::new(
+            "contract-1",
+            fluidos_api::reservation::ContractSpec {
+                transaction_id: "tx-other".into(),
+                ..contract().to_crd("fluidos").unwrap()
+            },
+        );
+        let msg = refused_with(&contract(), Some(&theirs));
+        assert!(
+            msg.ends_with("the name of this node's contract for transaction tx-other"),
+            "{msg}"
+        );
+        // Its own Contract (a repeated purchase after a crash): stored again.
+        let mine = Contract::new("contract-1", contract().to_crd("fluidos").unwrap());
+        let p = after_purchase(&i, st.clone(), Ok(&contract()), true, SELLER, Some(&mine));
+        assert_eq!(p.status.purchase_phase, Some(Phase::Solved));
     }
 
     /// base64 of `apiVersion: v1\nkind: Config\n`.
@@ -1539,7 +1652,14 @@ mod tests {
             cluster_id: "liqo-provider".into(),
             kubeconfig: kubeconfig.into(),
         };
-        after_purchase(&input(&r, Some(&pc), &me), st, Ok(&wire), true, SELLER)
+        after_purchase(
+            &input(&r, Some(&pc), &me),
+            st,
+            Ok(&wire),
+            true,
+            SELLER,
+            None,
+        )
     }
 
     #[test]
@@ -1679,7 +1799,7 @@ mod tests {
             RefusalKind::UnknownTransaction,
             "provider 127.0.0.1:1 rejected the request with 500: Error getting the Transaction",
         );
-        let q = after_purchase(&i, asked_again.clone(), Err(&unknown), false, SELLER);
+        let q = after_purchase(&i, asked_again.clone(), Err(&unknown), false, SELLER, None);
         let msg = failed_with(&q).to_owned();
         assert!(
             msg.contains("an earlier purchase of transaction tx-1 from 127.0.0.1:1 got no answer"),
@@ -1694,12 +1814,19 @@ mod tests {
 
         // A transient refusal (a restarting provider) is asked again.
         let busy = refused(RefusalKind::Transient, "503: retry later");
-        let q = after_purchase(&i, asked_again.clone(), Err(&busy), false, SELLER);
+        let q = after_purchase(&i, asked_again.clone(), Err(&busy), false, SELLER, None);
         assert_eq!(q.status.phase.phase, Phase::Running);
         assert_eq!(q.requeue, Some(UNANSWERED_PURCHASE_RETRY));
 
         // Answered with the Contract on a later attempt: bought.
-        let ok = after_purchase(&i, asked_again.clone(), Ok(&contract()), false, SELLER);
+        let ok = after_purchase(
+            &i,
+            asked_again.clone(),
+            Ok(&contract()),
+            false,
+            SELLER,
+            None,
+        );
         assert_eq!(ok.status.phase.phase, Phase::Solved);
 
         // No definite answer for longer than the limit: given up on, saying why.
@@ -1768,6 +1895,7 @@ mod tests {
             Ok(&contract()),
             true,
             SELLER,
+            None,
         );
         let [
             Effect::ShowRemainder { name, flavor_type },
