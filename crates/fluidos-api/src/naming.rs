@@ -97,7 +97,6 @@ mod tests {
         }
     }
 
-
     #[test]
     fn names_match_go() {
         // sha256("fluidos.eu-k8slice-3f9a") starts with these 4 hex characters.

@@ -125,6 +125,10 @@ pub const DEFAULT_MAX_HOLD_AGE: Duration = Duration::from_secs(2 * 3600);
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(100);
 /// Default time a client has to send a whole request body.
 pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default time a write of a response may stall (the client not reading)
+/// before the connection is closed: far more than a slow network needs to
+/// take a few kilobytes, far less than a connection slot is worth.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default time a request may take once read (API-server calls included).
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default cap on connections served at once.
@@ -186,6 +190,9 @@ pub struct GatewayConfig {
     pub header_read_timeout: Duration,
     /// Time a client has to send a whole body (408, connection closed).
     pub body_read_timeout: Duration,
+    /// Time a write to the client may make no progress (a client that
+    /// stops reading its answers) before the connection is closed.
+    pub write_timeout: Duration,
     /// Time a request may take once read (503 with `Retry-After` after it;
     /// every sale step is idempotent, so the buyer retries).
     pub request_timeout: Duration,
@@ -229,6 +236,7 @@ impl GatewayConfig {
             rate_limit: Some(RateLimit::DEFAULT),
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
+            write_timeout: DEFAULT_WRITE_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
@@ -446,6 +454,7 @@ impl Gateway {
             plain_http_sales = %cfg.plain_http_sales, "REAR gateway serving");
         let limits = server::ConnectionLimits {
             header_read_timeout: cfg.header_read_timeout,
+            write_timeout: cfg.write_timeout,
             max_connections: cfg.max_connections,
             max_connections_per_peer: cfg.max_connections_per_peer,
         };

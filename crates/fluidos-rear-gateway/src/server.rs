@@ -11,6 +11,10 @@
 //!   (a header byte now and then) and an idle keep-alive connection are
 //!   both closed when it runs out (hyper starts the timer whenever it
 //!   waits for a request head).
+//! - A write that makes no progress for `write_timeout` (a client that sends
+//!   requests but does not read the answers, so the socket buffers fill)
+//!   closes the connection: hyper has no write timeout of its own, and such
+//!   a connection would otherwise keep its slot as long as it likes.
 //! - Each request carries the peer's address (`ConnectInfo`) for the
 //!   per-peer rate limit, and what its connection proves about the sender
 //!   ([`Caller`]).
@@ -27,6 +31,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::IpAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -39,6 +44,7 @@ use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
+use tokio_io_timeout::TimeoutStream;
 use tower::Service;
 
 use crate::buyer::Caller;
@@ -57,6 +63,8 @@ const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 pub(crate) struct ConnectionLimits {
     /// See the module documentation.
     pub header_read_timeout: Duration,
+    /// See the module documentation.
+    pub write_timeout: Duration,
     /// See the module documentation.
     pub max_connections: usize,
     /// See the module documentation.
@@ -189,8 +197,11 @@ pub(crate) async fn serve(
         };
         let tls = tls.clone();
         let handshake_timeout = limits.header_read_timeout;
+        let write_timeout = limits.write_timeout;
         tokio::spawn(async move {
-            connection.run(tcp, tls, handshake_timeout).await;
+            connection
+                .run(tcp, tls, handshake_timeout, write_timeout)
+                .await;
             drop(peer_slot);
             drop(slot);
         });
@@ -236,6 +247,17 @@ async fn open(tcp: TcpStream, tls: Option<tokio_rustls::TlsAcceptor>) -> std::io
     }
 }
 
+/// `io` whose writes fail with `TimedOut` once one makes no progress for
+/// `timeout` (boxed: the timer makes the stream `!Unpin`).
+fn with_write_timeout<IO>(io: IO, timeout: Duration) -> Pin<Box<TimeoutStream<IO>>>
+where
+    IO: AsyncRead + AsyncWrite,
+{
+    let mut stream = TimeoutStream::new(io);
+    stream.set_write_timeout(Some(timeout));
+    Box::pin(stream)
+}
+
 /// One accepted connection, before its transport is known.
 struct Connection {
     router: Router,
@@ -246,17 +268,28 @@ struct Connection {
 
 impl Connection {
     /// Sniffs the transport, completes a TLS handshake if it is one (both
-    /// within one `handshake_timeout`), and serves HTTP/1.1 on the result.
+    /// within one `handshake_timeout`), and serves HTTP/1.1 on the result,
+    /// closing it when a write stalls for `write_timeout`.
     async fn run(
         self,
         tcp: TcpStream,
         tls: Option<tokio_rustls::TlsAcceptor>,
         handshake_timeout: Duration,
+        write_timeout: Duration,
     ) {
         let peer = self.peer;
         match tokio::time::timeout(handshake_timeout, open(tcp, tls)).await {
-            Ok(Ok(Opened::Tls(stream, caller))) => self.serve(stream, caller).await,
-            Ok(Ok(Opened::Plain(tcp))) => self.serve(tcp, Caller::Plain(Some(peer.ip()))).await,
+            Ok(Ok(Opened::Tls(stream, caller))) => {
+                self.serve(with_write_timeout(stream, write_timeout), caller)
+                    .await;
+            }
+            Ok(Ok(Opened::Plain(tcp))) => {
+                self.serve(
+                    with_write_timeout(tcp, write_timeout),
+                    Caller::Plain(Some(peer.ip())),
+                )
+                .await;
+            }
             Ok(Ok(Opened::Closed)) => {}
             Ok(Err(e)) => tracing::debug!(%peer, error = %e, "REAR connection failed before HTTP"),
             Err(_) => {

@@ -558,6 +558,42 @@ async fn floods_slow_drips_and_connection_hogs_are_cut_off() {
         "closed connections give the peer its slots back"
     );
     gw.shutdown().await;
+
+    // ---- Write timeout: a client that asks and does not read its answers
+    // (so the socket buffers fill) is cut off once a write stalls for 1 s,
+    // instead of keeping its connection as long as it likes.
+    const BIG: &str = "limits-write";
+    namespace(&client, BIG).await;
+    flavors(&client, BIG, "w", 150).await;
+    let mut cfg = config(&cp, BIG);
+    cfg.write_timeout = Duration::from_secs(1);
+    cfg.rate_limit = None;
+    let gw = serve(&client, cfg).await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut tcp = socket
+        .connect(gw.base.trim_start_matches("http://").parse().unwrap())
+        .await
+        .unwrap();
+    // 64 lists of 150 flavors: megabytes, well over what the buffers hold.
+    let asked = 64;
+    let requests = "GET /api/v2/flavors HTTP/1.1\r\nHost: x\r\n\r\n".repeat(asked);
+    let _ = tokio::time::timeout(Duration::from_secs(5), tcp.write_all(requests.as_bytes())).await;
+    // Not reading for three write timeouts.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (read, closed) = read_until_closed(&mut tcp, Duration::from_secs(10)).await;
+    let answered = String::from_utf8_lossy(&read)
+        .matches("HTTP/1.1 200")
+        .count();
+    assert!(
+        closed.is_some(),
+        "the connection stayed open after its writes stalled ({answered} answers read)"
+    );
+    assert!(
+        answered < asked,
+        "all {asked} answers were written: the stalled connection was not cut"
+    );
+    gw.shutdown().await;
     cp.stop().await;
 }
 
