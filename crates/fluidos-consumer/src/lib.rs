@@ -6,6 +6,7 @@
 //! reservation whose transaction ID is recorded is never reserved again, and a
 //! purchase is idempotent on the provider for the same transaction.
 
+pub mod credentials_sweep;
 pub mod discovery;
 pub mod purchase;
 pub mod ranking;
@@ -327,6 +328,7 @@ pub async fn run_with_readiness(
                 never()
             ),
             discovery::run(ctx.clone(), discoveries, never()),
+            credentials_sweep::run(ctx.client.clone(), ctx.cfg.namespace.clone()),
             reservation::run(ctx, reservations, never()),
             report,
         )

@@ -796,7 +796,13 @@ fn take_credentials(contract: &mut Contract) -> Option<Secret> {
         owner: None,
     };
     // Trimmed as the peering trims it before decoding.
-    let secret = peering_credentials::credentials_secret(meta, kubeconfig.trim()).ok()?;
+    let mut secret = peering_credentials::credentials_secret(meta, kubeconfig.trim()).ok()?;
+    // Names the Contract even when the Secret's name is cut: the sweep of
+    // unowned Secrets looks it up.
+    secret.annotations_mut().insert(
+        crate::credentials_sweep::CONTRACT_ANNOTATION.to_owned(),
+        name.clone(),
+    );
     contract.spec.peering_target_credentials.kubeconfig.clear();
     contract.annotations_mut().insert(
         peering_credentials::ANNOTATION.to_owned(),

@@ -307,6 +307,8 @@ namespace:
   # consumer reservation.rs: each bought Contract's peering kubeconfig in
   # `peering-credentials-<contract>` (server-side apply, then a patch making
   # the Contract its owner); peering allocation.rs reads it.
+  # consumer credentials_sweep.rs: lists its own (label-selected), gives an
+  # unowned one to its Contract (patch) or deletes it.
   - apiGroups: [""]
     resources: [secrets]
     verbs: [get, list, watch, create, patch, delete]
