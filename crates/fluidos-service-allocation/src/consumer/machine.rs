@@ -196,6 +196,19 @@ impl Machine<'_> {
                 self.set(AllocationState::Active, ACTIVE_MESSAGE);
                 Next::Requeue(ACTIVE_POLL)
             }
+            // Not the provider that sold it (another key answers there), or
+            // a Contract that says nothing callable: no wait ends that, so
+            // it is an error, looked at again now and then in case the
+            // right provider comes back or the Contract is mended.
+            Err(e @ (RearError::WrongKey { .. } | RearError::Invalid { .. })) => {
+                let message = format!("Cannot ask the provider for the service: {e}");
+                let was = self.input.allocation.status.as_ref();
+                if was.and_then(|s| s.message.as_deref()) != Some(message.as_str()) {
+                    self.event(true, "AllocationFailed", message.clone());
+                }
+                self.set(AllocationState::Error, message);
+                Next::Requeue(UNREACHABLE_POLL)
+            }
             Err(e) => match e.status() {
                 Some(400 | 403 | 410) => {
                     let message = match e {
@@ -451,6 +464,36 @@ mod tests {
                 )
             );
             assert_eq!(p.next, Next::AwaitChange);
+        }
+        // Another key at the provider's address, or an address that cannot
+        // be called: an error at once (with one event), still looked at.
+        let wrong_key = RearError::WrongKey {
+            address: "p:3004".into(),
+            expected: fluidos_rear_client::Fingerprint::of_public_key(b"pinned"),
+            presented: fluidos_rear_client::Fingerprint::of_public_key(b"other"),
+        };
+        let invalid = RearError::Invalid {
+            address: "p".into(),
+            message: "not host:port".into(),
+        };
+        for e in [wrong_key, invalid] {
+            let shown = e.to_string();
+            let p = run(&a, true, None, Some(Err(e)));
+            let (state, message) = state_of(&p);
+            assert_eq!(state, Some(AllocationState::Error));
+            assert_eq!(
+                message,
+                format!("Cannot ask the provider for the service: {shown}")
+            );
+            assert_eq!(p.next, Next::Requeue(UNREACHABLE_POLL));
+            assert!(matches!(
+                &p.effects[..],
+                [Effect::Event {
+                    warning: true,
+                    reason: "AllocationFailed",
+                    ..
+                }]
+            ));
         }
         // A degraded service after Active: back to Provisioning, Secret kept.
         let p = run(
