@@ -11,7 +11,6 @@ mod support;
 
 use fluidos_api::Solver;
 use fluidos_api::allocation::AllocationState;
-use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use support::NS;
@@ -177,58 +176,6 @@ async fn nodes_killed_at_every_peering_step_converge_to_one_peering() {
     say(&format!(
         "converged after {kills} kills of the consumer and one of the provider; steps seen: {seen:?}"
     ));
-
-    // The consumer goes away for good without unpeering, and the provider
-    // ends the Contract: revoking the buyer takes its Tenant, and the
-    // bindings of the Liqo identity it was signed, along with its account.
-    let bindings: Api<RoleBinding> = Api::namespaced(provider.client(), &p_tenant);
-    let of_consumer_user = || async {
-        bindings
-            .list(&ListParams::default())
-            .await
-            .map(|l| {
-                l.items
-                    .iter()
-                    .filter(|b| {
-                        b.subjects.as_deref().is_some_and(|s| {
-                            s.iter().any(|s| s.kind == "User" && s.name == CONSUMER_ID)
-                        })
-                    })
-                    .map(ResourceExt::name_any)
-                    .collect::<Vec<_>>()
-            })
-            .map_err(|e| e.to_string())
-    };
-    let before = of_consumer_user().await.unwrap();
-    assert!(
-        !before.is_empty(),
-        "Liqo bound no role to the consumer's identity in {p_tenant}"
-    );
-    say(&format!(
-        "the consumer node stops for good; the provider's Contract is deleted (Liqo's bindings of {CONSUMER_ID}: {before:?})"
-    ));
-    c_node.kill().await;
-    Api::<fluidos_api::Contract>::namespaced(provider.client(), NS)
-        .delete(&slice, &Default::default())
-        .await
-        .unwrap();
-    until(
-        "the consumer's Tenant and Liqo identity bindings gone from the provider",
-        &[&p_node],
-        &mut [&mut c_liqo, &mut p_liqo],
-        || async {
-            let tenants = count(&provider.client(), "Tenant", "tenants", &p_tenant).await;
-            let liqo_user = of_consumer_user().await?;
-            if tenants == 0 && liqo_user.is_empty() {
-                Ok(())
-            } else {
-                Err(format!(
-                    "{tenants} Tenant(s); bindings of user {CONSUMER_ID}: {liqo_user:?}"
-                ))
-            }
-        },
-    )
-    .await;
     c_liqo.stop().await;
     p_liqo.stop().await;
 }

@@ -29,9 +29,6 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use tokio::sync::Mutex;
 
-/// Prefix of Liqo's tenant namespace of a cluster: `liqo-tenant-<cluster ID>`.
-const TENANT_NAMESPACE_PREFIX: &str = "liqo-tenant-";
-
 /// Name of the shared Role every peer is bound to.
 pub const PEER_ROLE: &str = "fluidos-peer";
 /// Field manager of the server-side applies.
@@ -672,7 +669,7 @@ impl Credentials {
         buyer_cluster_id: &str,
     ) -> Result<(), CredentialsError> {
         let valid = !buyer_cluster_id.is_empty()
-            && buyer_cluster_id.len() <= 63 - TENANT_NAMESPACE_PREFIX.len()
+            && buyer_cluster_id.len() <= 63 - "liqo-tenant-".len()
             && buyer_cluster_id
                 .chars()
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
@@ -686,7 +683,7 @@ impl Credentials {
             );
             return Ok(());
         }
-        let ns = format!("{TENANT_NAMESPACE_PREFIX}{buyer_cluster_id}");
+        let ns = format!("liqo-tenant-{buyer_cluster_id}");
         let sa = service_account_name(buyer_id);
         if tenant_grant_is_current(
             self.roles
@@ -781,54 +778,8 @@ impl Credentials {
         Ok(())
     }
 
-    /// Takes back what Liqo granted the buyer's cluster `cluster` in its
-    /// tenant namespace `ns`: deletes its Tenant (Liqo's finalizer then
-    /// unbinds the cluster-wide roles of the identity it signed), then the
-    /// RoleBindings there that bind that identity (Liqo leaves them on a
-    /// Tenant's deletion; they let it write ResourceSlices and NamespaceMaps).
-    /// None there, or no Liqo at all, is fine. A failure is logged and does
-    /// not hold up the revocation of the account: a node without peering
-    /// (`peering.enabled=false` in the chart) may not delete Tenants, and
-    /// its K8Slice buyers have none.
-    async fn revoke_liqo_grant(&self, ns: &str, cluster: &str) {
-        match Api::<fluidos_liqo_api::Tenant>::namespaced(self.client.clone(), ns)
-            .delete(cluster, &DeleteParams::default())
-            .await
-        {
-            Ok(_) => {
-                tracing::info!(tenant = %cluster, namespace = %ns,
-                    "deleted the Liqo Tenant of a buyer without a Contract");
-            }
-            // No such Tenant, or no Liqo CRDs (404 too).
-            Err(e) if api_error::is_not_found(&e) => {}
-            Err(e) => tracing::warn!(tenant = %cluster, namespace = %ns, error = %e,
-                "could not delete the Liqo Tenant of a buyer without a Contract"),
-        }
-        let bindings = Api::<RoleBinding>::namespaced(self.client.clone(), ns);
-        let listed = match bindings.list(&ListParams::default()).await {
-            Ok(l) => l.items,
-            Err(e) => {
-                tracing::warn!(namespace = %ns, error = %e, "listing the RoleBindings of a tenant namespace");
-                return;
-            }
-        };
-        for b in listed.iter().filter(|b| binds_only_user(b, cluster)) {
-            match bindings
-                .delete(&b.name_any(), &DeleteParams::default())
-                .await
-            {
-                Ok(_) => tracing::info!(binding = %b.name_any(), namespace = %ns,
-                    "unbound the Liqo identity of a buyer without a Contract"),
-                Err(e) if api_error::is_not_found(&e) => {}
-                Err(e) => tracing::warn!(binding = %b.name_any(), namespace = %ns, error = %e,
-                    "could not unbind the Liqo identity of a buyer without a Contract"),
-            }
-        }
-    }
-
-    /// Deletes the RoleBindings made for the buyer's account (by UID) and
-    /// the Liqo Tenants in the tenant namespaces they were in, then the
-    /// account, which invalidates every token issued for it, unless it
+    /// Deletes the RoleBindings made for the buyer's account (by UID), then
+    /// the account, which invalidates every token issued for it, unless it
     /// changed since `resource_version` (somebody issued credentials:
     /// `Ok(false)`), then its cached kubeconfigs.
     pub async fn revoke(
@@ -866,14 +817,10 @@ impl Credentials {
                     })
                 })
         };
-        let mut tenant_namespaces = Vec::new();
         for binding in bindings.items.iter().filter(|b| made_for_it(b)) {
             let Some(ns) = binding.namespace() else {
                 continue;
             };
-            if let Some(cluster) = ns.strip_prefix(TENANT_NAMESPACE_PREFIX) {
-                tenant_namespaces.push((ns.clone(), cluster.to_owned()));
-            }
             let dp = DeleteParams {
                 preconditions: Some(Preconditions {
                     uid: binding.uid(),
@@ -895,13 +842,6 @@ impl Credentials {
                     });
                 }
             }
-        }
-        // Then its Liqo Tenants: the control-plane identity Liqo signed for
-        // the buyer's cluster outlives our ServiceAccount, and its roles in
-        // the tenant namespace stay bound while the Tenant exists. Liqo's
-        // finalizer unbinds them (`liqoctl unpeer` deletes the Tenant too).
-        for (ns, cluster) in &tenant_namespaces {
-            self.revoke_liqo_grant(ns, cluster).await;
         }
         let dp = DeleteParams {
             preconditions: Some(Preconditions {
@@ -931,15 +871,6 @@ impl Credentials {
             .retain(|k, _| !k.starts_with(&prefix));
         Ok(true)
     }
-}
-
-/// True when every subject of `binding` is the user `user` (how Liqo binds
-/// the control-plane identity it signed for a peer cluster: CN = its
-/// cluster ID), and there is at least one (pure).
-pub fn binds_only_user(binding: &RoleBinding, user: &str) -> bool {
-    binding.subjects.as_deref().is_some_and(|subjects| {
-        !subjects.is_empty() && subjects.iter().all(|s| s.kind == "User" && s.name == user)
-    })
 }
 
 /// The part of a TokenRequest answer's `status` this gateway reads; both
@@ -988,41 +919,6 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-
-    #[test]
-    fn only_bindings_of_the_peer_clusters_liqo_user_are_its_grant() {
-        use k8s_openapi::api::rbac::v1::{RoleRef, Subject};
-        let binding = |subjects: Vec<(&str, &str)>| RoleBinding {
-            role_ref: RoleRef {
-                api_group: "rbac.authorization.k8s.io".into(),
-                kind: "ClusterRole".into(),
-                name: "liqo-remote-controlplane".into(),
-            },
-            subjects: Some(
-                subjects
-                    .into_iter()
-                    .map(|(kind, name)| Subject {
-                        kind: kind.into(),
-                        name: name.into(),
-                        ..Default::default()
-                    })
-                    .collect(),
-            ),
-            ..Default::default()
-        };
-        assert!(binds_only_user(&binding(vec![("User", "c1")]), "c1"));
-        assert!(!binds_only_user(&binding(vec![("User", "c2")]), "c1"));
-        assert!(!binds_only_user(
-            &binding(vec![("User", "c1"), ("User", "admin")]),
-            "c1"
-        ));
-        assert!(!binds_only_user(&binding(vec![("Group", "c1")]), "c1"));
-        assert!(!binds_only_user(
-            &binding(vec![("ServiceAccount", "c1")]),
-            "c1"
-        ));
-        assert!(!binds_only_user(&binding(vec![]), "c1"));
-    }
 
     #[test]
     fn service_account_names_are_valid_and_distinct() {

@@ -127,14 +127,6 @@ cluster:
     resources: [roles]
     resourceNames: [fluidos-peer]
     verbs: [bind, escalate]
-  {{- if .Values.peering.enabled }}
-  # credentials.rs: revoking a buyer left without a Contract deletes its
-  # Liqo Tenant in its tenant namespace too (Liqo's finalizer then unbinds
-  # the control-plane identity it signed for the buyer's cluster).
-  - apiGroups: [authentication.liqo.io]
-    resources: [tenants]
-    verbs: [delete]
-  {{- end }}
   # service-allocation provider.rs: instantiates a sold ServiceBlueprint in
   # the service's own namespace (server-side apply of the kinds in
   # crates/fluidos-blueprint/src/validate.rs ALLOWED_KINDS, nothing else),
