@@ -197,16 +197,18 @@ impl Machine<'_> {
                 Next::Requeue(ACTIVE_POLL)
             }
             // Not the provider that sold it (another key answers there), or
-            // a Contract that says nothing callable: no wait ends that, so
-            // it is an error, looked at again now and then in case the
-            // right provider comes back or the Contract is mended.
+            // a Contract that says nothing callable: said as such, with a
+            // warning Event when it starts, not as a plain wait. Not an
+            // Error, which is final (the Solver fails on it, and an Error is
+            // not fetched again): the right provider may answer again, or
+            // the Contract be mended, and the Solver's timeout still bounds it.
             Err(e @ (RearError::WrongKey { .. } | RearError::Invalid { .. })) => {
                 let message = format!("Cannot ask the provider for the service: {e}");
                 let was = self.input.allocation.status.as_ref();
                 if was.and_then(|s| s.message.as_deref()) != Some(message.as_str()) {
-                    self.event(true, "AllocationFailed", message.clone());
+                    self.event(true, "ProviderNotTrusted", message.clone());
                 }
-                self.set(AllocationState::Error, message);
+                self.set(AllocationState::Provisioning, message);
                 Next::Requeue(UNREACHABLE_POLL)
             }
             Err(e) => match e.status() {
@@ -466,7 +468,7 @@ mod tests {
             assert_eq!(p.next, Next::AwaitChange);
         }
         // Another key at the provider's address, or an address that cannot
-        // be called: an error at once (with one event), still looked at.
+        // be called: said at once (with one warning Event), still looked at.
         let wrong_key = RearError::WrongKey {
             address: "p:3004".into(),
             expected: fluidos_rear_client::Fingerprint::of_public_key(b"pinned"),
@@ -480,7 +482,7 @@ mod tests {
             let shown = e.to_string();
             let p = run(&a, true, None, Some(Err(e)));
             let (state, message) = state_of(&p);
-            assert_eq!(state, Some(AllocationState::Error));
+            assert_eq!(state, Some(AllocationState::Provisioning));
             assert_eq!(
                 message,
                 format!("Cannot ask the provider for the service: {shown}")
@@ -490,10 +492,27 @@ mod tests {
                 &p.effects[..],
                 [Effect::Event {
                     warning: true,
-                    reason: "AllocationFailed",
+                    reason: "ProviderNotTrusted",
                     ..
                 }]
             ));
+            // Asked again on the next reconcile; the same answer makes no
+            // second Event.
+            let mut asked = a.clone();
+            asked.status = Some(p.status.clone());
+            assert!(needs_fetch(&asked, true));
+            let again = run(
+                &asked,
+                true,
+                None,
+                Some(Err(RearError::Invalid {
+                    address: "p".into(),
+                    message: "not host:port".into(),
+                })),
+            );
+            if shown.contains("not host:port") {
+                assert!(again.effects.is_empty(), "{:?}", again.effects);
+            }
         }
         // A degraded service after Active: back to Provisioning, Secret kept.
         let p = run(
