@@ -7,10 +7,11 @@
 //! purchase the provider refuses (a Go provider forgets a sold
 //! transaction), leaves a Secret holding a live token that nothing owns, so
 //! the garbage collector never removes it. Every [`SWEEP_INTERVAL`], a
-//! Secret of ours that has no owner and is older than [`GRACE`] (far longer
-//! than the milliseconds between the two writes) is given to its Contract
-//! when that exists, and deleted otherwise. A repeated purchase that
-//! succeeds later writes it again.
+//! Secret of ours that has no owner and was last written more than
+//! [`GRACE`] ago (far longer than the milliseconds between the two writes;
+//! a purchase still being retried writes it again each time) is given to
+//! its Contract when that exists, and deleted otherwise. A repeated
+//! purchase that succeeds later writes it again.
 
 use std::time::Duration;
 
@@ -30,6 +31,11 @@ pub const GRACE: Duration = Duration::from_secs(600);
 /// Annotation on a credentials Secret: the Contract it is for (the Secret's
 /// own name is cut and hashed when the Contract's name is long).
 pub const CONTRACT_ANNOTATION: &str = "fluidos.eu/contract";
+/// Annotation on a credentials Secret: when a purchase last wrote it
+/// (RFC 3339). Every write changes it, so a Secret a purchase in progress
+/// keeps writing is neither old enough to sweep nor deleted by a sweep that
+/// read it before that write (the delete is conditional on the version).
+pub const WRITTEN_AT_ANNOTATION: &str = "fluidos.eu/written-at";
 /// Label the consumer puts on the objects it makes.
 const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 /// Names shorter than this were never cut by `peering_credentials::secret_name`.
@@ -59,9 +65,14 @@ pub fn unowned_contract(secret: &Secret, now: jiff::Timestamp, grace: Duration) 
         .as_ref()
         .is_some_and(|o| !o.is_empty());
     let created = secret.metadata.creation_timestamp.as_ref()?.0;
+    let written = secret
+        .annotations()
+        .get(WRITTEN_AT_ANNOTATION)
+        .and_then(|w| w.parse::<jiff::Timestamp>().ok())
+        .map_or(created, |w| w.max(created));
     let old_enough = jiff::SignedDuration::try_from(grace)
         .ok()
-        .and_then(|g| created.checked_add(g).ok())
+        .and_then(|g| written.checked_add(g).ok())
         .is_some_and(|due| due <= now);
     if !ours || owned || !old_enough {
         return None;
@@ -180,6 +191,13 @@ mod tests {
         );
         // Within the grace period: the purchase may be between its writes.
         assert_eq!(verdict(&secret("peering-credentials-contract-1", 30)), None);
+        // Created long ago but written again lately (a purchase retried).
+        let mut rewritten = secret("peering-credentials-contract-1", old);
+        rewritten.annotations_mut().insert(
+            WRITTEN_AT_ANNOTATION.to_owned(),
+            jiff::Timestamp::from_second(NOW - 30).unwrap().to_string(),
+        );
+        assert_eq!(verdict(&rewritten), None);
         // Owned already.
         let mut owned = secret("peering-credentials-contract-1", old);
         owned.metadata.owner_references = Some(vec![peering_credentials::owner_reference(

@@ -676,7 +676,7 @@ pub fn after_purchase(
             fingerprint.to_string(),
         );
     }
-    let credentials = take_credentials(&mut contract);
+    let credentials = take_credentials(&mut contract, now);
     st.contract = Some(GenericRef::named(&ns, &wire.contract_id));
     st.purchase_phase = Some(Phase::Solved);
     set_phase_at(&mut st.phase, Phase::Solved, "Reservation solved", now);
@@ -777,7 +777,7 @@ fn bounded(s: &str) -> String {
 /// may carry none), or one that is not base64, which is no usable
 /// credential and stays in the spec, so the peering reports it as it always
 /// has ("Error when decoding Kubeconfig").
-fn take_credentials(contract: &mut Contract) -> Option<Secret> {
+fn take_credentials(contract: &mut Contract, now: &str) -> Option<Secret> {
     let name = contract.name_any();
     let kubeconfig = &contract.spec.peering_target_credentials.kubeconfig;
     if kubeconfig.is_empty() {
@@ -802,6 +802,12 @@ fn take_credentials(contract: &mut Contract) -> Option<Secret> {
     secret.annotations_mut().insert(
         crate::credentials_sweep::CONTRACT_ANNOTATION.to_owned(),
         name.clone(),
+    );
+    // When this purchase wrote it: each repeated purchase writes it again
+    // (a new resourceVersion), and the sweep's grace counts from the last.
+    secret.annotations_mut().insert(
+        crate::credentials_sweep::WRITTEN_AT_ANNOTATION.to_owned(),
+        now.to_owned(),
     );
     contract.spec.peering_target_credentials.kubeconfig.clear();
     contract.annotations_mut().insert(
