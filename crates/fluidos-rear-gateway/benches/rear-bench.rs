@@ -276,6 +276,13 @@ async fn mean_ledger(flavors: &Api<Flavor>) -> f64 {
 }
 
 fn main() {
+    // RUST_LOG=kube_client=debug shows each API-server call with a
+    // timestamp, to see what a sale spends its time on.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .init();
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
