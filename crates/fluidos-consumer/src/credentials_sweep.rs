@@ -111,14 +111,7 @@ pub async fn sweep_once(
         match contracts.get_opt(&contract).await? {
             Some(c) => {
                 let Some(uid) = c.uid() else { continue };
-                let owner = peering_credentials::owner_reference(&contract, &uid);
-                secrets
-                    .patch(
-                        &name,
-                        &PatchParams::default(),
-                        &Patch::Strategic(json!({"metadata": {"ownerReferences": [owner]}})),
-                    )
-                    .await?;
+                give_to_contract(&secrets, &name, &contract, &uid).await?;
                 tracing::info!(secret = %name, %contract, "gave an unowned credentials Secret to its Contract");
                 swept.push(Swept::Adopted(name));
             }
@@ -144,6 +137,26 @@ pub async fn sweep_once(
         }
     }
     Ok(swept)
+}
+
+/// Makes the Contract `contract` (UID `uid`) the owner of the credentials
+/// Secret `secret`, by a strategic merge patch of `ownerReferences` alone
+/// (so the Secret's next apply, which names no owner, never takes it away).
+pub(crate) async fn give_to_contract(
+    secrets: &Api<Secret>,
+    secret: &str,
+    contract: &str,
+    uid: &str,
+) -> Result<(), kube::Error> {
+    let owner = peering_credentials::owner_reference(contract, uid);
+    secrets
+        .patch(
+            secret,
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"metadata": {"ownerReferences": [owner]}})),
+        )
+        .await
+        .map(|_| ())
 }
 
 /// Sweeps `ns` every [`SWEEP_INTERVAL`], forever; failures are logged and

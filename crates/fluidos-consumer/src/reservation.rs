@@ -19,7 +19,6 @@ pub mod machine;
 use std::future::Future;
 use std::sync::Arc;
 
-use fluidos_api::peering_credentials;
 use fluidos_api::reservation::ReservationStatus;
 use fluidos_api::{Contract, PeeringCandidate, Reservation, Solver, Transaction};
 use fluidos_controller::api_error::ok_if_not_found;
@@ -369,16 +368,14 @@ async fn own_credentials(
             .uid(),
     }
     .ok_or(Error::Incomplete("uid"))?;
-    let owner = peering_credentials::owner_reference(contract, &uid);
-    Api::<Secret>::namespaced(ctx.client.clone(), ns)
-        .patch(
-            secret,
-            &PatchParams::default(),
-            &Patch::Strategic(json!({"metadata": {"ownerReferences": [owner]}})),
-        )
-        .await
-        .map_err(Error::kube(Step::OwnCredentials))?;
-    Ok(())
+    crate::credentials_sweep::give_to_contract(
+        &Api::<Secret>::namespaced(ctx.client.clone(), ns),
+        secret,
+        contract,
+        &uid,
+    )
+    .await
+    .map_err(Error::kube(Step::OwnCredentials))
 }
 
 async fn set_candidate(
