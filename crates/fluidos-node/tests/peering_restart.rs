@@ -11,7 +11,7 @@ mod support;
 
 use fluidos_api::Solver;
 use fluidos_api::allocation::AllocationState;
-use kube::api::{ListParams, PostParams};
+use kube::api::{DynamicObject, ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use support::NS;
 use support::peering::{
@@ -33,6 +33,50 @@ async fn count(client: &kube::Client, kind: &str, plural: &str, ns: &str) -> usi
                 || o.data.pointer("/spec/type").and_then(|t| t.as_str()) == Some("ControlPlane")
         })
         .count()
+}
+
+/// While the consumer node is down, puts on the provider a Tenant for the
+/// consumer whose nonce signature is wrong (after deleting any Tenant the
+/// consumer sent): Liqo refuses it once and never looks at it again, so the
+/// consumer must notice and start the handshake again.
+async fn plant_refused_tenant(provider: &fluidos_testenv::ControlPlane) {
+    // ByteString serializes as base64, as the CRD's byte fields are.
+    let b64 = |b: &[u8]| serde_json::to_value(k8s_openapi::ByteString(b.to_vec())).unwrap();
+    let ns = format!("liqo-tenant-{CONSUMER_ID}");
+    let tenants = dynamic(
+        &provider.client(),
+        "authentication.liqo.io",
+        "Tenant",
+        "tenants",
+        &ns,
+    );
+    let _ = tenants.delete(CONSUMER_ID, &Default::default()).await;
+    let mut planted: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "authentication.liqo.io/v1beta1",
+        "kind": "Tenant",
+        "metadata": {"name": CONSUMER_ID, "namespace": ns},
+        "spec": {
+            "clusterID": CONSUMER_ID,
+            "publicKey": b64(&[1u8; 32]),
+            "csr": b64(b"not a CSR"),
+            "signature": b64(&[0u8; 64]),
+        },
+    }))
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        match tenants.create(&PostParams::default(), &planted).await {
+            Ok(_) => break,
+            // The consumer's Tenant is still being deleted (Liqo's finalizer).
+            Err(e) if std::time::Instant::now() < deadline => {
+                say(&format!("planting the refused Tenant: {e}"));
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                planted.metadata.resource_version = None;
+            }
+            Err(e) => panic!("could not plant the refused Tenant: {e}"),
+        }
+    }
+    say("planted a Tenant with a wrong signature on the provider");
 }
 
 #[tokio::test]
@@ -94,9 +138,16 @@ async fn nodes_killed_at_every_peering_step_converge_to_one_peering() {
         ));
         c_node.kill().await;
         kills += 1;
+        if kills == 1 {
+            plant_refused_tenant(provider).await;
+        }
         c_node = stage.consumer_node();
     }
     assert!(kills >= 3, "killed at only {kills} steps: {seen:?}");
+    assert!(
+        seen.iter().any(|m| m.ends_with("authenticating again")),
+        "the refused Tenant did not start the handshake again: {seen:?}"
+    );
 
     let c_tenant = format!("liqo-tenant-{PROVIDER_ID}");
     let nodes = [&p_node, &c_node];

@@ -415,6 +415,10 @@ async fn consumer(
     let ns = objects::tenant_namespace(&provider);
     let c = &ctx.client;
     let mut view = observe_local(c, &ns, &provider, &slice_name).await?;
+    view.stored_status = a.status.as_ref().and_then(|s| {
+        let age = fluidos_controller::time::seconds_since(s.last_update_time.as_deref()?)?;
+        Some((s.message.clone()?, age))
+    });
     let mut remote_client = None;
     if view.needs_remote() {
         let kubeconfig = match ctx.kubeconfig(contract).await? {
@@ -570,6 +574,7 @@ async fn observe_local(
             )
         }),
         node_ready: node.is_some_and(|n| node_is_ready(&n)),
+        stored_status: None,
     })
 }
 
@@ -608,6 +613,18 @@ where
     }
 }
 
+/// Deletes `name`; one already gone is fine.
+async fn delete_if_present<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(e) if api_error::is_not_found(&e) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 #[tracing::instrument(skip_all, fields(?effect))]
 async fn apply(
     ctx: &Context,
@@ -642,15 +659,29 @@ async fn apply(
         )
         .await
         .map_err(local("create_signed_nonce")),
-        Effect::DeleteSignedNonce => {
-            match Api::<Secret>::namespaced(c.clone(), &ns)
-                .delete(objects::SIGNED_NONCE_SECRET, &DeleteParams::default())
-                .await
-            {
-                Ok(_) => Ok(()),
-                Err(e) if api_error::is_not_found(&e) => Ok(()),
-                Err(e) => Err(local("delete_signed_nonce")(e)),
-            }
+        Effect::DeleteSignedNonce => delete_if_present(
+            &Api::<Secret>::namespaced(c.clone(), &ns),
+            objects::SIGNED_NONCE_SECRET,
+        )
+        .await
+        .map_err(local("delete_signed_nonce")),
+        Effect::DeleteRemoteNonce => {
+            let p = provider_client.ok_or_else(no_remote)?;
+            delete_if_present(
+                &Api::<Secret>::namespaced(p.clone(), &objects::tenant_namespace(me)),
+                objects::NONCE_SECRET,
+            )
+            .await
+            .map_err(remote("delete_nonce"))
+        }
+        Effect::DeleteRemoteTenant => {
+            let p = provider_client.ok_or_else(no_remote)?;
+            delete_if_present(
+                &Api::<Tenant>::namespaced(p.clone(), &objects::tenant_namespace(me)),
+                me,
+            )
+            .await
+            .map_err(remote("delete_tenant"))
         }
         Effect::CreateTenant(signature) => {
             let p = provider_client.ok_or_else(no_remote)?;

@@ -217,6 +217,9 @@ pub struct Liqo {
     cluster_id: String,
     binaries: LiqoBinaries,
     phases: Vec<(String, Duration)>,
+    // kube-controller-manager's log on the same control plane: it signs
+    // Liqo's certificates, so its problems are Liqo's too.
+    controller_manager_log: PathBuf,
     // Holds the webhook's serving certificate; deleted after the processes die.
     _webhook_dir: Option<TempDir>,
 }
@@ -264,6 +267,7 @@ impl Liqo {
             cluster_id: cluster_id.clone(),
             binaries: binaries.clone(),
             phases: Vec::new(),
+            controller_manager_log: control_plane.log_dir().join("kube-controller-manager.log"),
             _webhook_dir: None,
         };
         let kubeconfig = control_plane.kubeconfig_path();
@@ -389,6 +393,22 @@ impl Liqo {
             .map(ManagedProcess::log_tail)
             .collect::<Vec<_>>()
             .join("\n")
+    }
+
+    /// The last klog error and warning lines of every Liqo process and of
+    /// the kube-controller-manager that signs its certificates, for the top
+    /// of failure messages (CI shows only the start and end of a failure).
+    pub fn problem_lines(&self, lines: usize) -> String {
+        let mut out: Vec<String> = self
+            .processes
+            .iter()
+            .map(|p| p.problem_lines(lines))
+            .collect();
+        out.push(format!(
+            "--- kube-controller-manager problems ---\n{}",
+            crate::process::problem_lines_in(&self.controller_manager_log, lines)
+        ));
+        out.join("\n")
     }
 
     /// **Stand-in** for the virtual-kubelet pod of Deployment

@@ -144,6 +144,17 @@ impl ManagedProcess {
         )
     }
 
+    /// The last `lines` klog error and warning lines of this process's log
+    /// (`E1202 ...`, `W1202 ...`), which say why a controller is stuck
+    /// better than its last lines do.
+    pub(crate) fn problem_lines(&self, lines: usize) -> String {
+        format!(
+            "--- {} problems ---\n{}",
+            self.name,
+            problem_lines_in(&self.log, lines)
+        )
+    }
+
     /// `Err(ProcessExited)` with the log tail if the process is gone.
     pub(crate) fn ensure_running(&mut self) -> Result<(), Error> {
         let status = match self.child.as_mut() {
@@ -214,19 +225,39 @@ fn send_sigterm(pid: u32) {
 /// The last `lines` lines of a log file; only its end is read because
 /// kube-apiserver logs can be large.
 pub(crate) fn log_tail(path: &Path, lines: usize) -> String {
-    const MAX_BYTES: u64 = 32 * 1024;
+    last_lines(&log_end(path, 32 * 1024), lines)
+}
+
+/// The last `max_bytes` of a log file, or a line saying why it is unreadable.
+fn log_end(path: &Path, max_bytes: u64) -> String {
     let read = || -> std::io::Result<String> {
         let mut file = File::open(path)?;
         let len = file.metadata()?.len();
-        file.seek(SeekFrom::Start(len.saturating_sub(MAX_BYTES)))?;
+        file.seek(SeekFrom::Start(len.saturating_sub(max_bytes)))?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     };
-    match read() {
-        Ok(text) => last_lines(&text, lines),
-        Err(e) => format!("(log {} unreadable: {e})", path.display()),
+    read().unwrap_or_else(|e| format!("(log {} unreadable: {e})", path.display()))
+}
+
+/// The last `lines` klog error and warning lines in the end of a log file.
+pub(crate) fn problem_lines_in(path: &Path, lines: usize) -> String {
+    problem_lines(&log_end(path, 512 * 1024), lines)
+}
+
+/// The last `lines` klog lines of severity error or warning: a line that
+/// starts with `E` or `W` and then the four digits of `MMDD`.
+fn problem_lines(text: &str, lines: usize) -> String {
+    let is_problem = |l: &&str| {
+        let b = l.as_bytes();
+        b.len() > 5 && matches!(b[0], b'E' | b'W') && b[1..5].iter().all(u8::is_ascii_digit)
+    };
+    let found: Vec<&str> = text.lines().filter(is_problem).collect();
+    if found.is_empty() {
+        return "(none)".to_owned();
     }
+    found[found.len().saturating_sub(lines)..].join("\n")
 }
 
 fn last_lines(text: &str, lines: usize) -> String {
@@ -243,6 +274,18 @@ mod tests {
         assert_eq!(last_lines("a\nb\nc\n", 2), "b\nc");
         assert_eq!(last_lines("a\nb", 5), "a\nb");
         assert_eq!(last_lines("", 3), "");
+    }
+
+    #[test]
+    fn problem_lines_are_klog_errors_and_warnings() {
+        let log = "I1202 01:11:16 started\nE1202 01:11:17 tenant.go:1] signature verification failed\n\
+                   Error: not klog\nW1202 01:11:18 csr.go:2] slow\nE12\n";
+        assert_eq!(
+            problem_lines(log, 5),
+            "E1202 01:11:17 tenant.go:1] signature verification failed\nW1202 01:11:18 csr.go:2] slow"
+        );
+        assert_eq!(problem_lines(log, 1), "W1202 01:11:18 csr.go:2] slow");
+        assert_eq!(problem_lines("I1202 fine", 3), "(none)");
     }
 
     #[test]

@@ -98,8 +98,12 @@ where
         if start.elapsed() > LIMIT {
             let logs: Vec<String> = nodes.iter().map(|n| n.log()).collect();
             let liqo: Vec<String> = liqos.iter().map(|l| l.log_tails()).collect();
+            // CI quotes a failure's first and last lines only: the errors
+            // and warnings of Liqo and of the CSR signer come first.
+            let problems: Vec<String> = liqos.iter().map(|l| l.problem_lines(4)).collect();
             panic!(
-                "timed out waiting for {what}; last: {last}\n--- node logs\n{}\n--- liqo\n{}",
+                "timed out waiting for {what}; last: {last}\n{}\n--- node logs\n{}\n--- liqo\n{}",
+                problems.join("\n"),
                 logs.join("\n---\n"),
                 liqo.join("\n")
             );

@@ -128,6 +128,9 @@ pub struct ConsumerView {
     pub slice: Option<(Option<Verdict>, Option<Verdict>)>,
     /// The virtual Node named after the slice is Ready.
     pub node_ready: bool,
+    /// The Allocation's stored status message and its age in seconds (from
+    /// `lastUpdateTime`, written by this node's clock).
+    pub stored_status: Option<(String, i64)>,
 }
 
 impl ConsumerView {
@@ -148,6 +151,10 @@ pub enum Effect {
     CreateSignedNonce(Vec<u8>),
     /// Delete a signed-nonce Secret holding another nonce than the provider's.
     DeleteSignedNonce,
+    /// Delete the nonce Secret on the provider (a new one gets a new nonce).
+    DeleteRemoteNonce,
+    /// Delete the Tenant on the provider.
+    DeleteRemoteTenant,
     /// The Tenant on the provider, with this signature.
     CreateTenant(Vec<u8>),
     /// The control-plane Identity on the consumer.
@@ -264,6 +271,11 @@ fn consumer_step(provider: &str, slice: &str, view: &ConsumerView) -> Step {
 
 type Step = (Vec<Effect>, Wait, Result<Option<String>, String>);
 
+/// How long the provider's Liqo may take to accept a Tenant before the
+/// handshake starts again; it takes about a second, and at most 30 s when
+/// the certificate signer is slow.
+pub const TENANT_PATIENCE_SECS: i64 = 45;
+
 fn waiting(effects: Vec<Effect>, wait: Wait, what: String) -> Step {
     (effects, wait, Ok(Some(what)))
 }
@@ -278,11 +290,33 @@ fn authentication_step(provider: &str, view: &ConsumerView) -> Step {
             Wait::Local,
             format!("authenticated with {provider}, creating Identity controlplane-{provider}"),
         ),
-        (Some(None), _, _) => waiting(
-            vec![],
-            Wait::Remote,
-            format!("waiting for {provider} to accept the Tenant"),
-        ),
+        (Some(None), _, _) => {
+            let accepting = format!("waiting for {provider} to accept the Tenant");
+            let waited = view
+                .stored_status
+                .as_ref()
+                .filter(|(message, _)| message.ends_with(&accepting))
+                .map(|(_, age)| *age);
+            if waited.is_some_and(|age| age >= TENANT_PATIENCE_SECS) {
+                // Liqo gives a Tenant up without retrying when its signature
+                // does not verify, and retries failures with a backoff that
+                // reaches minutes: a new handshake starts both afresh.
+                waiting(
+                    vec![
+                        Effect::DeleteSignedNonce,
+                        Effect::DeleteRemoteNonce,
+                        Effect::DeleteRemoteTenant,
+                    ],
+                    Wait::Remote,
+                    format!(
+                        "{provider} did not accept the Tenant in {TENANT_PATIENCE_SECS} s: \
+                         authenticating again"
+                    ),
+                )
+            } else {
+                waiting(vec![], Wait::Remote, accepting)
+            }
+        }
         (None, Some(signed), Some(Some(nonce)))
             if signed.nonce.as_ref().is_some_and(|n| n != nonce) =>
         {
@@ -614,6 +648,59 @@ mod tests {
         let p = peering(&v);
         assert!(p.effects.is_empty());
         assert_eq!(p.wait, Wait::Local);
+    }
+
+    #[test]
+    fn a_tenant_left_unaccepted_starts_the_handshake_again() {
+        let waiting = format!("{MSG_PEERING}: waiting for {P} to accept the Tenant");
+        let mut v = ConsumerView {
+            tenant_namespace: true,
+            signed_nonce: Some(SignedNonce {
+                nonce: Some(b"n1".to_vec()),
+                signature: Some(b"sig".to_vec()),
+            }),
+            remote: Some(Remote {
+                nonce: Some(Some(b"n1".to_vec())),
+                tenant: Some(None),
+            }),
+            stored_status: Some((waiting.clone(), TENANT_PATIENCE_SECS - 1)),
+            ..Default::default()
+        };
+        let p = peering(&v);
+        assert!(p.effects.is_empty());
+        assert_eq!(p.status.unwrap().message, waiting);
+
+        v.stored_status = Some((waiting.clone(), TENANT_PATIENCE_SECS));
+        let p = peering(&v);
+        assert_eq!(
+            p.effects,
+            vec![
+                Effect::DeleteSignedNonce,
+                Effect::DeleteRemoteNonce,
+                Effect::DeleteRemoteTenant
+            ]
+        );
+        assert_eq!(p.wait, Wait::Remote);
+        let restarted = p.status.unwrap().message;
+        assert!(restarted.ends_with("authenticating again"), "{restarted}");
+
+        // Another message, however old, is not a wait for the Tenant.
+        v.stored_status = Some((format!("{MSG_PEERING}: something else"), 600));
+        assert!(peering(&v).effects.is_empty());
+
+        // While the old Tenant is being deleted the wait starts over (the
+        // status changes, so its age does too); once it is gone, a new nonce.
+        v.signed_nonce = None;
+        v.remote = Some(Remote {
+            nonce: None,
+            tenant: Some(None),
+        });
+        v.stored_status = Some((restarted, 0));
+        let p = peering(&v);
+        assert!(p.effects.is_empty());
+        assert_eq!(p.status.unwrap().message, waiting);
+        v.remote = Some(Remote::default());
+        assert_eq!(peering(&v).effects, vec![Effect::CreateRemoteNonce]);
     }
 
     #[test]
