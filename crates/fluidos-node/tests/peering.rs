@@ -19,7 +19,8 @@ mod support;
 
 use support::peering::{
     CONSUMER_ID, PROVIDER_ID, Phases, TwoClusters, allocation_state, dynamic, new_contract,
-    ready_virtual_node, say, skip_reason, unpeer, until, wait_active, wait_authenticated,
+    offload_a_pod, ready_virtual_node, say, skip_reason, unpeer, until, wait_active,
+    wait_authenticated,
 };
 use support::{NS, NodeProcess};
 
@@ -355,6 +356,18 @@ async fn solver_with_peering_gets_a_virtual_node_of_the_contracted_size() {
     )
     .await;
     phases.mark("over-request refused (edited slice, default class, forged status)");
+
+    // The virtual node is usable: a pod in an offloaded namespace runs on
+    // the provider through it.
+    offload_a_pod(
+        consumer,
+        provider,
+        &nodes,
+        &mut [&mut c_liqo, &mut p_liqo],
+        &slice,
+    )
+    .await;
+    phases.mark("pod offloaded through the virtual node: Running on both sides, then removed");
 
     // A second purchase from the same provider: already authenticated, the
     // consumer only adds a second ResourceSlice and gets a second node.

@@ -659,3 +659,196 @@ pub async fn wait_active(
     })
     .await
 }
+
+/// Uses the peering as a consumer's user would, and as `liqoctl` users do:
+/// offloads namespace `offloaded` (NamespaceOffloading, remote pods only) and
+/// starts a pod there. The consumer's scheduler must place it on virtual node
+/// `virtual_node`, the virtual kubelet reflect it to the provider as a
+/// ShadowPod, the provider's Liqo make the Pod, kwok run it on a provider
+/// Node, and its status come back. Then the pod and the offloading are
+/// deleted and the provider's namespace goes away, as before the test.
+pub async fn offload_a_pod(
+    consumer: &ControlPlane,
+    provider: &ControlPlane,
+    nodes: &[&NodeProcess],
+    liqos: &mut [&mut Liqo],
+    virtual_node: &str,
+) {
+    use k8s_openapi::api::core::v1::{Namespace, Pod};
+    let (offloadings, remote_ns) = offload_namespace(consumer, provider, nodes, liqos).await;
+
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "namespace": "offloaded"},
+        "spec": {"containers": [{"name": "web", "image": "example.invalid/web:1"}]}
+    }))
+    .unwrap();
+    let c_pods: Api<Pod> = Api::namespaced(consumer.client(), "offloaded");
+    c_pods.create(&PostParams::default(), &pod).await.unwrap();
+    let p_pods: Api<Pod> = Api::namespaced(provider.client(), &remote_ns);
+    let remote = until("the pod Running on the provider", nodes, liqos, || async {
+        let pod = p_pods
+            .get_opt("web")
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "no pod on the provider yet".to_owned())?;
+        match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
+            Some("Running") => Ok(pod),
+            other => Err(format!("provider pod phase {other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(
+        remote.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+        Some("provider-kwok")
+    );
+    let shadow_pods = dynamic(
+        &provider.client(),
+        "offloading.liqo.io",
+        "ShadowPod",
+        "shadowpods",
+        &remote_ns,
+    );
+    assert!(
+        exists(&shadow_pods, "web").await.unwrap(),
+        "the provider's pod comes from the virtual kubelet's ShadowPod"
+    );
+    let local = until(
+        "the pod Running on the virtual node",
+        nodes,
+        liqos,
+        || async {
+            let pod = c_pods.get("web").await.map_err(|e| e.to_string())?;
+            match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
+                Some("Running") => Ok(pod),
+                other => Err(format!("consumer pod phase {other:?}")),
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        local.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+        Some(virtual_node),
+        "the consumer's scheduler placed the pod on the Contract's virtual node"
+    );
+
+    // Back as it was: the pod and the offloading go, and with them the
+    // provider's namespace.
+    c_pods
+        .delete("web", &kube::api::DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    offloadings
+        .delete("offloading", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    let p_namespaces: Api<Namespace> = Api::all(provider.client());
+    until(
+        "the provider's offloaded namespace gone",
+        nodes,
+        liqos,
+        || async {
+            match exists(&p_namespaces, &remote_ns).await? {
+                false => Ok(()),
+                true => Err(format!("namespace {remote_ns} still there")),
+            }
+        },
+    )
+    .await;
+}
+
+/// Namespace `offloaded` on the consumer, offloaded (remote pods only) and
+/// Ready, with a kwok-run Node on the provider for its pods: the
+/// NamespaceOffloading API and the provider's namespace name.
+async fn offload_namespace(
+    consumer: &ControlPlane,
+    provider: &ControlPlane,
+    nodes: &[&NodeProcess],
+    liqos: &mut [&mut Liqo],
+) -> (Api<DynamicObject>, String) {
+    use k8s_openapi::api::core::v1::Namespace;
+
+    // A provider Node kwok runs pods on; not a FLUIDOS resource node, so it
+    // is no flavor.
+    let kwok_node: Node = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "provider-kwok", "labels": {"kubernetes.io/hostname": "provider-kwok"}},
+        "status": {
+            "capacity": {"cpu": "8", "memory": "16Gi", "pods": "110"},
+            "allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"}
+        }
+    }))
+    .unwrap();
+    let p_nodes = Api::<Node>::all(provider.client());
+    p_nodes
+        .create(&PostParams::default(), &kwok_node)
+        .await
+        .unwrap();
+    // The FLUIDOS worker Nodes are not kwok's (see `worker_node`): nothing
+    // would run a pod there. A taint keeps them out of the provider
+    // scheduler's choice; the LRM does not look at taints.
+    for n in p_nodes.list(&ListParams::default()).await.unwrap() {
+        if n.name_any() == "provider-kwok" {
+            continue;
+        }
+        let taint = serde_json::json!({"spec": {"taints": [
+            {"key": "fluidos.eu/test-no-pods", "value": "true", "effect": "NoSchedule"}
+        ]}});
+        p_nodes
+            .patch(
+                &n.name_any(),
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(taint),
+            )
+            .await
+            .unwrap();
+    }
+    let app_ns: Namespace = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "offloaded"}
+    }))
+    .unwrap();
+    Api::<Namespace>::all(consumer.client())
+        .create(&PostParams::default(), &app_ns)
+        .await
+        .unwrap();
+    let offloadings = dynamic(
+        &consumer.client(),
+        "offloading.liqo.io",
+        "NamespaceOffloading",
+        "namespaceoffloadings",
+        "offloaded",
+    );
+    let offloading: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "offloading.liqo.io/v1beta1",
+        "kind": "NamespaceOffloading",
+        "metadata": {"name": "offloading", "namespace": "offloaded"},
+        "spec": {
+            "namespaceMappingStrategy": "DefaultName",
+            "podOffloadingStrategy": "Remote",
+            "clusterSelector": {"nodeSelectorTerms": []}
+        }
+    }))
+    .unwrap();
+    offloadings
+        .create(&PostParams::default(), &offloading)
+        .await
+        .unwrap();
+    let remote_ns = until("NamespaceOffloading Ready", nodes, liqos, || async {
+        let o = offloadings
+            .get("offloading")
+            .await
+            .map_err(|e| e.to_string())?;
+        let phase = o.data.pointer("/status/offloadingPhase");
+        if phase.and_then(|p| p.as_str()) != Some("Ready") {
+            return Err(format!("offloadingPhase {phase:?}"));
+        }
+        o.data
+            .pointer("/status/remoteNamespaceName")
+            .and_then(|n| n.as_str())
+            .map(str::to_owned)
+            .ok_or_else(|| "no remote namespace name".to_owned())
+    })
+    .await;
+    say(&format!(
+        "namespace offloaded to {remote_ns} on the provider"
+    ));
+    (offloadings, remote_ns)
+}
