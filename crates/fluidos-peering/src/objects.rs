@@ -188,13 +188,23 @@ impl ClusterKeys {
 
     /// The PEM CSR of the control-plane certificate: CN = the cluster ID,
     /// O = `liqo.io`, signed with the cluster's key (Liqo's
-    /// `GenerateCSRForControlPlane`).
+    /// `GenerateCSRForControlPlane`), encoded as Go's `crypto/x509` encodes
+    /// it: O before CN, each a PrintableString when it can be one. Ed25519
+    /// signatures are deterministic, so the CSR is byte for byte liqoctl's
+    /// (`tests/liqoctl_objects.rs` checks it).
     pub fn control_plane_csr(&self, cluster_id: &str) -> Result<String, BuildError> {
+        let go_string = |s: &str| match rcgen::string::PrintableString::try_from(s) {
+            Ok(p) => rcgen::DnValue::PrintableString(p),
+            Err(_) => rcgen::DnValue::Utf8String(s.to_owned()),
+        };
         let mut params =
             rcgen::CertificateParams::new(Vec::<String>::new()).map_err(BuildError::Csr)?;
         let mut dn = rcgen::DistinguishedName::new();
-        dn.push(rcgen::DnType::CommonName, cluster_id);
-        dn.push(rcgen::DnType::OrganizationName, CONTROL_PLANE_ORGANIZATION);
+        dn.push(
+            rcgen::DnType::OrganizationName,
+            go_string(CONTROL_PLANE_ORGANIZATION),
+        );
+        dn.push(rcgen::DnType::CommonName, go_string(cluster_id));
         params.distinguished_name = dn;
         params
             .serialize_request(&self.0)

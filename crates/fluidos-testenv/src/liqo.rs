@@ -162,6 +162,41 @@ impl LiqoBinaries {
         self.dir.join(LIQOCTL)
     }
 
+    /// Runs `liqoctl peer --networking-disabled` from `consumer` to
+    /// `provider` as a user would (admin kubeconfigs, `HOME` = `home`),
+    /// within 4 minutes; its output, whatever the exit status.
+    pub async fn liqoctl_peer(
+        &self,
+        consumer: &ControlPlane,
+        provider: &ControlPlane,
+        home: &Path,
+    ) -> Result<std::process::Output, Error> {
+        let mut command = tokio::process::Command::new(self.liqoctl());
+        command
+            .arg("peer")
+            .arg(format!(
+                "--kubeconfig={}",
+                consumer.kubeconfig_path().display()
+            ))
+            .arg(format!(
+                "--remote-kubeconfig={}",
+                provider.kubeconfig_path().display()
+            ))
+            // The WireGuard gateways would be pods; nothing runs pods here.
+            .arg("--networking-disabled")
+            .arg("--timeout=3m")
+            .env("HOME", home)
+            .env_remove("KUBECONFIG")
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        match tokio::time::timeout(Duration::from_secs(240), command.output()).await {
+            Ok(output) => output.map_err(|e| Error::io("running liqoctl peer".to_owned(), e)),
+            Err(_) => Err(Error::Fixture(
+                "liqoctl peer did not finish within 4 minutes".to_owned(),
+            )),
+        }
+    }
+
     /// `virtual-kubelet`, for tests that run it in place of its pod.
     pub fn virtual_kubelet(&self) -> PathBuf {
         self.dir.join(VIRTUAL_KUBELET)

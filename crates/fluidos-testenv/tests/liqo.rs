@@ -8,7 +8,6 @@
 
 use std::future::Future;
 use std::io::Write as _;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use fluidos_testenv::{ControlPlane, ControlPlaneOptions, Liqo, LiqoBinaries, LiqoOptions};
@@ -184,36 +183,6 @@ fn expect_condition(
     }
 }
 
-async fn run_liqoctl_peer(
-    binaries: &LiqoBinaries,
-    consumer: &ControlPlane,
-    provider: &ControlPlane,
-    home: &Path,
-) -> std::process::Output {
-    let mut command = tokio::process::Command::new(binaries.liqoctl());
-    command
-        .arg("peer")
-        .arg(format!(
-            "--kubeconfig={}",
-            consumer.kubeconfig_path().display()
-        ))
-        .arg(format!(
-            "--remote-kubeconfig={}",
-            provider.kubeconfig_path().display()
-        ))
-        // The WireGuard gateways would be pods; nothing runs pods here.
-        .arg("--networking-disabled")
-        .arg("--timeout=3m")
-        .env("HOME", home)
-        .env_remove("KUBECONFIG")
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
-    tokio::time::timeout(Duration::from_secs(240), command.output())
-        .await
-        .expect("liqoctl peer did not finish within 4 minutes")
-        .expect("running liqoctl")
-}
-
 #[tokio::test]
 #[allow(clippy::too_many_lines)] // One scenario, phase by phase; splitting it hides the order.
 async fn liqoctl_peer_between_two_control_planes_offloads_a_pod() {
@@ -268,7 +237,10 @@ async fn liqoctl_peer_between_two_control_planes_offloads_a_pod() {
 
     // Phase 3: liqoctl peer, as a user would run it.
     let home = tempfile::tempdir().unwrap();
-    let output = run_liqoctl_peer(&binaries, &consumer_cp, &provider_cp, home.path()).await;
+    let output = binaries
+        .liqoctl_peer(&consumer_cp, &provider_cp, home.path())
+        .await
+        .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     // liqoctl pads its spinner lines with spaces.
