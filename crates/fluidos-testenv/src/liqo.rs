@@ -233,6 +233,9 @@ pub struct LiqoOptions {
     /// Appended to `liqo-controller-manager`'s arguments (e.g.
     /// `--default-limits-enforcement=Hard`).
     pub extra_controller_manager_args: Vec<String>,
+    /// Appended to the webhook's arguments (e.g.
+    /// `--enable-resource-enforcement`).
+    pub extra_webhook_args: Vec<String>,
 }
 
 impl Default for LiqoOptions {
@@ -242,6 +245,7 @@ impl Default for LiqoOptions {
             networking: false,
             webhooks: true,
             extra_controller_manager_args: Vec::new(),
+            extra_webhook_args: Vec::new(),
         }
     }
 }
@@ -309,7 +313,7 @@ impl Liqo {
         let logs = control_plane.log_dir();
 
         if opts.webhooks {
-            let webhook = start_webhook(&mut liqo, binaries, kubeconfig, logs, &cluster_id)?;
+            let webhook = start_webhook(&mut liqo, binaries, control_plane, &opts)?;
             liqo.wait_ready("Liqo webhook", || async {
                 http_ok(webhook.health_port, "/readyz").await?;
                 // The TLS listener is a separate runnable; the API server
@@ -811,10 +815,11 @@ struct WebhookEndpoint {
 fn start_webhook(
     liqo: &mut Liqo,
     binaries: &LiqoBinaries,
-    kubeconfig: &Path,
-    logs: &Path,
-    cluster_id: &str,
+    control_plane: &ControlPlane,
+    opts: &LiqoOptions,
 ) -> Result<WebhookEndpoint, Error> {
+    let cluster_id = liqo.cluster_id.clone();
+    let (kubeconfig, logs) = (control_plane.kubeconfig_path(), control_plane.log_dir());
     // controller-runtime reads the serving certificate from
     // $TMPDIR/k8s-webhook-server/serving-certs; a private TMPDIR keeps two
     // clusters' webhooks (and other users of /tmp) apart. `--secret-name` is
@@ -839,18 +844,20 @@ fn start_webhook(
     let health_port = free_port()?;
     let tmp_path = tmp.path().to_path_buf();
     liqo._webhook_dir = Some(tmp);
+    let mut args = vec![
+        format!("--cluster-id={cluster_id}"),
+        format!("--liqo-namespace={LIQO_NAMESPACE}"),
+        format!("--webhook-port={port}"),
+        format!("--health-probe-address=127.0.0.1:{health_port}"),
+        "--metrics-address=0".to_owned(),
+        format!("--podcidr={POD_CIDR}"),
+        format!("--vk-options-default-template={LIQO_NAMESPACE}/{VK_OPTIONS_TEMPLATE}"),
+    ];
+    args.extend(opts.extra_webhook_args.iter().cloned());
     liqo.spawn(
         WEBHOOK,
         &binaries.require(WEBHOOK)?,
-        &[
-            format!("--cluster-id={cluster_id}"),
-            format!("--liqo-namespace={LIQO_NAMESPACE}"),
-            format!("--webhook-port={port}"),
-            format!("--health-probe-address=127.0.0.1:{health_port}"),
-            "--metrics-address=0".to_owned(),
-            format!("--podcidr={POD_CIDR}"),
-            format!("--vk-options-default-template={LIQO_NAMESPACE}/{VK_OPTIONS_TEMPLATE}"),
-        ],
+        &args,
         kubeconfig,
         logs,
         &[("TMPDIR", tmp_path.as_path())],

@@ -492,9 +492,18 @@ impl TwoClusters {
             cluster_id: id.to_owned(),
             ..Default::default()
         };
+        // The provider's Liqo enforces the granted resources on offloaded
+        // pods (off in Liqo's chart by default; a provider selling slices
+        // turns it on): each pod must request cpu and memory, and a tenant's
+        // pods together get no more than its Quota.
+        let enforcing = fluidos_testenv::LiqoOptions {
+            extra_controller_manager_args: vec!["--default-limits-enforcement=Soft".into()],
+            extra_webhook_args: vec!["--enable-resource-enforcement".into()],
+            ..liqo(PROVIDER_ID)
+        };
         let (c_liqo, p_liqo) = tokio::join!(
             Liqo::start_with(&consumer, &binaries, liqo(CONSUMER_ID)),
-            Liqo::start_with(&provider, &binaries, liqo(PROVIDER_ID))
+            Liqo::start_with(&provider, &binaries, enforcing)
         );
         let (provider_port, consumer_port) = (super::free_port(), super::free_port());
         let provider_key = super::prepare(&provider, "provider01", provider_port).await;
@@ -679,7 +688,8 @@ pub async fn offload_a_pod(
 
     let pod: Pod = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "web", "namespace": "offloaded"},
-        "spec": {"containers": [{"name": "web", "image": "example.invalid/web:1"}]}
+        "spec": {"containers": [{"name": "web", "image": "example.invalid/web:1",
+            "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}]}
     }))
     .unwrap();
     let c_pods: Api<Pod> = Api::namespaced(consumer.client(), "offloaded");
@@ -730,6 +740,16 @@ pub async fn offload_a_pod(
         Some(virtual_node),
         "the consumer's scheduler placed the pod on the Contract's virtual node"
     );
+
+    more_than_bought_is_refused_by_the_provider(
+        consumer,
+        provider,
+        nodes,
+        liqos,
+        virtual_node,
+        &remote_ns,
+    )
+    .await;
 
     // Back as it was: the pod and the offloading go, and with them the
     // provider's namespace.
@@ -851,4 +871,84 @@ async fn offload_namespace(
         "namespace offloaded to {remote_ns} on the provider"
     ));
     (offloadings, remote_ns)
+}
+
+/// A consumer that ignores its virtual node's capacity (binds a pod to it
+/// by `nodeName`, past its own scheduler) still gets no more than it bought:
+/// the provider's Liqo refuses the ShadowPod (quota of the Contract's grant,
+/// with `web` already using half of it), the virtual kubelet reports
+/// `FailedReflection` on the pod, and nothing reaches the provider.
+async fn more_than_bought_is_refused_by_the_provider(
+    consumer: &ControlPlane,
+    provider: &ControlPlane,
+    nodes: &[&NodeProcess],
+    liqos: &mut [&mut Liqo],
+    virtual_node: &str,
+    remote_ns: &str,
+) {
+    use k8s_openapi::api::core::v1::{Event, Pod};
+    let greedy: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "greedy", "namespace": "offloaded"},
+        "spec": {
+            "nodeName": virtual_node,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "greedy", "image": "example.invalid/greedy:1",
+                "resources": {"requests": {"cpu": "2", "memory": "256Mi"}}}]
+        }
+    }))
+    .unwrap();
+    let c_pods: Api<Pod> = Api::namespaced(consumer.client(), "offloaded");
+    c_pods
+        .create(&PostParams::default(), &greedy)
+        .await
+        .unwrap();
+    let events: Api<Event> = Api::namespaced(consumer.client(), "offloaded");
+    let refusal = until(
+        "the greedy pod refused by the provider",
+        nodes,
+        liqos,
+        || async {
+            let list = events
+                .list(&ListParams::default().fields("involvedObject.name=greedy"))
+                .await
+                .map_err(|e| e.to_string())?;
+            list.items
+                .iter()
+                .find(|e| e.reason.as_deref() == Some("FailedReflection"))
+                .and_then(|e| e.message.clone())
+                .ok_or_else(|| {
+                    let reasons: Vec<_> = list.items.iter().map(|e| e.reason.clone()).collect();
+                    format!("events of the greedy pod: {reasons:?}")
+                })
+        },
+    )
+    .await;
+    say(&format!("greedy pod: {refusal}"));
+    assert!(
+        refusal.contains("quota usage exceeded"),
+        "refused for the quota: {refusal}"
+    );
+    let shadow_pods = dynamic(
+        &provider.client(),
+        "offloading.liqo.io",
+        "ShadowPod",
+        "shadowpods",
+        remote_ns,
+    );
+    assert!(!exists(&shadow_pods, "greedy").await.unwrap());
+    assert!(
+        !exists(
+            &Api::<Pod>::namespaced(provider.client(), remote_ns),
+            "greedy"
+        )
+        .await
+        .unwrap()
+    );
+    c_pods
+        .delete(
+            "greedy",
+            &kube::api::DeleteParams::default().grace_period(0),
+        )
+        .await
+        .unwrap();
 }
