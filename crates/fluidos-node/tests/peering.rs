@@ -364,7 +364,7 @@ async fn solver_with_peering_gets_a_virtual_node_of_the_contracted_size() {
         provider,
         &nodes,
         &mut [&mut c_liqo, &mut p_liqo],
-        &slice,
+        (&slice, &sold["cpu"]),
     )
     .await;
     phases.mark("pod offloaded through the virtual node: Running on both sides, then removed");

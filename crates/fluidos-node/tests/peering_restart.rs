@@ -37,9 +37,9 @@ async fn count(client: &kube::Client, kind: &str, plural: &str, ns: &str) -> usi
 
 /// While the consumer node is down, puts on the provider a Tenant for the
 /// consumer whose nonce signature is wrong (after deleting any Tenant the
-/// consumer sent): Liqo refuses it once and never looks at it again, so the
-/// consumer must notice and start the handshake again.
-async fn plant_refused_tenant(provider: &fluidos_testenv::ControlPlane) {
+/// consumer sent): Liqo refuses it and does not retry, so the consumer must
+/// notice and start the handshake again. Returns the planted Tenant's uid.
+async fn plant_refused_tenant(provider: &fluidos_testenv::ControlPlane) -> String {
     // ByteString serializes as base64, as the CRD's byte fields are.
     let b64 = |b: &[u8]| serde_json::to_value(k8s_openapi::ByteString(b.to_vec())).unwrap();
     let ns = format!("liqo-tenant-{CONSUMER_ID}");
@@ -64,9 +64,9 @@ async fn plant_refused_tenant(provider: &fluidos_testenv::ControlPlane) {
     }))
     .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
+    let uid = loop {
         match tenants.create(&PostParams::default(), &planted).await {
-            Ok(_) => break,
+            Ok(created) => break created.metadata.uid.unwrap(),
             // The consumer's Tenant is still being deleted (Liqo's finalizer).
             Err(e) if std::time::Instant::now() < deadline => {
                 say(&format!("planting the refused Tenant: {e}"));
@@ -75,8 +75,9 @@ async fn plant_refused_tenant(provider: &fluidos_testenv::ControlPlane) {
             }
             Err(e) => panic!("could not plant the refused Tenant: {e}"),
         }
-    }
+    };
     say("planted a Tenant with a wrong signature on the provider");
+    uid
 }
 
 #[tokio::test]
@@ -89,10 +90,11 @@ async fn nodes_killed_at_every_peering_step_converge_to_one_peering() {
         say(&format!("SKIP: {reason}"));
         return;
     }
-    let (stage, mut c_liqo, mut p_liqo) = TwoClusters::start(1).await;
+    // Two flavors: one for the first Contract, one for the second.
+    let (stage, mut c_liqo, mut p_liqo) = TwoClusters::start(2).await;
     let mut p_node = stage.provider_node();
     let mut c_node = stage.consumer_node();
-    stage.wait_serving(&p_node, &c_node, 1).await;
+    stage.wait_serving(&p_node, &c_node, 2).await;
 
     let solver = TwoClusters::sample_solver();
     let (provider, consumer) = (&stage.provider, &stage.consumer);
@@ -113,6 +115,7 @@ async fn nodes_killed_at_every_peering_step_converge_to_one_peering() {
     // until the slice is accepted (the virtual node needs the stand-in).
     let mut seen: Vec<String> = Vec::new();
     let mut kills = 0;
+    let mut planted = None;
     loop {
         let (state, message) = until(
             "a new peering step",
@@ -138,16 +141,15 @@ async fn nodes_killed_at_every_peering_step_converge_to_one_peering() {
         ));
         c_node.kill().await;
         kills += 1;
-        if kills == 1 {
-            plant_refused_tenant(provider).await;
+        // Once the nonce is asked for (the consumer has sent no Tenant yet),
+        // a Tenant Liqo refuses takes its place.
+        if planted.is_none() && message.contains("nonce") {
+            planted = Some(plant_refused_tenant(provider).await);
         }
         c_node = stage.consumer_node();
     }
     assert!(kills >= 3, "killed at only {kills} steps: {seen:?}");
-    assert!(
-        seen.iter().any(|m| m.ends_with("authenticating again")),
-        "the refused Tenant did not start the handshake again: {seen:?}"
-    );
+    let planted = planted.expect("a nonce step was seen, and the Tenant planted then");
 
     let c_tenant = format!("liqo-tenant-{PROVIDER_ID}");
     let nodes = [&p_node, &c_node];
@@ -212,6 +214,23 @@ async fn nodes_killed_at_every_peering_step_converge_to_one_peering() {
         count(&provider.client(), "Tenant", "tenants", &p_tenant).await,
         1
     );
+    // The consumer adopts a Tenant it finds; only the restart after the
+    // refusal replaces the planted one.
+    let tenant = dynamic(
+        &provider.client(),
+        "authentication.liqo.io",
+        "Tenant",
+        "tenants",
+        &p_tenant,
+    )
+    .get(CONSUMER_ID)
+    .await
+    .unwrap();
+    assert_ne!(
+        tenant.metadata.uid.as_deref(),
+        Some(planted.as_str()),
+        "the refused Tenant was replaced"
+    );
     assert_eq!(
         count(
             &provider.client(),
@@ -227,6 +246,74 @@ async fn nodes_killed_at_every_peering_step_converge_to_one_peering() {
     say(&format!(
         "converged after {kills} kills of the consumer and one of the provider; steps seen: {seen:?}"
     ));
+    a_dropped_tenant_is_replaced(&stage, &mut c_liqo, &mut p_liqo, &nodes, &slice).await;
     c_liqo.stop().await;
     p_liqo.stop().await;
+}
+
+/// The provider drops the consumer's Tenant (as an admin may, or Liqo after
+/// a reinstall) while the consumer keeps its Identity: the consumer's next
+/// Contract must notice and authenticate again instead of sending a slice
+/// the provider will never accept.
+async fn a_dropped_tenant_is_replaced(
+    stage: &TwoClusters,
+    c_liqo: &mut fluidos_testenv::Liqo,
+    p_liqo: &mut fluidos_testenv::Liqo,
+    nodes: &[&support::NodeProcess],
+    first_slice: &str,
+) {
+    let (provider, consumer) = (&stage.provider, &stage.consumer);
+    let p_tenants = dynamic(
+        &provider.client(),
+        "authentication.liqo.io",
+        "Tenant",
+        "tenants",
+        &format!("liqo-tenant-{CONSUMER_ID}"),
+    );
+    let dropped = p_tenants.get(CONSUMER_ID).await.unwrap().metadata.uid;
+    p_tenants
+        .delete(CONSUMER_ID, &Default::default())
+        .await
+        .unwrap();
+    until(
+        "the provider's Tenant gone",
+        nodes,
+        &mut [&mut *c_liqo, &mut *p_liqo],
+        || async {
+            match support::peering::exists(&p_tenants, CONSUMER_ID).await? {
+                false => Ok(()),
+                true => Err("Tenant still there".to_owned()),
+            }
+        },
+    )
+    .await;
+    say("the provider dropped the consumer's Tenant");
+
+    let mut second = TwoClusters::sample_solver();
+    second.metadata.name = Some(format!("{}-2", second.name_any()));
+    Api::<Solver>::namespaced(consumer.client(), NS)
+        .create(&PostParams::default(), &second)
+        .await
+        .unwrap();
+    let contract = until(
+        "the second Contract",
+        nodes,
+        &mut [&mut *c_liqo, &mut *p_liqo],
+        || async { new_contract(consumer, &[first_slice.to_owned()]).await },
+    )
+    .await;
+    let slice = contract.name_any();
+    ready_virtual_node(
+        consumer,
+        c_liqo,
+        p_liqo,
+        nodes,
+        &format!("liqo-tenant-{PROVIDER_ID}"),
+        &slice,
+    )
+    .await;
+    wait_active(consumer, &slice, nodes, &mut [&mut *c_liqo, &mut *p_liqo]).await;
+    let replaced = p_tenants.get(CONSUMER_ID).await.unwrap().metadata.uid;
+    assert_ne!(dropped, replaced, "a new Tenant, from a new handshake");
+    say("the second Contract authenticated again and is Active");
 }

@@ -53,7 +53,8 @@ use tokio::sync::Mutex;
 use crate::objects::{self, BuildError, ClusterKeys, TenantGrant};
 use crate::slice_class;
 use machine::{
-    ConsumerView, Effect, IncomingPeering, Plan, Remote, Side, SignedNonce, Verdict, Wait,
+    ConsumerView, Effect, IncomingPeering, ObjectVersion, Plan, Remote, Side, SignedNonce, Verdict,
+    Wait,
 };
 use teardown::{OtherSlices, TeardownEffect, TeardownView};
 
@@ -416,11 +417,15 @@ async fn consumer(
     let c = &ctx.client;
     let mut view = observe_local(c, &ns, &provider, &slice_name).await?;
     view.stored_status = a.status.as_ref().and_then(|s| {
-        let age = fluidos_controller::time::seconds_since(s.last_update_time.as_deref()?)?;
-        Some((s.message.clone()?, age))
+        Some(machine::StoredStatus {
+            age_secs: fluidos_controller::time::seconds_since(s.last_update_time.as_deref()?)?,
+            message: s.message.clone()?,
+        })
     });
     let mut remote_client = None;
-    if view.needs_remote() {
+    if view.needs_remote() && view.identity == Some(true) {
+        remote_client = ctx.observe_provider_if_possible(contract, &mut view).await;
+    } else if view.needs_remote() {
         let kubeconfig = match ctx.kubeconfig(contract).await? {
             Ok(kubeconfig) => kubeconfig,
             Err(message) => {
@@ -441,6 +446,13 @@ async fn consumer(
         remote_client = Some(client);
     }
     let plan = machine::consumer(current, &provider, &slice_name, &view);
+    if plan
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::DeleteRemoteTenant(_) | Effect::DeleteIdentity))
+    {
+        tracing::warn!(%provider, "authenticating with the provider again");
+    }
     for effect in &plan.effects {
         apply(ctx, remote_client.as_ref(), &provider, contract, effect).await?;
     }
@@ -463,6 +475,39 @@ async fn consumer(
 }
 
 impl Context {
+    /// Authenticated: the provider is read only to notice a Tenant it
+    /// dropped (into `view.remote`); when it cannot be read, the slice goes
+    /// on without it.
+    async fn observe_provider_if_possible(
+        &self,
+        contract: &Contract,
+        view: &mut ConsumerView,
+    ) -> Option<kube::Client> {
+        let kubeconfig = match self.kubeconfig(contract).await {
+            Ok(Ok(kubeconfig)) => kubeconfig,
+            Ok(Err(message)) => {
+                tracing::debug!(message, "provider's Tenant not read");
+                return None;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "provider's Tenant not read");
+                return None;
+            }
+        };
+        let client = match self.remote_client(&kubeconfig).await {
+            Ok(client) => client,
+            Err(message) => {
+                tracing::debug!(message, "provider's Tenant not read");
+                return None;
+            }
+        };
+        match observe_remote(&client, &self.cfg.local_cluster_id).await {
+            Ok(remote) => view.remote = Some(remote),
+            Err(e) => tracing::debug!(error = %e, "provider's Tenant not read"),
+        }
+        Some(client)
+    }
+
     /// The peering kubeconfig of `contract` (base64 of its YAML): in the
     /// Secret its annotation names, in its namespace (ours since the
     /// kubeconfig left the Contract), else in its spec (a Contract stored by
@@ -595,9 +640,22 @@ async fn observe_remote(p: &kube::Client, consumer_id: &str) -> Result<Remote, E
         .get_opt(consumer_id)
         .await
         .map_err(remote("get_tenant"))?;
+    let deleting = tenant
+        .as_ref()
+        .is_some_and(|t| t.metadata.deletion_timestamp.is_some());
     Ok(Remote {
         nonce: nonce.map(|s| objects::secret_value(&s, objects::NONCE_KEY).map(<[u8]>::to_vec)),
-        tenant: tenant.map(|t| TenantGrant::of(&t)),
+        // A Tenant on its way out grants nothing, whatever its status says.
+        tenant: tenant
+            .as_ref()
+            .map(|t| TenantGrant::of(t).filter(|_| !deleting)),
+        tenant_version: tenant.as_ref().and_then(|t| {
+            Some(ObjectVersion {
+                uid: t.metadata.uid.clone()?,
+                resource_version: t.metadata.resource_version.clone()?,
+            })
+        }),
+        tenant_deleting: deleting,
     })
 }
 
@@ -619,6 +677,31 @@ where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(e) if api_error::is_not_found(&e) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Deletes this cluster's Tenant on the provider, conditioned on the
+/// version read: if Liqo wrote it since (it may just have accepted it), the
+/// delete fails with a conflict and the next reconcile decides again.
+async fn delete_remote_tenant(
+    p: &kube::Client,
+    me: &str,
+    version: &ObjectVersion,
+) -> Result<(), kube::Error> {
+    let dp = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some(version.uid.clone()),
+            resource_version: Some(version.resource_version.clone()),
+        }),
+        ..DeleteParams::default()
+    };
+    match Api::<Tenant>::namespaced(p.clone(), &objects::tenant_namespace(me))
+        .delete(me, &dp)
+        .await
+    {
         Ok(_) => Ok(()),
         Err(e) if api_error::is_not_found(&e) => Ok(()),
         Err(e) => Err(e),
@@ -674,15 +757,18 @@ async fn apply(
             .await
             .map_err(remote("delete_nonce"))
         }
-        Effect::DeleteRemoteTenant => {
+        Effect::DeleteRemoteTenant(version) => {
             let p = provider_client.ok_or_else(no_remote)?;
-            delete_if_present(
-                &Api::<Tenant>::namespaced(p.clone(), &objects::tenant_namespace(me)),
-                me,
-            )
-            .await
-            .map_err(remote("delete_tenant"))
+            delete_remote_tenant(p, me, version)
+                .await
+                .map_err(remote("delete_tenant"))
         }
+        Effect::DeleteIdentity => delete_if_present(
+            &Api::<Identity>::namespaced(c.clone(), &ns),
+            &objects::control_plane_identity_name(provider),
+        )
+        .await
+        .map_err(local("delete_identity")),
         Effect::CreateTenant(signature) => {
             let p = provider_client.ok_or_else(no_remote)?;
             let keys_secret = Api::<Secret>::namespaced(c.clone(), objects::LIQO_NAMESPACE)

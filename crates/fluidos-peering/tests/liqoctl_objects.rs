@@ -4,10 +4,14 @@
 //! by the real `liqoctl peer --networking-disabled`; then each object liqoctl
 //! made is compared with what `fluidos_peering::objects` builds from the same
 //! inputs (the consumer's keys, the signature, the provider's grant): same
-//! kind, namespace, name, labels, annotations and spec. Generated values
-//! (the nonce, the signature, the certificates) are taken from liqoctl's
-//! objects, since they cannot be equal; the differences we make on purpose
-//! are listed in `EXPECTED_DIFFERENCES` and nowhere else.
+//! kind, namespace, name, labels, annotations, Secret type and spec.
+//! Generated values (the nonce, the signature, the certificates) are taken
+//! from liqoctl's objects, since they cannot be equal. What the API server
+//! or Liqo's controllers add to any object after creation is applied to
+//! ours or removed from liqoctl's, each at its comparison: CRD defaults, the
+//! namespace's `kubernetes.io/metadata.name` label, the data Liqo fills into
+//! the nonce Secrets (not compared), the slice's `consumerClusterID` and
+//! `csr`. The differences we make on purpose are in `EXPECTED_DIFFERENCES`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // in tests a panic is the failure report
 
@@ -61,6 +65,10 @@ fn decided(object: &impl serde::Serialize) -> Value {
         "name": meta("name"),
         "labels": map("labels"),
         "annotations": map("annotations"),
+        // A Secret without a type is stored as Opaque.
+        "type": v.get("type").cloned().or_else(|| {
+            (v.get("kind") == Some(&json!("Secret"))).then(|| json!("Opaque"))
+        }),
         "spec": v.get("spec").cloned().unwrap_or(Value::Null),
     })
 }

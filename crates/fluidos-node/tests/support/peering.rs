@@ -681,7 +681,7 @@ pub async fn offload_a_pod(
     provider: &ControlPlane,
     nodes: &[&NodeProcess],
     liqos: &mut [&mut Liqo],
-    virtual_node: &str,
+    (virtual_node, sold_cpu): (&str, &str),
 ) {
     use k8s_openapi::api::core::v1::{Namespace, Pod};
     let (offloadings, remote_ns) = offload_namespace(consumer, provider, nodes, liqos).await;
@@ -742,17 +742,16 @@ pub async fn offload_a_pod(
     );
 
     more_than_bought_is_refused_by_the_provider(
-        consumer,
-        provider,
+        (consumer, provider),
         nodes,
         liqos,
-        virtual_node,
+        (virtual_node, sold_cpu),
         &remote_ns,
     )
     .await;
 
-    // Back as it was: the pod and the offloading go, and with them the
-    // provider's namespace.
+    // The pod and the offloading go, and with them the provider's
+    // namespace (the kwok Node and the taints stay, unused).
     c_pods
         .delete("web", &kube::api::DeleteParams::default().grace_period(0))
         .await
@@ -875,25 +874,29 @@ async fn offload_namespace(
 
 /// A consumer that ignores its virtual node's capacity (binds a pod to it
 /// by `nodeName`, past its own scheduler) still gets no more than it bought:
-/// the provider's Liqo refuses the ShadowPod (quota of the Contract's grant,
-/// with `web` already using half of it), the virtual kubelet reports
-/// `FailedReflection` on the pod, and nothing reaches the provider.
+/// with `web` using 500m of the Contract's CPU, a pod asking for 100m more
+/// than the rest (within the Contract, so only the accounting refuses it)
+/// is refused by the provider's Liqo (its Quota is the Contract's grant),
+/// the virtual kubelet reports `FailedReflection` on the pod, and nothing
+/// reaches the provider.
 async fn more_than_bought_is_refused_by_the_provider(
-    consumer: &ControlPlane,
-    provider: &ControlPlane,
+    (consumer, provider): (&ControlPlane, &ControlPlane),
     nodes: &[&NodeProcess],
     liqos: &mut [&mut Liqo],
-    virtual_node: &str,
+    (virtual_node, sold_cpu): (&str, &str),
     remote_ns: &str,
 ) {
+    use fluidos_api::quantity::Amount;
     use k8s_openapi::api::core::v1::{Event, Pod};
+    let left = Amount::parse(sold_cpu).unwrap().millis_ceil() - 500;
+    let asked = format!("{}m", left + 100);
     let greedy: Pod = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "greedy", "namespace": "offloaded"},
         "spec": {
             "nodeName": virtual_node,
             "tolerations": [{"operator": "Exists"}],
             "containers": [{"name": "greedy", "image": "example.invalid/greedy:1",
-                "resources": {"requests": {"cpu": "2", "memory": "256Mi"}}}]
+                "resources": {"requests": {"cpu": asked, "memory": "256Mi"}}}]
         }
     }))
     .unwrap();
@@ -914,19 +917,20 @@ async fn more_than_bought_is_refused_by_the_provider(
                 .map_err(|e| e.to_string())?;
             list.items
                 .iter()
-                .find(|e| e.reason.as_deref() == Some("FailedReflection"))
-                .and_then(|e| e.message.clone())
+                .filter(|e| e.reason.as_deref() == Some("FailedReflection"))
+                .filter_map(|e| e.message.clone())
+                .find(|m| m.contains("quota usage exceeded"))
                 .ok_or_else(|| {
-                    let reasons: Vec<_> = list.items.iter().map(|e| e.reason.clone()).collect();
-                    format!("events of the greedy pod: {reasons:?}")
+                    let seen: Vec<_> = list.items.iter().map(|e| e.message.clone()).collect();
+                    format!("events of the greedy pod: {seen:?}")
                 })
         },
     )
     .await;
-    say(&format!("greedy pod: {refusal}"));
+    say(&format!("greedy pod ({asked}): {refusal}"));
     assert!(
-        refusal.contains("quota usage exceeded"),
-        "refused for the quota: {refusal}"
+        refusal.contains(&format!("free {left}m / requested {asked}")),
+        "refused for the rest of the Contract's CPU ({left}m): {refusal}"
     );
     let shadow_pods = dynamic(
         &provider.client(),

@@ -109,8 +109,32 @@ pub struct SignedNonce {
 pub struct Remote {
     /// The nonce Secret: absent, present without a nonce, or with it.
     pub nonce: Option<Option<Vec<u8>>>,
-    /// The Tenant: absent, present without a complete status, or granted.
+    /// The Tenant: absent, present without a complete status (or being
+    /// deleted), or granted.
     pub tenant: Option<Option<TenantGrant>>,
+    /// The Tenant as read, so that only that version is ever deleted.
+    pub tenant_version: Option<ObjectVersion>,
+    /// The Tenant is being deleted (Liqo's finalizer has not let it go).
+    pub tenant_deleting: bool,
+}
+
+/// An object's `uid` and `resourceVersion`: a delete preconditioned on
+/// them fails if anyone wrote it since it was read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ObjectVersion {
+    /// `metadata.uid`.
+    pub uid: String,
+    /// `metadata.resourceVersion`.
+    pub resource_version: String,
+}
+
+/// The Allocation's stored status message and how long ago it was written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredStatus {
+    /// `status.message`.
+    pub message: String,
+    /// Seconds since `status.lastUpdateTime` (this node's clock wrote it).
+    pub age_secs: i64,
 }
 
 /// What the executor observed of the consumer-side peering.
@@ -128,15 +152,20 @@ pub struct ConsumerView {
     pub slice: Option<(Option<Verdict>, Option<Verdict>)>,
     /// The virtual Node named after the slice is Ready.
     pub node_ready: bool,
-    /// The Allocation's stored status message and its age in seconds (from
-    /// `lastUpdateTime`, written by this node's clock).
-    pub stored_status: Option<(String, i64)>,
+    /// The Allocation's stored status, to tell how long it has waited.
+    pub stored_status: Option<StoredStatus>,
 }
 
 impl ConsumerView {
-    /// True when the executor must read the provider: not authenticated yet.
+    /// True when the executor must read the provider: not authenticated
+    /// yet, or authenticated but the slice not yet accepted (the provider
+    /// may have dropped this cluster's Tenant since; see [`consumer`]).
     pub fn needs_remote(&self) -> bool {
-        self.identity.is_none()
+        let accepted = matches!(
+            self.slice,
+            Some((Some(Verdict::Accepted), Some(Verdict::Accepted)))
+        );
+        self.identity.is_none() || (self.identity == Some(true) && !accepted)
     }
 }
 
@@ -153,8 +182,10 @@ pub enum Effect {
     DeleteSignedNonce,
     /// Delete the nonce Secret on the provider (a new one gets a new nonce).
     DeleteRemoteNonce,
-    /// Delete the Tenant on the provider.
-    DeleteRemoteTenant,
+    /// Delete the Tenant on the provider, if still the version read.
+    DeleteRemoteTenant(ObjectVersion),
+    /// Delete the control-plane Identity on the consumer.
+    DeleteIdentity,
     /// The Tenant on the provider, with this signature.
     CreateTenant(Vec<u8>),
     /// The control-plane Identity on the consumer.
@@ -254,6 +285,22 @@ pub fn consumer(
 /// it waits for))`, or `Err(why the provider refused)`.
 fn consumer_step(provider: &str, slice: &str, view: &ConsumerView) -> Step {
     match view.identity {
+        // The provider no longer has this cluster's Tenant (it dropped it
+        // when the last Contract ended, or its admin did): the Identity's
+        // certificate is bound to nothing there, and a new slice would never
+        // be accepted. Authenticate again.
+        Some(true)
+            if view
+                .remote
+                .as_ref()
+                .is_some_and(|r| r.tenant.is_none() || r.tenant_deleting) =>
+        {
+            return waiting(
+                vec![Effect::DeleteIdentity, Effect::DeleteSignedNonce],
+                Wait::Local,
+                format!("{provider} no longer has this cluster's Tenant: authenticating again"),
+            );
+        }
         Some(true) => {}
         Some(false) => {
             return waiting(
@@ -272,9 +319,16 @@ fn consumer_step(provider: &str, slice: &str, view: &ConsumerView) -> Step {
 type Step = (Vec<Effect>, Wait, Result<Option<String>, String>);
 
 /// How long the provider's Liqo may take to accept a Tenant before the
-/// handshake starts again; it takes about a second, and at most 30 s when
-/// the certificate signer is slow.
+/// handshake starts again; it takes about a second, and Liqo gives one
+/// signing attempt 30 s before it retries.
 pub const TENANT_PATIENCE_SECS: i64 = 45;
+
+/// The status detail when a Tenant left unaccepted is replaced.
+pub fn restart_message(provider: &str) -> String {
+    format!(
+        "{provider} did not accept the Tenant in {TENANT_PATIENCE_SECS} s: authenticating again"
+    )
+}
 
 fn waiting(effects: Vec<Effect>, wait: Wait, what: String) -> Step {
     (effects, wait, Ok(Some(what)))
@@ -284,6 +338,13 @@ fn waiting(effects: Vec<Effect>, wait: Wait, what: String) -> Step {
 /// here, Tenant on the provider, control-plane Identity here.
 fn authentication_step(provider: &str, view: &ConsumerView) -> Step {
     let remote = view.remote.clone().unwrap_or_default();
+    if remote.tenant_deleting {
+        return waiting(
+            vec![],
+            Wait::Remote,
+            format!("waiting for {provider} to remove the previous Tenant"),
+        );
+    }
     match (&remote.tenant, &view.signed_nonce, &remote.nonce) {
         (Some(Some(grant)), _, _) => waiting(
             vec![Effect::CreateIdentity(Box::new(grant.clone()))],
@@ -295,26 +356,27 @@ fn authentication_step(provider: &str, view: &ConsumerView) -> Step {
             let waited = view
                 .stored_status
                 .as_ref()
-                .filter(|(message, _)| message.ends_with(&accepting))
-                .map(|(_, age)| *age);
-            if waited.is_some_and(|age| age >= TENANT_PATIENCE_SECS) {
-                // Liqo gives a Tenant up without retrying when its signature
-                // does not verify, and retries failures with a backoff that
-                // reaches minutes: a new handshake starts both afresh.
-                waiting(
-                    vec![
-                        Effect::DeleteSignedNonce,
-                        Effect::DeleteRemoteNonce,
-                        Effect::DeleteRemoteTenant,
-                    ],
-                    Wait::Remote,
-                    format!(
-                        "{provider} did not accept the Tenant in {TENANT_PATIENCE_SECS} s: \
-                         authenticating again"
-                    ),
-                )
-            } else {
-                waiting(vec![], Wait::Remote, accepting)
+                .filter(|s| s.message.ends_with(&accepting))
+                .map(|s| s.age_secs);
+            match &remote.tenant_version {
+                Some(version) if waited.is_some_and(|age| age >= TENANT_PATIENCE_SECS) => {
+                    // Liqo does not retry a Tenant whose signature does not
+                    // verify, and retries failures with a backoff that
+                    // reaches minutes: a new handshake starts both afresh.
+                    // The Tenant goes first, and only as read: one Liqo
+                    // accepted meanwhile is kept (the delete fails), and so
+                    // are the nonces.
+                    waiting(
+                        vec![
+                            Effect::DeleteRemoteTenant(version.clone()),
+                            Effect::DeleteRemoteNonce,
+                            Effect::DeleteSignedNonce,
+                        ],
+                        Wait::Remote,
+                        restart_message(provider),
+                    )
+                }
+                _ => waiting(vec![], Wait::Remote, accepting),
             }
         }
         (None, Some(signed), Some(Some(nonce)))
@@ -563,6 +625,7 @@ mod tests {
             remote: Some(Remote {
                 nonce: Some(None),
                 tenant: None,
+                ..Default::default()
             }),
             ..Default::default()
         });
@@ -577,6 +640,7 @@ mod tests {
             remote: Some(Remote {
                 nonce: Some(Some(b"n1".to_vec())),
                 tenant: None,
+                ..Default::default()
             }),
             ..Default::default()
         });
@@ -592,6 +656,7 @@ mod tests {
             remote: Some(Remote {
                 nonce: Some(Some(b"n1".to_vec())),
                 tenant: None,
+                ..Default::default()
             }),
             ..Default::default()
         });
@@ -610,6 +675,7 @@ mod tests {
             remote: Some(Remote {
                 nonce: Some(Some(b"new".to_vec())),
                 tenant: None,
+                ..Default::default()
             }),
             ..Default::default()
         });
@@ -628,6 +694,7 @@ mod tests {
             remote: Some(Remote {
                 nonce: Some(Some(b"n1".to_vec())),
                 tenant: None,
+                ..Default::default()
             }),
             ..Default::default()
         };
@@ -652,6 +719,14 @@ mod tests {
 
     #[test]
     fn a_tenant_left_unaccepted_starts_the_handshake_again() {
+        let stored = |message: &str, age_secs| StoredStatus {
+            message: message.to_owned(),
+            age_secs,
+        };
+        let version = ObjectVersion {
+            uid: "u1".into(),
+            resource_version: "7".into(),
+        };
         let waiting = format!("{MSG_PEERING}: waiting for {P} to accept the Tenant");
         let mut v = ConsumerView {
             tenant_namespace: true,
@@ -662,45 +737,108 @@ mod tests {
             remote: Some(Remote {
                 nonce: Some(Some(b"n1".to_vec())),
                 tenant: Some(None),
+                tenant_version: Some(version.clone()),
+                tenant_deleting: false,
             }),
-            stored_status: Some((waiting.clone(), TENANT_PATIENCE_SECS - 1)),
+            stored_status: Some(stored(&waiting, TENANT_PATIENCE_SECS - 1)),
             ..Default::default()
         };
         let p = peering(&v);
         assert!(p.effects.is_empty());
         assert_eq!(p.status.unwrap().message, waiting);
 
-        v.stored_status = Some((waiting.clone(), TENANT_PATIENCE_SECS));
+        v.stored_status = Some(stored(&waiting, TENANT_PATIENCE_SECS));
         let p = peering(&v);
         assert_eq!(
             p.effects,
             vec![
-                Effect::DeleteSignedNonce,
+                Effect::DeleteRemoteTenant(version),
                 Effect::DeleteRemoteNonce,
-                Effect::DeleteRemoteTenant
+                Effect::DeleteSignedNonce,
             ]
         );
         assert_eq!(p.wait, Wait::Remote);
         let restarted = p.status.unwrap().message;
-        assert!(restarted.ends_with("authenticating again"), "{restarted}");
+        assert_eq!(restarted, format!("{MSG_PEERING}: {}", restart_message(P)));
 
         // Another message, however old, is not a wait for the Tenant.
-        v.stored_status = Some((format!("{MSG_PEERING}: something else"), 600));
+        v.stored_status = Some(stored(&format!("{MSG_PEERING}: something else"), 600));
         assert!(peering(&v).effects.is_empty());
 
-        // While the old Tenant is being deleted the wait starts over (the
-        // status changes, so its age does too); once it is gone, a new nonce.
+        // While the old Tenant is being deleted nothing starts; once it is
+        // gone, a new nonce.
         v.signed_nonce = None;
         v.remote = Some(Remote {
             nonce: None,
             tenant: Some(None),
+            tenant_version: None,
+            tenant_deleting: true,
         });
-        v.stored_status = Some((restarted, 0));
+        v.stored_status = Some(stored(&restarted, 600));
         let p = peering(&v);
         assert!(p.effects.is_empty());
-        assert_eq!(p.status.unwrap().message, waiting);
+        assert_eq!(
+            p.status.unwrap().message,
+            format!("{MSG_PEERING}: waiting for {P} to remove the previous Tenant")
+        );
         v.remote = Some(Remote::default());
         assert_eq!(peering(&v).effects, vec![Effect::CreateRemoteNonce]);
+    }
+
+    #[test]
+    fn a_tenant_being_deleted_yields_no_identity() {
+        let v = ConsumerView {
+            tenant_namespace: true,
+            remote: Some(Remote {
+                nonce: Some(Some(b"n1".to_vec())),
+                tenant: Some(Some(grant())),
+                tenant_version: None,
+                tenant_deleting: true,
+            }),
+            ..Default::default()
+        };
+        assert!(peering(&v).effects.is_empty());
+        // Authenticated against a Tenant on its way out: start again.
+        let v = ConsumerView {
+            remote: v.remote.clone(),
+            ..authenticated()
+        };
+        assert_eq!(
+            peering(&v).effects,
+            vec![Effect::DeleteIdentity, Effect::DeleteSignedNonce]
+        );
+    }
+
+    #[test]
+    fn an_identity_the_provider_no_longer_knows_is_replaced() {
+        // Authenticated, slice not accepted yet: the provider is read.
+        let mut v = authenticated();
+        assert!(v.needs_remote());
+        v.remote = Some(Remote {
+            nonce: Some(Some(b"n1".to_vec())),
+            tenant: Some(Some(grant())),
+            ..Default::default()
+        });
+        assert_eq!(peering(&v).effects, vec![Effect::CreateResourceSlice]);
+        // Its Tenant is gone there: drop the Identity and start again.
+        v.remote = Some(Remote::default());
+        let p = peering(&v);
+        assert_eq!(
+            p.effects,
+            vec![Effect::DeleteIdentity, Effect::DeleteSignedNonce]
+        );
+        assert_eq!(p.wait, Wait::Local);
+        assert!(
+            p.status.unwrap().message.ends_with("authenticating again"),
+            "says why"
+        );
+        // Once the slice is accepted the provider is not read any more.
+        v.slice = Some((Some(Verdict::Accepted), Some(Verdict::Accepted)));
+        assert!(!v.needs_remote());
+        // Nor while the Identity's kubeconfig is being made.
+        v.slice = None;
+        v.identity = Some(false);
+        assert!(!v.needs_remote());
     }
 
     #[test]
