@@ -262,7 +262,7 @@ fn chart_rbac_is_the_committed_list_without_wildcards() {
             "rear-gateway cluster core secrets create",
             "rear-gateway cluster core secrets patch",
             "rear-manager cluster core secrets create",
-            "rear-manager cluster core secrets delete names=liqo-signed-nonce",
+            "rear-manager cluster core secrets delete names=liqo-signed-nonce,liqo-nonce",
         ]
     );
     // Without peering, no Liqo permissions at all and no Secret writes by the consumer.

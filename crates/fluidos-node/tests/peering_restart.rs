@@ -247,6 +247,7 @@ async fn nodes_killed_at_every_peering_step_converge_to_one_peering() {
         "converged after {kills} kills of the consumer and one of the provider; steps seen: {seen:?}"
     ));
     a_dropped_tenant_is_replaced(&stage, &mut c_liqo, &mut p_liqo, &nodes, &slice).await;
+    nothing_sold_removes_the_tenant(&stage, &mut c_liqo, &mut p_liqo, &nodes).await;
     c_liqo.stop().await;
     p_liqo.stop().await;
 }
@@ -316,4 +317,104 @@ async fn a_dropped_tenant_is_replaced(
     let replaced = p_tenants.get(CONSUMER_ID).await.unwrap().metadata.uid;
     assert_ne!(dropped, replaced, "a new Tenant, from a new handshake");
     say("the second Contract authenticated again and is Active");
+}
+
+/// The provider's Contracts end while the consumer keeps its peering (it
+/// never unpeers): with nothing sold to the consumer any more, the provider
+/// removes its Tenant, the slices replicated for it and the nonce, and with
+/// the Tenant go the RoleBindings Liqo gave the consumer's certificate, in
+/// the tenant namespace (garbage collector) and cluster-wide (Liqo).
+async fn nothing_sold_removes_the_tenant(
+    stage: &TwoClusters,
+    c_liqo: &mut fluidos_testenv::Liqo,
+    p_liqo: &mut fluidos_testenv::Liqo,
+    nodes: &[&support::NodeProcess],
+) {
+    use fluidos_api::Contract;
+    use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding};
+    let provider = stage.provider.client();
+    let p_tenant = format!("liqo-tenant-{CONSUMER_ID}");
+    let liqo_label = format!("liqo.io/remote-cluster-id={CONSUMER_ID}");
+    let bound = |lp: &ListParams| lp.clone().labels(&liqo_label);
+    let lp = ListParams::default();
+    let before = Api::<ClusterRoleBinding>::all(provider.clone())
+        .list(&bound(&lp))
+        .await
+        .unwrap()
+        .items
+        .len();
+    assert!(before > 0, "Liqo bound cluster roles to the consumer");
+    let contracts = Api::<Contract>::namespaced(provider.clone(), NS);
+    for c in contracts.list(&lp).await.unwrap() {
+        contracts
+            .delete(&c.name_any(), &Default::default())
+            .await
+            .unwrap();
+    }
+    say("the provider's Contracts are deleted; the consumer does not unpeer");
+    let tenants = dynamic(
+        &provider,
+        "authentication.liqo.io",
+        "Tenant",
+        "tenants",
+        &p_tenant,
+    );
+    let replicated = dynamic(
+        &provider,
+        "authentication.liqo.io",
+        "ResourceSlice",
+        "resourceslices",
+        &p_tenant,
+    );
+    let secrets =
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(provider.clone(), &p_tenant);
+    until(
+        "the consumer's Tenant, replicated slices, nonce and Liqo bindings gone",
+        nodes,
+        &mut [&mut *c_liqo, &mut *p_liqo],
+        || async {
+            let count = |n: usize, what: &str| {
+                if n == 0 {
+                    Ok(())
+                } else {
+                    Err(format!("{n} {what} left"))
+                }
+            };
+            count(
+                usize::from(support::peering::exists(&tenants, CONSUMER_ID).await?),
+                "Tenant",
+            )?;
+            count(
+                usize::from(support::peering::exists(&secrets, "liqo-nonce").await?),
+                "nonce",
+            )?;
+            let e = |e: kube::Error| e.to_string();
+            count(
+                replicated.list(&lp).await.map_err(e)?.items.len(),
+                "replicated slices",
+            )?;
+            count(
+                Api::<RoleBinding>::namespaced(provider.clone(), &p_tenant)
+                    .list(&bound(&lp))
+                    .await
+                    .map_err(e)?
+                    .items
+                    .len(),
+                "Liqo RoleBindings",
+            )?;
+            count(
+                Api::<ClusterRoleBinding>::all(provider.clone())
+                    .list(&bound(&lp))
+                    .await
+                    .map_err(e)?
+                    .items
+                    .len(),
+                "Liqo ClusterRoleBindings",
+            )
+        },
+    )
+    .await;
+    say(&format!(
+        "nothing sold: Tenant, slices, nonce and {before} cluster-wide bindings gone"
+    ));
 }

@@ -8,9 +8,11 @@
 //! executor reads, creates (create-or-adopt) and writes the status once per
 //! reconcile. [`slice_class`] is the provider's ResourceSlice class: a
 //! consumer is granted what its Contract sold, not what its slice asks for.
+//! [`tenant_cleanup`] removes a consumer's Tenant once nothing is sold to it.
 
 pub mod allocation;
 pub mod objects;
 pub mod slice_class;
+pub mod tenant_cleanup;
 
 pub use allocation::{PeeringConfig, run};

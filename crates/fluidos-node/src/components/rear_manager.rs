@@ -127,8 +127,9 @@ fn parse_peers(peers: &[String]) -> Result<Vec<ProviderAddress>, Error> {
 }
 
 /// Starts the provider's ResourceSlice class controller (grants what was
-/// sold). Not part of readiness: on a cluster without Liqo its watch waits
-/// for the CRDs.
+/// sold) and its Tenant cleanup (a consumer's Tenant goes once nothing is
+/// sold to it). Not part of readiness: on a cluster without Liqo their
+/// watches wait for the CRDs.
 fn spawn_slice_class(
     ctx: &Arc<Context>,
     shutdown: &CancellationToken,
@@ -138,21 +139,37 @@ fn spawn_slice_class(
         identity: ctx.identity.clone(),
         class: fluidos_peering::slice_class::FLUIDOS_CLASS.to_owned(),
     };
+    let tenant_cleanup = fluidos_peering::tenant_cleanup::TenantCleanupConfig {
+        namespace: ctx.namespace().to_owned(),
+        identity: ctx.identity.clone(),
+    };
     {
         let (client, metrics, shutdown) =
             (ctx.client.clone(), ctx.metrics.clone(), shutdown.clone());
         tokio::spawn(async move {
-            // Stopped outright at shutdown: its watch may be backing off
-            // (no Liqo CRDs), and all its state is in the API server.
+            // Stopped outright at shutdown: their watches may be backing off
+            // (no Liqo CRDs), and all their state is in the API server.
             let stop = shutdown.clone();
+            let cleanup_shutdown = shutdown.clone();
             tokio::select! {
-                () = fluidos_peering::slice_class::run(
-                    client,
-                    slice_class,
-                    &metrics,
-                    ReadinessGate::new(),
-                    async move { shutdown.cancelled_owned().await },
-                ) => {}
+                ((), ()) = async {
+                    tokio::join!(
+                        fluidos_peering::slice_class::run(
+                            client.clone(),
+                            slice_class,
+                            &metrics,
+                            ReadinessGate::new(),
+                            async move { shutdown.cancelled_owned().await },
+                        ),
+                        fluidos_peering::tenant_cleanup::run(
+                            client,
+                            tenant_cleanup,
+                            &metrics,
+                            ReadinessGate::new(),
+                            async move { cleanup_shutdown.cancelled_owned().await },
+                        ),
+                    )
+                } => {}
                 () = stop.cancelled() => {}
             }
         })

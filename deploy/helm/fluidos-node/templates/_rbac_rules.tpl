@@ -221,9 +221,11 @@ cluster:
   - apiGroups: [""]
     resources: [secrets]
     verbs: [get, list, watch, create]
+  # ... and, provider side, tenant_cleanup.rs deletes a gone consumer's
+  # nonce Secret.
   - apiGroups: [""]
     resources: [secrets]
-    resourceNames: [liqo-signed-nonce]
+    resourceNames: [liqo-signed-nonce, liqo-nonce]
     verbs: [delete]
   # peering allocation.rs: the virtual node Liqo makes for a ResourceSlice.
   - apiGroups: [""]
@@ -238,9 +240,11 @@ cluster:
   - apiGroups: [authentication.liqo.io]
     resources: [resourceslices/status]
     verbs: [update]
+  # peering tenant_cleanup.rs (provider): a consumer's Tenant goes once
+  # nothing is sold to it (with the slices replicated for it, above).
   - apiGroups: [authentication.liqo.io]
     resources: [tenants]
-    verbs: [get, list, watch]
+    verbs: [get, list, watch, delete]
   - apiGroups: [core.liqo.io]
     resources: [foreignclusters]
     verbs: [get, list, watch]
