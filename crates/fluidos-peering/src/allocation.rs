@@ -416,12 +416,7 @@ async fn consumer(
     let ns = objects::tenant_namespace(&provider);
     let c = &ctx.client;
     let mut view = observe_local(c, &ns, &provider, &slice_name).await?;
-    view.stored_status = a.status.as_ref().and_then(|s| {
-        Some(machine::StoredStatus {
-            age_secs: fluidos_controller::time::seconds_since(s.last_update_time.as_deref()?)?,
-            message: s.message.clone()?,
-        })
-    });
+    remember(a, &mut view);
     let mut remote_client = None;
     if view.needs_remote() && view.identity == Some(true) {
         remote_client = ctx.observe_provider_if_possible(contract, &mut view).await;
@@ -451,10 +446,14 @@ async fn consumer(
         .iter()
         .any(|e| matches!(e, Effect::DeleteRemoteTenant(_) | Effect::DeleteIdentity))
     {
-        tracing::warn!(%provider, "authenticating with the provider again");
+        tracing::warn!(%provider, restarts = view.tenant_restarts, "authenticating with the provider again");
     }
     for effect in &plan.effects {
-        apply(ctx, remote_client.as_ref(), &provider, contract, effect).await?;
+        if let Effect::RecordTenantRestart(n) = effect {
+            record_tenant_restart(allocations, a, *n).await?;
+        } else {
+            apply(ctx, remote_client.as_ref(), &provider, contract, effect).await?;
+        }
     }
     let fc_ref = GenericRef {
         name: Some(provider.clone()),
@@ -472,6 +471,41 @@ async fn consumer(
         Wait::Remote => Action::requeue(REMOTE_POLL),
         Wait::Local | Wait::Nothing => Action::requeue(LOCAL_RECHECK),
     })
+}
+
+/// What the Allocation remembers for the machine: its status and age, and
+/// its handshake restarts.
+fn remember(a: &Allocation, view: &mut ConsumerView) {
+    view.tenant_restarts = a
+        .annotations()
+        .get(machine::TENANT_RESTARTS_ANNOTATION)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    view.stored_status = a.status.as_ref().and_then(|s| {
+        Some(machine::StoredStatus {
+            age_secs: fluidos_controller::time::seconds_since(s.last_update_time.as_deref()?)?,
+            message: s.message.clone()?,
+        })
+    });
+}
+
+/// Counts a handshake restart on the Allocation.
+async fn record_tenant_restart(
+    allocations: &Api<Allocation>,
+    a: &Allocation,
+    restarts: u32,
+) -> Result<(), Error> {
+    allocations
+        .patch(
+            &a.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                machine::TENANT_RESTARTS_ANNOTATION: restarts.to_string()
+            }}})),
+        )
+        .await
+        .map(drop)
+        .map_err(local("record_tenant_restart"))
 }
 
 impl Context {
@@ -620,6 +654,7 @@ async fn observe_local(
         }),
         node_ready: node.is_some_and(|n| node_is_ready(&n)),
         stored_status: None,
+        tenant_restarts: 0,
     })
 }
 
@@ -763,6 +798,8 @@ async fn apply(
                 .await
                 .map_err(remote("delete_tenant"))
         }
+        // Written by the caller, on the Allocation.
+        Effect::RecordTenantRestart(_) => Ok(()),
         Effect::DeleteIdentity => delete_if_present(
             &Api::<Identity>::namespaced(c.clone(), &ns),
             &objects::control_plane_identity_name(provider),

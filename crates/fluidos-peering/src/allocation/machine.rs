@@ -154,6 +154,9 @@ pub struct ConsumerView {
     pub node_ready: bool,
     /// The Allocation's stored status, to tell how long it has waited.
     pub stored_status: Option<StoredStatus>,
+    /// How many times this Allocation restarted the handshake because the
+    /// provider did not accept its Tenant ([`TENANT_RESTARTS_ANNOTATION`]).
+    pub tenant_restarts: u32,
 }
 
 impl ConsumerView {
@@ -186,6 +189,8 @@ pub enum Effect {
     DeleteRemoteTenant(ObjectVersion),
     /// Delete the control-plane Identity on the consumer.
     DeleteIdentity,
+    /// Count one more handshake restart on the Allocation (this number).
+    RecordTenantRestart(u32),
     /// The Tenant on the provider, with this signature.
     CreateTenant(Vec<u8>),
     /// The control-plane Identity on the consumer.
@@ -323,11 +328,21 @@ type Step = (Vec<Effect>, Wait, Result<Option<String>, String>);
 /// signing attempt 30 s before it retries.
 pub const TENANT_PATIENCE_SECS: i64 = 45;
 
-/// The status detail when a Tenant left unaccepted is replaced.
-pub fn restart_message(provider: &str) -> String {
-    format!(
-        "{provider} did not accept the Tenant in {TENANT_PATIENCE_SECS} s: authenticating again"
-    )
+/// Annotation on a consumer Allocation counting its handshake restarts: each
+/// doubles the patience, up to 16 times [`TENANT_PATIENCE_SECS`] (12 min), so
+/// a provider that keeps refusing is not asked for a new certificate every
+/// minute.
+pub const TENANT_RESTARTS_ANNOTATION: &str = "fluidos.eu/tenant-restarts";
+
+/// How long to wait for the Tenant after `restarts` restarts (pure).
+pub fn tenant_patience_secs(restarts: u32) -> i64 {
+    TENANT_PATIENCE_SECS << restarts.min(4)
+}
+
+/// The status detail when a Tenant left unaccepted for `waited` seconds is
+/// replaced.
+pub fn restart_message(provider: &str, waited: i64) -> String {
+    format!("{provider} did not accept the Tenant in {waited} s: authenticating again")
 }
 
 fn waiting(effects: Vec<Effect>, wait: Wait, what: String) -> Step {
@@ -358,8 +373,9 @@ fn authentication_step(provider: &str, view: &ConsumerView) -> Step {
                 .as_ref()
                 .filter(|s| s.message.ends_with(&accepting))
                 .map(|s| s.age_secs);
+            let patience = tenant_patience_secs(view.tenant_restarts);
             match &remote.tenant_version {
-                Some(version) if waited.is_some_and(|age| age >= TENANT_PATIENCE_SECS) => {
+                Some(version) if waited.is_some_and(|age| age >= patience) => {
                     // Liqo does not retry a Tenant whose signature does not
                     // verify, and retries failures with a backoff that
                     // reaches minutes: a new handshake starts both afresh.
@@ -368,12 +384,13 @@ fn authentication_step(provider: &str, view: &ConsumerView) -> Step {
                     // are the nonces.
                     waiting(
                         vec![
+                            Effect::RecordTenantRestart(view.tenant_restarts.saturating_add(1)),
                             Effect::DeleteRemoteTenant(version.clone()),
                             Effect::DeleteRemoteNonce,
                             Effect::DeleteSignedNonce,
                         ],
                         Wait::Remote,
-                        restart_message(provider),
+                        restart_message(provider, patience),
                     )
                 }
                 _ => waiting(vec![], Wait::Remote, accepting),
@@ -752,14 +769,27 @@ mod tests {
         assert_eq!(
             p.effects,
             vec![
-                Effect::DeleteRemoteTenant(version),
+                Effect::RecordTenantRestart(1),
+                Effect::DeleteRemoteTenant(version.clone()),
                 Effect::DeleteRemoteNonce,
                 Effect::DeleteSignedNonce,
             ]
         );
         assert_eq!(p.wait, Wait::Remote);
         let restarted = p.status.unwrap().message;
-        assert_eq!(restarted, format!("{MSG_PEERING}: {}", restart_message(P)));
+        assert_eq!(
+            restarted,
+            format!("{MSG_PEERING}: {}", restart_message(P, 45))
+        );
+
+        // Each restart doubles the patience, up to 12 minutes.
+        v.tenant_restarts = 1;
+        assert!(peering(&v).effects.is_empty(), "45 s is not 90 s");
+        v.stored_status = Some(stored(&waiting, 90));
+        assert_eq!(peering(&v).effects[0], Effect::RecordTenantRestart(2));
+        assert_eq!(tenant_patience_secs(4), 720);
+        assert_eq!(tenant_patience_secs(40), 720);
+        v.tenant_restarts = 0;
 
         // Another message, however old, is not a wait for the Tenant.
         v.stored_status = Some(stored(&format!("{MSG_PEERING}: something else"), 600));
