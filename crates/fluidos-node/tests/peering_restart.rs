@@ -321,9 +321,9 @@ async fn a_dropped_tenant_is_replaced(
 
 /// The provider's Contracts end while the consumer keeps its peering (it
 /// never unpeers): with nothing sold to the consumer any more, the provider
-/// removes its Tenant, the slices replicated for it and the nonce, and with
-/// the Tenant go the RoleBindings Liqo gave the consumer's certificate, in
-/// the tenant namespace (garbage collector) and cluster-wide (Liqo).
+/// has Liqo drain its Tenant (the RoleBindings and ClusterRoleBindings Liqo
+/// gave the consumer's certificates, the slices and NamespaceMaps
+/// replicated from it) and then removes the Tenant and the nonce.
 async fn nothing_sold_removes_the_tenant(
     stage: &TwoClusters,
     c_liqo: &mut fluidos_testenv::Liqo,
@@ -331,90 +331,121 @@ async fn nothing_sold_removes_the_tenant(
     nodes: &[&support::NodeProcess],
 ) {
     use fluidos_api::Contract;
-    use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding};
     let provider = stage.provider.client();
-    let p_tenant = format!("liqo-tenant-{CONSUMER_ID}");
-    let liqo_label = format!("liqo.io/remote-cluster-id={CONSUMER_ID}");
-    let bound = |lp: &ListParams| lp.clone().labels(&liqo_label);
-    let lp = ListParams::default();
-    let before = Api::<ClusterRoleBinding>::all(provider.clone())
-        .list(&bound(&lp))
-        .await
-        .unwrap()
-        .items
-        .len();
-    assert!(before > 0, "Liqo bound cluster roles to the consumer");
+    let before = consumer_traces(&provider).await.unwrap();
+    say(&format!(
+        "the consumer's traces on the provider: {before:?}"
+    ));
+    for kind in [
+        "Tenant",
+        "ClusterRoleBindings",
+        "RoleBindings",
+        "NamespaceMaps",
+        "nonce",
+    ] {
+        assert!(
+            before.get(kind).is_some_and(|n| *n > 0),
+            "no {kind} to start with"
+        );
+    }
     let contracts = Api::<Contract>::namespaced(provider.clone(), NS);
-    for c in contracts.list(&lp).await.unwrap() {
+    for c in contracts.list(&ListParams::default()).await.unwrap() {
         contracts
             .delete(&c.name_any(), &Default::default())
             .await
             .unwrap();
     }
     say("the provider's Contracts are deleted; the consumer does not unpeer");
-    let tenants = dynamic(
-        &provider,
-        "authentication.liqo.io",
-        "Tenant",
-        "tenants",
-        &p_tenant,
-    );
-    let replicated = dynamic(
-        &provider,
-        "authentication.liqo.io",
-        "ResourceSlice",
-        "resourceslices",
-        &p_tenant,
-    );
-    let secrets =
-        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(provider.clone(), &p_tenant);
     until(
-        "the consumer's Tenant, replicated slices, nonce and Liqo bindings gone",
+        "the consumer's traces on the provider gone",
         nodes,
         &mut [&mut *c_liqo, &mut *p_liqo],
         || async {
-            let count = |n: usize, what: &str| {
-                if n == 0 {
-                    Ok(())
-                } else {
-                    Err(format!("{n} {what} left"))
-                }
-            };
-            count(
-                usize::from(support::peering::exists(&tenants, CONSUMER_ID).await?),
-                "Tenant",
-            )?;
-            count(
-                usize::from(support::peering::exists(&secrets, "liqo-nonce").await?),
-                "nonce",
-            )?;
-            let e = |e: kube::Error| e.to_string();
-            count(
-                replicated.list(&lp).await.map_err(e)?.items.len(),
-                "replicated slices",
-            )?;
-            count(
-                Api::<RoleBinding>::namespaced(provider.clone(), &p_tenant)
-                    .list(&bound(&lp))
-                    .await
-                    .map_err(e)?
-                    .items
-                    .len(),
-                "Liqo RoleBindings",
-            )?;
-            count(
-                Api::<ClusterRoleBinding>::all(provider.clone())
-                    .list(&bound(&lp))
-                    .await
-                    .map_err(e)?
-                    .items
-                    .len(),
-                "Liqo ClusterRoleBindings",
-            )
+            let left = consumer_traces(&provider).await?;
+            if left.values().all(|n| *n == 0) {
+                Ok(())
+            } else {
+                Err(format!("left: {left:?}"))
+            }
         },
     )
     .await;
-    say(&format!(
-        "nothing sold: Tenant, slices, nonce and {before} cluster-wide bindings gone"
-    ));
+    say("nothing sold: the consumer's Tenant, grants and replicas are gone");
+}
+
+/// What the consumer has on the provider, by kind: its Tenant, Liqo's
+/// bindings for its certificates, what it replicated, the nonce.
+async fn consumer_traces(
+    provider: &kube::Client,
+) -> Result<std::collections::BTreeMap<&'static str, usize>, String> {
+    use k8s_openapi::api::core::v1::Secret;
+    use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding};
+    let ns = format!("liqo-tenant-{CONSUMER_ID}");
+    let e = |e: kube::Error| e.to_string();
+    let all = ListParams::default();
+    let bound = all
+        .clone()
+        .labels(&format!("liqo.io/remote-cluster-id={CONSUMER_ID}"));
+    let replicated = all.clone().labels("liqo.io/replicated=true");
+    let liqo = |group, kind, plural| dynamic(provider, group, kind, plural, &ns);
+    let count = |present: bool| usize::from(present);
+    Ok([
+        (
+            "Tenant",
+            count(
+                support::peering::exists(
+                    &liqo("authentication.liqo.io", "Tenant", "tenants"),
+                    CONSUMER_ID,
+                )
+                .await?,
+            ),
+        ),
+        (
+            "nonce",
+            count(
+                support::peering::exists(
+                    &Api::<Secret>::namespaced(provider.clone(), &ns),
+                    "liqo-nonce",
+                )
+                .await?,
+            ),
+        ),
+        (
+            "ClusterRoleBindings",
+            Api::<ClusterRoleBinding>::all(provider.clone())
+                .list(&bound)
+                .await
+                .map_err(e)?
+                .items
+                .len(),
+        ),
+        (
+            "RoleBindings",
+            Api::<RoleBinding>::namespaced(provider.clone(), &ns)
+                .list(&bound)
+                .await
+                .map_err(e)?
+                .items
+                .len(),
+        ),
+        (
+            "ResourceSlices",
+            liqo("authentication.liqo.io", "ResourceSlice", "resourceslices")
+                .list(&replicated)
+                .await
+                .map_err(e)?
+                .items
+                .len(),
+        ),
+        (
+            "NamespaceMaps",
+            liqo("offloading.liqo.io", "NamespaceMap", "namespacemaps")
+                .list(&replicated)
+                .await
+                .map_err(e)?
+                .items
+                .len(),
+        ),
+    ]
+    .into())
 }

@@ -5,10 +5,14 @@
 //! ([`crate::allocation`]'s teardown). One that does not (its Contracts
 //! expired, were deleted, or it vanished) would keep its Tenant, and with it
 //! the RoleBindings Liqo gave its control-plane certificate, which stays
-//! valid for a year. So when this node has no Contract sold to cluster `C`,
-//! the Tenant in `liqo-tenant-C` goes, with the ResourceSlices replicated
-//! there and the nonce Secret: Liqo's finalizer unbinds the cluster-wide
-//! roles, the garbage collector the namespaced ones (the Tenant owns them).
+//! valid for a year, and its virtual kubelets' rights in the namespaces it
+//! offloaded here. So when this node has no Contract sold to cluster `C` and
+//! no reservation of it, the Tenant in `liqo-tenant-C` is drained the way
+//! Liqo drains (`tenantCondition: Drained`: Liqo unbinds the roles it gave
+//! `C`'s certificates, then deletes the ResourceSlices and NamespaceMaps
+//! replicated from `C`, and with them the offloaded namespaces); once Liqo
+//! has, the nonce Secret and the Tenant go. Rights first, so that `C`'s
+//! replicator cannot put back what is deleted.
 //! Only tenant namespaces the REAR gateway made for a buyer are looked at: a
 //! Tenant of a peering its admin made by hand is none of our business.
 //!
@@ -18,16 +22,20 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use fluidos_api::{Contract, NodeIdentity};
+use fluidos_api::{Contract, NodeIdentity, Transaction};
 use fluidos_controller::readiness::ReadinessGate;
 use fluidos_controller::{Metrics, ReconcileError, Reconciler};
+use fluidos_liqo_api::generated::tenant::TenantTenantCondition;
 use fluidos_liqo_api::{ResourceSlice, Tenant};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Preconditions};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions};
+use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
+
+use serde_json::json;
 
 use crate::objects;
 use crate::slice_class::REPLICATED_LABEL;
@@ -38,35 +46,68 @@ const CONTROLLER: &str = "tenant-cleanup";
 /// The label the REAR gateway puts on the tenant namespaces it makes.
 pub const GATEWAY_MANAGED: (&str, &str) = ("app.kubernetes.io/managed-by", "fluidos-rear-gateway");
 
-/// What becomes of one consumer's Tenant.
+/// Annotation on a Tenant this controller drained (an admin's drain is
+/// left as it is).
+pub const DRAINED_BY_CLEANUP: &str = "fluidos.eu/drained-because-nothing-is-sold";
+
+/// What is known of one consumer's Tenant and what Liqo left of it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TenantFacts {
+    /// Its namespace is one the REAR gateway made for a buyer.
+    pub namespace_made_by_gateway: bool,
+    /// It is being deleted.
+    pub deleting: bool,
+    /// `spec.tenantCondition` is `Drained`.
+    pub drained: bool,
+    /// This controller drained it ([`DRAINED_BY_CLEANUP`]).
+    pub drained_by_cleanup: bool,
+    /// ResourceSlices and NamespaceMaps replicated from the consumer still
+    /// in its namespace.
+    pub leftovers: usize,
+}
+
+/// The next step for one consumer's Tenant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TenantFate {
+pub enum TenantStep {
     /// Something is sold to it, it is not ours to judge, or it is going.
     Keep,
-    /// Nothing is sold to it any more: remove it.
+    /// Its buyer is back before it went: undo this controller's drain.
+    Undrain,
+    /// Nothing is sold to it: have Liqo drain it (Liqo unbinds the roles it
+    /// gave the consumer's certificates, then deletes the slices and
+    /// NamespaceMaps, and so the offloaded namespaces, replicated from it).
+    Drain,
+    /// Drained; Liqo is still deleting what was replicated.
+    WaitForLiqo,
+    /// Drained and emptied: delete the nonce and the Tenant.
     Remove,
 }
 
-/// The fate of the Tenant of `consumer` (pure): removed only when its
-/// namespace is one the gateway made, it is not already being deleted, and
-/// none of `contracts` is this node's sale to it (expired ones count until
-/// the gateway deletes them).
+/// The next step for the Tenant of `consumer` (pure). It is kept while any
+/// of `contracts` is this node's sale to it (expired ones count until the
+/// gateway deletes them) or `transactions` holds a reservation of it
+/// (`holds`), and when its namespace is not one the gateway made.
 pub fn decide(
     consumer: &str,
-    namespace_made_by_gateway: bool,
-    deleting: bool,
+    facts: TenantFacts,
     contracts: &[Contract],
+    holds: usize,
     me: &NodeIdentity,
-) -> TenantFate {
+) -> TenantStep {
+    if !facts.namespace_made_by_gateway || facts.deleting {
+        return TenantStep::Keep;
+    }
     let sold_to_it = contracts.iter().any(|c| {
         c.spec.buyer_cluster_id == consumer
             && c.spec.seller.node_id == me.node_id
             && c.spec.seller.domain == me.domain
     });
-    if namespace_made_by_gateway && !deleting && !sold_to_it {
-        TenantFate::Remove
-    } else {
-        TenantFate::Keep
+    match (sold_to_it || holds > 0, facts.drained) {
+        (true, true) if facts.drained_by_cleanup => TenantStep::Undrain,
+        (true, _) => TenantStep::Keep,
+        (false, false) => TenantStep::Drain,
+        (false, true) if facts.leftovers > 0 => TenantStep::WaitForLiqo,
+        (false, true) => TenantStep::Remove,
     }
 }
 
@@ -163,6 +204,10 @@ pub async fn run(
     fluidos_controller::reconcile::drain(reconciler, stream.boxed()).await;
 }
 
+/// How soon a Tenant Liqo is draining is looked at again (what Liqo deletes
+/// is not watched here).
+const DRAIN_RECHECK: std::time::Duration = std::time::Duration::from_secs(2);
+
 async fn reconcile(t: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action, Error> {
     let consumer = t.name_any();
     let ns = t.namespace().unwrap_or_default();
@@ -176,59 +221,113 @@ async fn reconcile(t: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action, Error> {
     let made_by_gateway = namespace.is_some_and(|n| {
         n.labels().get(GATEWAY_MANAGED.0).map(String::as_str) == Some(GATEWAY_MANAGED.1)
     });
-    // A consistent read: a Contract just sold must keep its Tenant.
+    if !made_by_gateway {
+        return Ok(Action::await_change());
+    }
+    let drained = t.spec.tenant_condition == Some(TenantTenantCondition::Drained);
+    let leftovers = if drained {
+        replicated_leftovers(&ctx.client, &ns).await?
+    } else {
+        0
+    };
+    // Consistent reads: a Contract just sold, or a reservation in progress,
+    // must keep its Tenant.
     let contracts = Api::<Contract>::namespaced(ctx.client.clone(), &ctx.cfg.namespace)
         .list(&ListParams::default())
         .await
         .map_err(kube_step("list_contracts"))?
         .items;
-    let fate = decide(
-        &consumer,
-        made_by_gateway,
-        t.metadata.deletion_timestamp.is_some(),
-        &contracts,
-        &ctx.cfg.identity,
-    );
-    if fate == TenantFate::Keep {
-        return Ok(Action::await_change());
+    let holds = Api::<Transaction>::namespaced(ctx.client.clone(), &ctx.cfg.namespace)
+        .list(&ListParams::default())
+        .await
+        .map_err(kube_step("list_transactions"))?
+        .items
+        .iter()
+        .filter(|tx| tx.spec.cluster_id == consumer)
+        .count();
+    let facts = TenantFacts {
+        namespace_made_by_gateway: made_by_gateway,
+        deleting: t.metadata.deletion_timestamp.is_some(),
+        drained,
+        drained_by_cleanup: t.annotations().contains_key(DRAINED_BY_CLEANUP),
+        leftovers,
+    };
+    let tenants = Api::<Tenant>::namespaced(ctx.client.clone(), &ns);
+    match decide(&consumer, facts, &contracts, holds, &ctx.cfg.identity) {
+        TenantStep::Keep => Ok(Action::await_change()),
+        TenantStep::Undrain => {
+            let patch = json!({
+                "metadata": {"annotations": {DRAINED_BY_CLEANUP: null}},
+                "spec": {"tenantCondition": "Active"},
+            });
+            tenants
+                .patch(&consumer, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .map_err(kube_step("undrain_tenant"))?;
+            tracing::info!(%consumer, "sold to this cluster again: its Tenant is active again");
+            Ok(Action::await_change())
+        }
+        TenantStep::Drain => {
+            let patch = json!({
+                "metadata": {
+                    "annotations": {DRAINED_BY_CLEANUP: "true"},
+                    "resourceVersion": t.resource_version(),
+                },
+                "spec": {"tenantCondition": "Drained"},
+            });
+            tenants
+                .patch(&consumer, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .map_err(kube_step("drain_tenant"))?;
+            tracing::info!(%consumer, "nothing is sold to this cluster any more: its Tenant is drained");
+            Ok(Action::requeue(DRAIN_RECHECK))
+        }
+        TenantStep::WaitForLiqo => Ok(Action::requeue(DRAIN_RECHECK)),
+        TenantStep::Remove => {
+            gone(
+                Api::<Secret>::namespaced(ctx.client.clone(), &ns)
+                    .delete(objects::NONCE_SECRET, &DeleteParams::default())
+                    .await,
+            )
+            .map_err(kube_step("delete_nonce"))?;
+            // Only as read: one touched meanwhile is decided again.
+            let dp = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: t.uid(),
+                    resource_version: t.resource_version(),
+                }),
+                ..DeleteParams::default()
+            };
+            gone(tenants.delete(&consumer, &dp).await).map_err(kube_step("delete_tenant"))?;
+            tracing::info!(%consumer, "nothing is sold to this cluster any more: its Tenant is removed");
+            Ok(Action::await_change())
+        }
     }
-    // The replicated slices first: without the Tenant Liqo no longer looks
-    // after them. Then the Tenant, only as read (one touched meanwhile is
-    // decided again), then the nonce.
-    let slices = Api::<ResourceSlice>::namespaced(ctx.client.clone(), &ns);
-    let replicated = slices
-        .list(&ListParams::default().labels(&format!("{REPLICATED_LABEL}=true")))
+}
+
+/// How many ResourceSlices and NamespaceMaps replicated from the consumer
+/// are still in `ns`.
+async fn replicated_leftovers(client: &kube::Client, ns: &str) -> Result<usize, Error> {
+    let replicated = ListParams::default().labels(&format!("{REPLICATED_LABEL}=true"));
+    let slices = Api::<ResourceSlice>::namespaced(client.clone(), ns)
+        .list_metadata(&replicated)
         .await
         .map_err(kube_step("list_replicated_slices"))?;
-    for s in &replicated.items {
-        gone(slices.delete(&s.name_any(), &DeleteParams::default()).await)
-            .map_err(kube_step("delete_replicated_slice"))?;
-    }
-    let dp = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: t.uid(),
-            resource_version: t.resource_version(),
-        }),
-        ..DeleteParams::default()
-    };
-    gone(
-        Api::<Tenant>::namespaced(ctx.client.clone(), &ns)
-            .delete(&consumer, &dp)
-            .await,
+    let maps = namespace_maps(client, ns)
+        .list_metadata(&replicated)
+        .await
+        .map_err(kube_step("list_replicated_namespace_maps"))?;
+    Ok(slices.items.len() + maps.items.len())
+}
+
+/// Liqo's NamespaceMaps in `ns` (no generated type: only listed here).
+fn namespace_maps(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("offloading.liqo.io", "v1beta1", "NamespaceMap");
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &ApiResource::from_gvk_with_plural(&gvk, "namespacemaps"),
     )
-    .map_err(kube_step("delete_tenant"))?;
-    gone(
-        Api::<Secret>::namespaced(ctx.client.clone(), &ns)
-            .delete(objects::NONCE_SECRET, &DeleteParams::default())
-            .await,
-    )
-    .map_err(kube_step("delete_nonce"))?;
-    tracing::info!(
-        %consumer,
-        slices = replicated.items.len(),
-        "nothing is sold to this cluster any more: its Liqo Tenant is removed"
-    );
-    Ok(Action::await_change())
 }
 
 /// A delete that found nothing is as good as done.
@@ -261,30 +360,84 @@ mod tests {
         Contract::new("c", spec)
     }
 
+    fn ours(drained: bool, leftovers: usize) -> TenantFacts {
+        TenantFacts {
+            namespace_made_by_gateway: true,
+            drained,
+            drained_by_cleanup: drained,
+            leftovers,
+            ..TenantFacts::default()
+        }
+    }
+
     #[test]
-    fn a_tenant_goes_only_when_nothing_is_sold_to_it_and_the_gateway_made_its_namespace() {
+    fn nothing_sold_drains_then_waits_for_liqo_then_removes() {
+        assert_eq!(
+            decide("c1", ours(false, 0), &[], 0, &me()),
+            TenantStep::Drain
+        );
+        assert_eq!(
+            decide("c1", ours(true, 2), &[], 0, &me()),
+            TenantStep::WaitForLiqo
+        );
+        assert_eq!(
+            decide("c1", ours(true, 0), &[], 0, &me()),
+            TenantStep::Remove
+        );
+    }
+
+    #[test]
+    fn a_sale_or_a_reservation_keeps_the_tenant_and_undoes_our_drain() {
         let other = NodeIdentity {
             node_id: "someone-else".into(),
             ..me()
         };
-        assert_eq!(decide("c1", true, false, &[], &me()), TenantFate::Remove);
+        let sale = [sold("c1", &me())];
         assert_eq!(
-            decide("c1", true, false, &[sold("c1", &me())], &me()),
-            TenantFate::Keep
+            decide("c1", ours(false, 0), &sale, 0, &me()),
+            TenantStep::Keep
+        );
+        assert_eq!(
+            decide("c1", ours(false, 0), &[], 1, &me()),
+            TenantStep::Keep
+        );
+        assert_eq!(
+            decide("c1", ours(true, 0), &sale, 0, &me()),
+            TenantStep::Undrain
+        );
+        // An admin's drain is the admin's.
+        let admin_drained = TenantFacts {
+            drained_by_cleanup: false,
+            ..ours(true, 0)
+        };
+        assert_eq!(
+            decide("c1", admin_drained, &sale, 0, &me()),
+            TenantStep::Keep
         );
         // Sales to others, or by others (this node bought), do not count.
         assert_eq!(
             decide(
                 "c1",
-                true,
-                false,
+                ours(false, 0),
                 &[sold("c2", &me()), sold("c1", &other)],
+                0,
                 &me()
             ),
-            TenantFate::Remove
+            TenantStep::Drain
         );
-        // A peering made by hand, or one already going, is left alone.
-        assert_eq!(decide("c1", false, false, &[], &me()), TenantFate::Keep);
-        assert_eq!(decide("c1", true, true, &[], &me()), TenantFate::Keep);
+    }
+
+    #[test]
+    fn a_peering_made_by_hand_or_a_tenant_going_is_left_alone() {
+        let by_hand = TenantFacts {
+            namespace_made_by_gateway: false,
+            ..ours(false, 0)
+        };
+        assert_eq!(decide("c1", by_hand, &[], 0, &me()), TenantStep::Keep);
+        let going = TenantFacts {
+            deleting: true,
+            ..ours(true, 0)
+        };
+        assert_eq!(decide("c1", going, &[], 0, &me()), TenantStep::Keep);
     }
 }

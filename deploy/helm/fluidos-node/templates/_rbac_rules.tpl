@@ -240,11 +240,15 @@ cluster:
   - apiGroups: [authentication.liqo.io]
     resources: [resourceslices/status]
     verbs: [update]
-  # peering tenant_cleanup.rs (provider): a consumer's Tenant goes once
-  # nothing is sold to it (with the slices replicated for it, above).
+  # peering tenant_cleanup.rs (provider): once nothing is sold to a
+  # consumer, its Tenant is drained (Liqo takes back its rights and what it
+  # replicated, which is listed), then deleted.
   - apiGroups: [authentication.liqo.io]
     resources: [tenants]
-    verbs: [get, list, watch, delete]
+    verbs: [get, list, watch, patch, delete]
+  - apiGroups: [offloading.liqo.io]
+    resources: [namespacemaps]
+    verbs: [list]
   - apiGroups: [core.liqo.io]
     resources: [foreignclusters]
     verbs: [get, list, watch]
