@@ -675,9 +675,14 @@ async fn observe_remote(p: &kube::Client, consumer_id: &str) -> Result<Remote, E
         .get_opt(consumer_id)
         .await
         .map_err(remote("get_tenant"))?;
-    let deleting = tenant
-        .as_ref()
-        .is_some_and(|t| t.metadata.deletion_timestamp.is_some());
+    // Being deleted, or drained by the provider for removal (nothing is
+    // sold to this cluster there any more): on its way out either way.
+    let deleting = tenant.as_ref().is_some_and(|t| {
+        t.metadata.deletion_timestamp.is_some()
+            || (t.spec.tenant_condition
+                == Some(fluidos_liqo_api::generated::tenant::TenantTenantCondition::Drained)
+                && t.annotations().contains_key(objects::DRAINED_FOR_REMOVAL))
+    });
     Ok(Remote {
         nonce: nonce.map(|s| objects::secret_value(&s, objects::NONCE_KEY).map(<[u8]>::to_vec)),
         // A Tenant on its way out grants nothing, whatever its status says.

@@ -65,6 +65,11 @@ pub const CREATE_VIRTUAL_NODE: &str = "liqo.io/create-virtual-node";
 pub const DEFAULT_CLASS: &str = "default";
 /// Label put on what this crate creates, besides Liqo's own.
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "fluidos-peering");
+/// Annotation a provider puts on a consumer's Tenant it drained because
+/// nothing is sold to that consumer any more: the Tenant is on its way out
+/// (see `tenant_cleanup`), and a consumer reading it waits, then
+/// authenticates again.
+pub const DRAINED_FOR_REMOVAL: &str = "fluidos.eu/drained-because-nothing-is-sold";
 
 /// Why a peering object could not be built.
 #[derive(Debug, thiserror::Error)]

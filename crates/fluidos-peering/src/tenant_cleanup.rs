@@ -46,9 +46,18 @@ const CONTROLLER: &str = "tenant-cleanup";
 /// The label the REAR gateway puts on the tenant namespaces it makes.
 pub const GATEWAY_MANAGED: (&str, &str) = ("app.kubernetes.io/managed-by", "fluidos-rear-gateway");
 
-/// Annotation on a Tenant this controller drained (an admin's drain is
-/// left as it is).
-pub const DRAINED_BY_CLEANUP: &str = "fluidos.eu/drained-because-nothing-is-sold";
+/// Annotation on a Tenant this controller drained, with the time it last
+/// asked Liqo to drain it. Such a Tenant is always removed: Liqo's
+/// replicator on the consumer drops what it could not write while the
+/// rights were gone and does not try again for hours, so an undrained
+/// Tenant would leave the consumer's offloading broken. The consumer reads
+/// the annotation as "being removed" and authenticates again afterwards.
+pub const DRAINED_BY_CLEANUP: &str = objects::DRAINED_FOR_REMOVAL;
+
+/// How long Liqo may take to delete what it replicated before it is asked
+/// to drain again (its drain runs once per Tenant change, and something
+/// recreated in the moment the rights went would stay).
+const DRAIN_NUDGE_SECS: i64 = 30;
 
 /// What is known of one consumer's Tenant and what Liqo left of it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -61,6 +70,8 @@ pub struct TenantFacts {
     pub drained: bool,
     /// This controller drained it ([`DRAINED_BY_CLEANUP`]).
     pub drained_by_cleanup: bool,
+    /// Seconds since this controller last asked Liqo to drain it.
+    pub drain_asked_secs_ago: i64,
     /// ResourceSlices and NamespaceMaps replicated from the consumer still
     /// in its namespace.
     pub leftovers: usize,
@@ -71,22 +82,25 @@ pub struct TenantFacts {
 pub enum TenantStep {
     /// Something is sold to it, it is not ours to judge, or it is going.
     Keep,
-    /// Its buyer is back before it went: undo this controller's drain.
-    Undrain,
     /// Nothing is sold to it: have Liqo drain it (Liqo unbinds the roles it
     /// gave the consumer's certificates, then deletes the slices and
     /// NamespaceMaps, and so the offloaded namespaces, replicated from it).
     Drain,
     /// Drained; Liqo is still deleting what was replicated.
     WaitForLiqo,
+    /// Drained long ago and something replicated is still there: ask Liqo
+    /// to drain again.
+    NudgeLiqo,
     /// Drained and emptied: delete the nonce and the Tenant.
     Remove,
 }
 
 /// The next step for the Tenant of `consumer` (pure). It is kept while any
 /// of `contracts` is this node's sale to it (expired ones count until the
-/// gateway deletes them) or `transactions` holds a reservation of it
-/// (`holds`), and when its namespace is not one the gateway made.
+/// gateway deletes them) or a reservation of it is held (`holds`), and when
+/// its namespace is not one the gateway made. One this controller drained
+/// goes on to removal whatever happens meanwhile (see
+/// [`DRAINED_BY_CLEANUP`]); one an admin drained goes once nothing is sold.
 pub fn decide(
     consumer: &str,
     facts: TenantFacts,
@@ -102,12 +116,15 @@ pub fn decide(
             && c.spec.seller.node_id == me.node_id
             && c.spec.seller.domain == me.domain
     });
-    match (sold_to_it || holds > 0, facts.drained) {
-        (true, true) if facts.drained_by_cleanup => TenantStep::Undrain,
-        (true, _) => TenantStep::Keep,
-        (false, false) => TenantStep::Drain,
-        (false, true) if facts.leftovers > 0 => TenantStep::WaitForLiqo,
-        (false, true) => TenantStep::Remove,
+    let busy = sold_to_it || holds > 0;
+    match (facts.drained, facts.drained_by_cleanup, busy) {
+        // An admin's drain of a Tenant something is sold to: the admin's.
+        (true, false, true) | (false, false, true) => TenantStep::Keep,
+        (true, _, _) if facts.leftovers == 0 => TenantStep::Remove,
+        (true, _, _) if facts.drain_asked_secs_ago >= DRAIN_NUDGE_SECS => TenantStep::NudgeLiqo,
+        (true, _, _) => TenantStep::WaitForLiqo,
+        // Nothing sold, or ours but set back to active by someone: drain.
+        (false, _, _) => TenantStep::Drain,
     }
 }
 
@@ -173,9 +190,16 @@ pub async fn run(
         }
     })
     .applied_objects();
-    // A Contract ending (or a new one) changes the fate of its buyer's Tenant.
+    // A Contract or a reservation ending (or a new one) changes the fate of
+    // its buyer's Tenant.
     let contracts = watcher::watcher(
         Api::<Contract>::namespaced(client.clone(), &cfg.namespace),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .touched_objects();
+    let transactions = watcher::watcher(
+        Api::<Transaction>::namespaced(client.clone(), &cfg.namespace),
         watcher::Config::default(),
     )
     .default_backoff()
@@ -187,11 +211,8 @@ pub async fn run(
     });
     let policy = reconciler.clone();
     let stream = Controller::for_stream(tenants, cache)
-        .watches_stream(contracts, |c: Contract| {
-            let consumer = &c.spec.buyer_cluster_id;
-            (!consumer.is_empty())
-                .then(|| ObjectRef::new(consumer).within(&objects::tenant_namespace(consumer)))
-        })
+        .watches_stream(contracts, |c: Contract| tenant_of(&c.spec.buyer_cluster_id))
+        .watches_stream(transactions, |t: Transaction| tenant_of(&t.spec.cluster_id))
         .graceful_shutdown_on(shutdown)
         .run(
             |t, ctx| async move {
@@ -202,6 +223,12 @@ pub async fn run(
             ctx,
         );
     fluidos_controller::reconcile::drain(reconciler, stream.boxed()).await;
+}
+
+/// The Tenant of cluster `consumer`, if named.
+fn tenant_of(consumer: &str) -> Option<ObjectRef<Tenant>> {
+    (!consumer.is_empty())
+        .then(|| ObjectRef::new(consumer).within(&objects::tenant_namespace(consumer)))
 }
 
 /// How soon a Tenant Liqo is draining is looked at again (what Liqo deletes
@@ -230,13 +257,8 @@ async fn reconcile(t: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action, Error> {
     } else {
         0
     };
-    // Consistent reads: a Contract just sold, or a reservation in progress,
-    // must keep its Tenant.
-    let contracts = Api::<Contract>::namespaced(ctx.client.clone(), &ctx.cfg.namespace)
-        .list(&ListParams::default())
-        .await
-        .map_err(kube_step("list_contracts"))?
-        .items;
+    // Consistent reads, Transactions first: a purchase turns its
+    // Transaction into a Contract, so one in between is seen at least once.
     let holds = Api::<Transaction>::namespaced(ctx.client.clone(), &ctx.cfg.namespace)
         .list(&ListParams::default())
         .await
@@ -245,64 +267,85 @@ async fn reconcile(t: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action, Error> {
         .iter()
         .filter(|tx| tx.spec.cluster_id == consumer)
         .count();
+    let contracts = Api::<Contract>::namespaced(ctx.client.clone(), &ctx.cfg.namespace)
+        .list(&ListParams::default())
+        .await
+        .map_err(kube_step("list_contracts"))?
+        .items;
+    let asked = t.annotations().get(DRAINED_BY_CLEANUP);
     let facts = TenantFacts {
         namespace_made_by_gateway: made_by_gateway,
         deleting: t.metadata.deletion_timestamp.is_some(),
         drained,
-        drained_by_cleanup: t.annotations().contains_key(DRAINED_BY_CLEANUP),
+        drained_by_cleanup: asked.is_some(),
+        drain_asked_secs_ago: asked
+            .and_then(|at| fluidos_controller::time::seconds_since(at))
+            .unwrap_or(i64::MAX),
         leftovers,
     };
     let tenants = Api::<Tenant>::namespaced(ctx.client.clone(), &ns);
-    match decide(&consumer, facts, &contracts, holds, &ctx.cfg.identity) {
+    let step = decide(&consumer, facts, &contracts, holds, &ctx.cfg.identity);
+    match step {
         TenantStep::Keep => Ok(Action::await_change()),
-        TenantStep::Undrain => {
-            let patch = json!({
-                "metadata": {"annotations": {DRAINED_BY_CLEANUP: null}},
-                "spec": {"tenantCondition": "Active"},
-            });
-            tenants
-                .patch(&consumer, &PatchParams::default(), &Patch::Merge(patch))
-                .await
-                .map_err(kube_step("undrain_tenant"))?;
-            tracing::info!(%consumer, "sold to this cluster again: its Tenant is active again");
-            Ok(Action::await_change())
-        }
-        TenantStep::Drain => {
+        TenantStep::Drain | TenantStep::NudgeLiqo => {
+            if step == TenantStep::NudgeLiqo {
+                tracing::warn!(%consumer, leftovers, "Liqo has not deleted what it replicated from this cluster: asking it to drain again");
+            }
+            // Any change of the Tenant makes Liqo handle the drain (again).
             let patch = json!({
                 "metadata": {
-                    "annotations": {DRAINED_BY_CLEANUP: "true"},
+                    "annotations": {DRAINED_BY_CLEANUP: fluidos_controller::time::now_string()},
                     "resourceVersion": t.resource_version(),
                 },
                 "spec": {"tenantCondition": "Drained"},
             });
-            tenants
+            match tenants
                 .patch(&consumer, &PatchParams::default(), &Patch::Merge(patch))
                 .await
-                .map_err(kube_step("drain_tenant"))?;
+            {
+                Ok(_) => {}
+                // Changed since read: decide again.
+                Err(e) if fluidos_controller::api_error::is_conflict(&e) => {
+                    return Ok(Action::requeue(DRAIN_RECHECK));
+                }
+                Err(e) => return Err(kube_step("drain_tenant")(e)),
+            }
             tracing::info!(%consumer, "nothing is sold to this cluster any more: its Tenant is drained");
             Ok(Action::requeue(DRAIN_RECHECK))
         }
         TenantStep::WaitForLiqo => Ok(Action::requeue(DRAIN_RECHECK)),
-        TenantStep::Remove => {
-            gone(
-                Api::<Secret>::namespaced(ctx.client.clone(), &ns)
-                    .delete(objects::NONCE_SECRET, &DeleteParams::default())
-                    .await,
-            )
-            .map_err(kube_step("delete_nonce"))?;
-            // Only as read: one touched meanwhile is decided again.
-            let dp = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: t.uid(),
-                    resource_version: t.resource_version(),
-                }),
-                ..DeleteParams::default()
-            };
-            gone(tenants.delete(&consumer, &dp).await).map_err(kube_step("delete_tenant"))?;
-            tracing::info!(%consumer, "nothing is sold to this cluster any more: its Tenant is removed");
-            Ok(Action::await_change())
-        }
+        TenantStep::Remove => remove(&ctx.client, &tenants, &t).await,
     }
+}
+
+/// Deletes the nonce, then the Tenant as read (one touched meanwhile is
+/// decided again).
+async fn remove(client: &kube::Client, tenants: &Api<Tenant>, t: &Tenant) -> Result<Action, Error> {
+    let consumer = t.name_any();
+    let ns = t.namespace().unwrap_or_default();
+    gone(
+        Api::<Secret>::namespaced(client.clone(), &ns)
+            .delete(objects::NONCE_SECRET, &DeleteParams::default())
+            .await,
+    )
+    .map_err(kube_step("delete_nonce"))?;
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: t.uid(),
+            resource_version: t.resource_version(),
+        }),
+        ..DeleteParams::default()
+    };
+    match tenants.delete(&consumer, &dp).await {
+        Ok(_) => {}
+        Err(e) if fluidos_controller::api_error::is_not_found(&e) => {}
+        Err(e) if fluidos_controller::api_error::is_conflict(&e) => {
+            return Ok(Action::requeue(DRAIN_RECHECK));
+        }
+        Err(e) => return Err(kube_step("delete_tenant")(e)),
+    }
+    tracing::info!(%consumer, "nothing is sold to this cluster any more: its Tenant is removed");
+    Ok(Action::await_change())
 }
 
 /// How many ResourceSlices and NamespaceMaps replicated from the consumer
@@ -365,6 +408,7 @@ mod tests {
             namespace_made_by_gateway: true,
             drained,
             drained_by_cleanup: drained,
+            drain_asked_secs_ago: if drained { 1 } else { i64::MAX },
             leftovers,
             ..TenantFacts::default()
         }
@@ -380,6 +424,12 @@ mod tests {
             decide("c1", ours(true, 2), &[], 0, &me()),
             TenantStep::WaitForLiqo
         );
+        // Liqo's drain runs once per change: a slow one is asked again.
+        let slow = TenantFacts {
+            drain_asked_secs_ago: DRAIN_NUDGE_SECS,
+            ..ours(true, 2)
+        };
+        assert_eq!(decide("c1", slow, &[], 0, &me()), TenantStep::NudgeLiqo);
         assert_eq!(
             decide("c1", ours(true, 0), &[], 0, &me()),
             TenantStep::Remove
@@ -387,7 +437,7 @@ mod tests {
     }
 
     #[test]
-    fn a_sale_or_a_reservation_keeps_the_tenant_and_undoes_our_drain() {
+    fn a_sale_or_a_reservation_keeps_the_tenant_but_not_one_we_drained() {
         let other = NodeIdentity {
             node_id: "someone-else".into(),
             ..me()
@@ -401,18 +451,31 @@ mod tests {
             decide("c1", ours(false, 0), &[], 1, &me()),
             TenantStep::Keep
         );
+        // Drained by us, it goes on to removal: the consumer authenticates
+        // again after (its replicator dropped what it could not write).
         assert_eq!(
             decide("c1", ours(true, 0), &sale, 0, &me()),
-            TenantStep::Undrain
+            TenantStep::Remove
         );
-        // An admin's drain is the admin's.
+        // Marked by us but set back to active: drained again.
+        let set_back = TenantFacts {
+            drained: false,
+            ..ours(true, 0)
+        };
+        assert_eq!(decide("c1", set_back, &sale, 0, &me()), TenantStep::Drain);
+        // An admin's drain of a Tenant with a sale is the admin's.
         let admin_drained = TenantFacts {
             drained_by_cleanup: false,
+            drain_asked_secs_ago: i64::MAX,
             ..ours(true, 0)
         };
         assert_eq!(
             decide("c1", admin_drained, &sale, 0, &me()),
             TenantStep::Keep
+        );
+        assert_eq!(
+            decide("c1", admin_drained, &[], 0, &me()),
+            TenantStep::Remove
         );
         // Sales to others, or by others (this node bought), do not count.
         assert_eq!(
