@@ -42,18 +42,6 @@ fn say(line: &str) {
     println!("[liqoctl-objects] {line}");
 }
 
-fn skip_reason() -> Option<String> {
-    for var in ["FLUIDOS_LIQO_BIN_DIR", "FLUIDOS_CP_BIN_DIR"] {
-        if std::env::var_os(var).is_none_or(|v| v.is_empty()) {
-            return Some(format!(
-                "{var} is not set (build with tools/liqo/build.sh and tools/control-plane/build.sh, \
-                 and set each variable to the directory the script prints)"
-            ));
-        }
-    }
-    None
-}
-
 /// The parts of an object liqoctl and we decide: namespace, name, labels,
 /// annotations, spec.
 fn decided(object: &impl serde::Serialize) -> Value {
@@ -147,7 +135,7 @@ async fn with_crd_defaults(client: &kube::Client, crd: &str, mut decided: Value)
     reason = "one comparison per object, in the order liqoctl makes them"
 )]
 async fn our_peering_objects_are_the_ones_liqoctl_peer_creates() {
-    if let Some(reason) = skip_reason() {
+    if let Some(reason) = fluidos_testenv::liqo::skip_reason() {
         say(&format!("SKIP: {reason}"));
         return;
     }

@@ -250,6 +250,55 @@ impl Default for LiqoOptions {
     }
 }
 
+/// Why a test that needs Liqo and the control plane cannot run here (the
+/// variable to set), or `None`.
+pub fn skip_reason() -> Option<String> {
+    for var in ["FLUIDOS_LIQO_BIN_DIR", "FLUIDOS_CP_BIN_DIR"] {
+        if std::env::var_os(var).is_none_or(|v| v.is_empty()) {
+            return Some(format!(
+                "{var} is not set (build with tools/liqo/build.sh and tools/control-plane/build.sh, \
+                 and set each variable to the directory the script prints)"
+            ));
+        }
+    }
+    None
+}
+
+/// A NamespaceOffloading `offloading` of `namespace`, as `liqoctl offload
+/// namespace` makes it: same name remotely, pods remote only, every peer.
+pub fn namespace_offloading(namespace: &str) -> DynamicObject {
+    let gvk = GroupVersionKind::gvk("offloading.liqo.io", "v1beta1", "NamespaceOffloading");
+    let mut o = DynamicObject::new(
+        "offloading",
+        &ApiResource::from_gvk_with_plural(&gvk, "namespaceoffloadings"),
+    )
+    .within(namespace);
+    o.data = serde_json::json!({"spec": {
+        "namespaceMappingStrategy": "DefaultName",
+        "podOffloadingStrategy": "Remote",
+        "clusterSelector": {"nodeSelectorTerms": []}
+    }});
+    o
+}
+
+/// A Node `name` (8 CPUs, 16Gi, 110 pods) that kwok runs pods on, for the
+/// pods a provider's Liqo makes from ShadowPods.
+pub fn kwok_node(name: &str) -> k8s_openapi::api::core::v1::Node {
+    let resources = serde_json::json!({"cpu": "8", "memory": "16Gi", "pods": "110"});
+    k8s_openapi::api::core::v1::Node {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some([("kubernetes.io/hostname".to_owned(), name.to_owned())].into()),
+            ..Default::default()
+        },
+        status: serde_json::from_value(serde_json::json!({
+            "capacity": resources, "allocatable": resources
+        }))
+        .ok(),
+        ..Default::default()
+    }
+}
+
 /// Real Liqo controllers running against one control plane; killed on drop.
 pub struct Liqo {
     processes: Vec<ManagedProcess>,

@@ -67,18 +67,6 @@ impl Phases {
     }
 }
 
-fn skip_reason() -> Option<String> {
-    for var in ["FLUIDOS_LIQO_BIN_DIR", "FLUIDOS_CP_BIN_DIR"] {
-        if std::env::var_os(var).is_none_or(|v| v.is_empty()) {
-            return Some(format!(
-                "{var} is not set (build with tools/liqo/build.sh and tools/control-plane/build.sh, \
-                 and set each variable to the directory the script prints)"
-            ));
-        }
-    }
-    None
-}
-
 fn liqo_api(
     client: &kube::Client,
     group: &str,
@@ -186,7 +174,7 @@ fn expect_condition(
 #[tokio::test]
 #[allow(clippy::too_many_lines)] // One scenario, phase by phase; splitting it hides the order.
 async fn liqoctl_peer_between_two_control_planes_offloads_a_pod() {
-    if let Some(reason) = skip_reason() {
+    if let Some(reason) = fluidos_testenv::liqo::skip_reason() {
         say(&format!("SKIP: {reason}"));
         return;
     }
@@ -546,16 +534,7 @@ async fn liqoctl_peer_between_two_control_planes_offloads_a_pod() {
     // on the virtual node, the virtual kubelet reflects it to the provider as
     // a ShadowPod, the provider's Liqo turns that into a Pod, kwok runs it,
     // and the status travels back.
-    let provider_node: Node = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": "provider-worker", "labels": {"kubernetes.io/hostname": "provider-worker"}},
-        "status": {
-            "capacity": {"cpu": "8", "memory": "16Gi", "pods": "110"},
-            "allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"}
-        }
-    }))
-    .unwrap();
+    let provider_node = fluidos_testenv::liqo::kwok_node("provider-worker");
     Api::<Node>::all(p.clone())
         .create(&PostParams::default(), &provider_node)
         .await
@@ -575,17 +554,7 @@ async fn liqoctl_peer_between_two_control_planes_offloads_a_pod() {
         "namespaceoffloadings",
         Some("offloaded"),
     );
-    let offloading: DynamicObject = serde_json::from_value(serde_json::json!({
-        "apiVersion": "offloading.liqo.io/v1beta1",
-        "kind": "NamespaceOffloading",
-        "metadata": {"name": "offloading", "namespace": "offloaded"},
-        "spec": {
-            "namespaceMappingStrategy": "DefaultName",
-            "podOffloadingStrategy": "Remote",
-            "clusterSelector": {"nodeSelectorTerms": []}
-        }
-    }))
-    .unwrap();
+    let offloading = fluidos_testenv::liqo::namespace_offloading("offloaded");
     offloadings
         .create(&PostParams::default(), &offloading)
         .await

@@ -24,13 +24,8 @@ pub fn say(line: &str) {
 }
 
 pub fn skip_reason() -> Option<String> {
-    for var in ["FLUIDOS_LIQO_BIN_DIR", "FLUIDOS_CP_BIN_DIR"] {
-        if std::env::var_os(var).is_none_or(|v| v.is_empty()) {
-            return Some(format!(
-                "{var} is not set (build with tools/liqo/build.sh and tools/control-plane/build.sh \
-                 and set it to the directory the script prints)"
-            ));
-        }
+    if let Some(reason) = fluidos_testenv::liqo::skip_reason() {
+        return Some(reason);
     }
     if fluidos_testenv::shared_reference_dir().is_none() {
         return Some("../shared/reference is absent (the Solver sample comes from there)".into());
@@ -788,14 +783,7 @@ async fn offload_namespace(
 
     // A provider Node kwok runs pods on; not a FLUIDOS resource node, so it
     // is no flavor.
-    let kwok_node: Node = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "provider-kwok", "labels": {"kubernetes.io/hostname": "provider-kwok"}},
-        "status": {
-            "capacity": {"cpu": "8", "memory": "16Gi", "pods": "110"},
-            "allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"}
-        }
-    }))
-    .unwrap();
+    let kwok_node = fluidos_testenv::liqo::kwok_node("provider-kwok");
     let p_nodes = Api::<Node>::all(provider.client());
     p_nodes
         .create(&PostParams::default(), &kwok_node)
@@ -835,17 +823,7 @@ async fn offload_namespace(
         "namespaceoffloadings",
         "offloaded",
     );
-    let offloading: DynamicObject = serde_json::from_value(serde_json::json!({
-        "apiVersion": "offloading.liqo.io/v1beta1",
-        "kind": "NamespaceOffloading",
-        "metadata": {"name": "offloading", "namespace": "offloaded"},
-        "spec": {
-            "namespaceMappingStrategy": "DefaultName",
-            "podOffloadingStrategy": "Remote",
-            "clusterSelector": {"nodeSelectorTerms": []}
-        }
-    }))
-    .unwrap();
+    let offloading = fluidos_testenv::liqo::namespace_offloading("offloaded");
     offloadings
         .create(&PostParams::default(), &offloading)
         .await
