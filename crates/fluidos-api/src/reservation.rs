@@ -197,6 +197,12 @@ pub struct TransactionStatus {
 /// ResourceSlice class its consumer must ask for (a Go provider sets none
 /// and serves Liqo's `default` class).
 pub const RESOURCE_SLICE_CLASS_KEY: &str = "fluidos.eu/resourceslice-class";
+
+/// Label (value `"true"`) a provider's REAR gateway puts on the Liqo tenant
+/// namespace of an unmodified Go consumer it granted peering rights to
+/// (`--rear-go-peering-grant`): the ResourceSlice class policy does not apply
+/// there, since a Go consumer asks for Liqo's `default` class.
+pub const GO_PEERING_NAMESPACE_LABEL: &str = "fluidos.eu/go-peering-grant";
 /// The ResourceSlice class a FLUIDOS Rust provider serves: sized by the
 /// Contract, not by the consumer's request.
 pub const FLUIDOS_RESOURCE_SLICE_CLASS: &str = "fluidos";

@@ -195,6 +195,16 @@ pub struct Args {
     #[arg(long, env = "FLUIDOS_REAR_PLAIN_HTTP_SALES", default_value = "off")]
     pub rear_plain_http_sales: fluidos_rear_gateway::PlainHttpSales,
 
+    /// Which plain-HTTP buyers of K8Slices (unmodified Go consumers, which
+    /// create Liqo's objects here themselves) get the rights the Go node's
+    /// peering needs: `off`, `all`, or a comma-separated list of addresses
+    /// and CIDR networks. It adds cluster-wide creation of namespaces,
+    /// Secrets and Liqo objects, confined by an admission policy to the
+    /// buyer's own `liqo-tenant-<cluster ID>`, and the listing of Liqo
+    /// Connections (README, "Trading with Go nodes").
+    #[arg(long, env = "FLUIDOS_REAR_GO_PEERING_GRANT", default_value = "off")]
+    pub rear_go_peering_grant: fluidos_rear_gateway::GoPeeringGrant,
+
     /// How a sold service's endpoint Service is exposed to its buyer
     /// (delivery without Liqo): `node-port` (addresses `<node>:<nodePort>`)
     /// or `load-balancer` (the load balancer's address).
@@ -467,6 +477,11 @@ mod tests {
         assert_eq!(
             a.rear_plain_http_sales,
             fluidos_rear_gateway::PlainHttpSales::Off
+        );
+        // So is the Go consumers' peering grant.
+        assert_eq!(
+            a.rear_go_peering_grant,
+            fluidos_rear_gateway::GoPeeringGrant::OFF
         );
         let f = &a.flavor;
         assert!(f.enable_auto_discovery);

@@ -38,6 +38,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
     ValidatingAdmissionPolicySpec, Validation, Variable,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
@@ -400,6 +401,21 @@ pub fn admission_policy(
         spec: Some(ValidatingAdmissionPolicyBindingSpec {
             policy_name: Some(POLICY_NAME.to_owned()),
             validation_actions: Some(vec!["Deny".to_owned()]),
+            // Not in the tenant namespaces of unmodified Go consumers the
+            // gateway granted peering (`--rear-go-peering-grant`): they ask
+            // for Liqo's `default` class, which Liqo sizes by their request,
+            // as upstream (the README says what that setting gives away).
+            match_resources: Some(MatchResources {
+                namespace_selector: Some(LabelSelector {
+                    match_expressions: Some(vec![LabelSelectorRequirement {
+                        key: fluidos_api::reservation::GO_PEERING_NAMESPACE_LABEL.to_owned(),
+                        operator: "NotIn".to_owned(),
+                        values: Some(vec!["true".to_owned()]),
+                    }]),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
             ..Default::default()
         }),
     };
@@ -1041,5 +1057,21 @@ mod tests {
         let b = binding.spec.unwrap();
         assert_eq!(b.policy_name.as_deref(), Some(POLICY_NAME));
         assert_eq!(b.validation_actions.as_deref().unwrap(), ["Deny"]);
+        // Everywhere but the tenant namespaces of Go consumers granted
+        // peering (they ask for Liqo's default class, as upstream).
+        let selector = b.match_resources.unwrap().namespace_selector.unwrap();
+        let requirement = &selector.match_expressions.unwrap()[0];
+        assert_eq!(
+            (
+                requirement.key.as_str(),
+                requirement.operator.as_str(),
+                requirement.values.as_deref().unwrap()
+            ),
+            (
+                fluidos_api::reservation::GO_PEERING_NAMESPACE_LABEL,
+                "NotIn",
+                &["true".to_owned()][..]
+            )
+        );
     }
 }

@@ -20,7 +20,9 @@ use fluidos_controller::api_error;
 use futures::StreamExt;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
 use kube::api::{
     DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions,
 };
@@ -29,6 +31,13 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use tokio::sync::Mutex;
 
+use crate::go_peering;
+
+/// How long a Go consumer's purchase waits for the Go grant's admission
+/// policy to be applied (at the gateway's start) before it is answered 503.
+const GO_GUARD_WAIT: Duration = Duration::from_secs(10);
+/// Prefix of every peer ServiceAccount's name ([`service_account_name`]).
+pub const SERVICE_ACCOUNT_PREFIX: &str = "fluidos-peer-";
 /// Name of the shared Role every peer is bound to.
 pub const PEER_ROLE: &str = "fluidos-peer";
 /// Field manager of the server-side applies.
@@ -90,6 +99,36 @@ pub enum CredentialsError {
         /// `liqo-tenant-<cluster ID>`.
         namespace: String,
     },
+    /// The Go-consumer grant is on but its admission policy is not in place
+    /// yet (or could not be applied): no cluster-wide rights are handed out
+    /// unconfined.
+    #[error(
+        "the Go consumers' peering grant is not in place yet on this provider (its admission policy is being applied); retry later"
+    )]
+    GoPeeringGuardNotReady,
+}
+
+/// What a K8Slice sale grants the buyer in Liqo's objects on this cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeeringGrant<'a> {
+    /// Liqo's peering-user rights in the tenant namespace of this Liqo
+    /// cluster ID, which the gateway prepares (a FLUIDOS-rs consumer).
+    TenantNamespace(&'a str),
+    /// The unmodified Go consumer's rights for this Liqo cluster ID
+    /// ([`crate::go_peering`]).
+    GoConsumer(&'a str),
+}
+
+/// Whether `id` can name a Liqo tenant namespace (`liqo-tenant-<id>` is a
+/// DNS label).
+pub fn valid_cluster_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 63 - go_peering::TENANT_PREFIX.len()
+        && id
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !id.starts_with('-')
+        && !id.ends_with('-')
 }
 
 /// Where credentials point and how long they live.
@@ -108,6 +147,9 @@ pub struct CredentialsConfig {
     /// Requested token lifetime (the API server may grant another: what
     /// it granted decides when a cached kubeconfig is renewed).
     pub token_ttl: Duration,
+    /// Whether unmodified Go consumers may be granted peering rights
+    /// ([`crate::go_peering`]); its cluster-wide objects are applied then.
+    pub go_peering: bool,
 }
 
 struct Cached {
@@ -136,6 +178,9 @@ pub struct Credentials {
     /// checked against these (three API calls less on each K8Slice sale).
     roles: Store<Role>,
     bindings: Store<RoleBinding>,
+    /// Set once the Go-consumer grant's ClusterRole, Role and admission
+    /// policy are applied ([`Credentials::run_go_peering`]).
+    go_guard: tokio::sync::watch::Sender<bool>,
 }
 
 /// True when `role` and `binding` (as the watch caches see them in a tenant
@@ -278,7 +323,7 @@ pub fn service_account_name(buyer_id: &str) -> String {
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
         .collect();
     let clean = clean.trim_matches('-');
-    let name = format!("fluidos-peer-{clean}");
+    let name = format!("{SERVICE_ACCOUNT_PREFIX}{clean}");
     if name.len() <= 63 && clean == buyer_id {
         return name;
     }
@@ -286,7 +331,7 @@ pub fn service_account_name(buyer_id: &str) -> String {
     let hash = fluidos_api::naming::hash_prefix(buyer_id, 8);
     let keep = clean.len().min(63 - "fluidos-peer--".len() - hash.len());
     let prefix = clean[..keep].trim_end_matches('-');
-    format!("fluidos-peer-{prefix}-{hash}")
+    format!("{SERVICE_ACCOUNT_PREFIX}{prefix}-{hash}")
 }
 
 fn labels() -> Option<std::collections::BTreeMap<String, String>> {
@@ -374,6 +419,7 @@ impl Credentials {
             accounts,
             roles,
             bindings,
+            go_guard: tokio::sync::watch::Sender::new(false),
         };
         (credentials, driver)
     }
@@ -413,37 +459,69 @@ impl Credentials {
 
     /// Base64 (std, padded) kubeconfig for `buyer_id`, named after
     /// `provider_liqo_id` (reused while more than half of its token
-    /// lifetime is left), and with `tenant_cluster_id` (a K8Slice sale) the
-    /// buyer's grant in its Liqo tenant namespace
-    /// ([`Credentials::grant_tenant_namespace`]). New credentials mint the
-    /// token and write the grant at the same time, both needing only the
+    /// lifetime is left), with `grant` (a K8Slice sale) the buyer's rights in
+    /// Liqo's objects here: its grant in its Liqo tenant namespace
+    /// ([`Credentials::grant_tenant_namespace`]), or an unmodified Go
+    /// consumer's ([`Credentials::grant_go_consumer`]). New credentials mint
+    /// the token and write the grant at the same time, both needing only the
     /// ServiceAccount: a first sale to a buyer waits for one of the two
     /// instead of both.
     pub async fn issue(
         &self,
         buyer_id: &str,
         provider_liqo_id: &str,
-        tenant_cluster_id: Option<&str>,
+        grant: Option<PeeringGrant<'_>>,
     ) -> Result<String, CredentialsError> {
-        let grant = |sa_uid: String| async move {
-            match tenant_cluster_id {
-                Some(cluster) => {
+        let grant = match grant {
+            Some(PeeringGrant::GoConsumer(cluster)) if !valid_cluster_id(cluster) => {
+                tracing::warn!(
+                    buyer = buyer_id,
+                    cluster_id = cluster,
+                    "the buyer's Liqo cluster ID is not a DNS label: no Go peering grant"
+                );
+                None
+            }
+            other => other,
+        };
+        let go_cluster = match grant {
+            Some(PeeringGrant::GoConsumer(cluster)) => Some(cluster),
+            _ => None,
+        };
+        if let Some(cluster) = go_cluster {
+            // Before the account records the claim: a refused claim must
+            // leave none behind (the namespace watcher acts on claims).
+            self.check_go_claim(buyer_id, cluster).await?;
+        }
+        let apply_grant = |sa_uid: String| async move {
+            match grant {
+                Some(PeeringGrant::TenantNamespace(cluster)) => {
                     self.grant_tenant_namespace(buyer_id, &sa_uid, cluster)
                         .await
+                }
+                Some(PeeringGrant::GoConsumer(cluster)) => {
+                    self.grant_go_consumer(buyer_id, &sa_uid, cluster).await
                 }
                 None => Ok(()),
             }
         };
-        if let Some((b64, sa_uid)) = self.cached(buyer_id, provider_liqo_id).await {
-            grant(sa_uid).await?;
+        // A Go consumer's account must carry its claim, so it is applied
+        // at every such sale, cached token or not.
+        if go_cluster.is_none()
+            && let Some((b64, sa_uid)) = self.cached(buyer_id, provider_liqo_id).await
+        {
+            apply_grant(sa_uid).await?;
             return Ok(b64);
         }
         let sa_uid = self
-            .ensure_rbac(&service_account_name(buyer_id), buyer_id)
+            .ensure_rbac(&service_account_name(buyer_id), buyer_id, go_cluster)
             .await?;
+        if let Some((b64, _)) = self.cached(buyer_id, provider_liqo_id).await {
+            apply_grant(sa_uid).await?;
+            return Ok(b64);
+        }
         let (b64, ()) = tokio::try_join!(
             self.mint(buyer_id, provider_liqo_id, &sa_uid),
-            grant(sa_uid.clone())
+            apply_grant(sa_uid.clone())
         )?;
         Ok(b64)
     }
@@ -491,17 +569,33 @@ impl Credentials {
         Ok(b64)
     }
 
-    /// Server-side applies the ServiceAccount (and, in the compatibility
-    /// namespace if one is configured, the peer Role and the buyer's
-    /// RoleBinding); returns the ServiceAccount's UID.
-    async fn ensure_rbac(&self, sa: &str, buyer_id: &str) -> Result<String, CredentialsError> {
+    /// Server-side applies the ServiceAccount, with `go_cluster` the Liqo
+    /// cluster ID its Go consumer may peer as (without, any such claim is
+    /// removed, and the admission policy then refuses every write of a
+    /// remaining Go grant), and, in the compatibility namespace if one is
+    /// configured, the peer Role and the buyer's RoleBinding; returns the
+    /// ServiceAccount's UID.
+    async fn ensure_rbac(
+        &self,
+        sa: &str,
+        buyer_id: &str,
+        go_cluster: Option<&str>,
+    ) -> Result<String, CredentialsError> {
         let pp = PatchParams::apply(FIELD_MANAGER).force();
+        let mut annotations: std::collections::BTreeMap<String, String> =
+            [(BUYER_ANNOTATION.to_owned(), buyer_id.to_owned())].into();
+        if let Some(cluster) = go_cluster {
+            annotations.insert(
+                go_peering::CLUSTER_ID_ANNOTATION.to_owned(),
+                cluster.to_owned(),
+            );
+        }
         let sa_obj = ServiceAccount {
             metadata: ObjectMeta {
                 name: Some(sa.to_owned()),
                 namespace: Some(self.cfg.namespace.clone()),
                 labels: labels(),
-                annotations: Some([(BUYER_ANNOTATION.to_owned(), buyer_id.to_owned())].into()),
+                annotations: Some(annotations),
                 ..Default::default()
             },
             ..Default::default()
@@ -668,14 +762,7 @@ impl Credentials {
         sa_uid: &str,
         buyer_cluster_id: &str,
     ) -> Result<(), CredentialsError> {
-        let valid = !buyer_cluster_id.is_empty()
-            && buyer_cluster_id.len() <= 63 - "liqo-tenant-".len()
-            && buyer_cluster_id
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-            && !buyer_cluster_id.starts_with('-')
-            && !buyer_cluster_id.ends_with('-');
-        if !valid {
+        if !valid_cluster_id(buyer_cluster_id) {
             tracing::warn!(
                 buyer = buyer_id,
                 cluster_id = buyer_cluster_id,
@@ -734,48 +821,436 @@ impl Credentials {
                 step: "applying the peer Role (the gateway needs the rules it grants, or `bind`/`escalate`)",
                 source,
             })?;
-        let binding = RoleBinding {
-            metadata: ObjectMeta {
-                name: Some(sa.to_owned()),
-                namespace: Some(ns.to_owned()),
-                labels: labels(),
-                annotations: Some(
-                    [
-                        (BUYER_ANNOTATION.to_owned(), buyer_id.to_owned()),
-                        (ACCOUNT_UID_ANNOTATION.to_owned(), sa_uid.to_owned()),
-                    ]
-                    .into(),
-                ),
-                ..Default::default()
-            },
-            role_ref: RoleRef {
-                api_group: "rbac.authorization.k8s.io".into(),
-                kind: "Role".into(),
-                name: PEER_ROLE.into(),
-            },
-            subjects: Some(vec![Subject {
-                kind: "ServiceAccount".into(),
-                name: sa.to_owned(),
-                namespace: Some(self.cfg.namespace.clone()),
-                ..Default::default()
-            }]),
+        self.bind_account(Some(ns), ("Role", PEER_ROLE), sa, sa_uid, buyer_id)
+            .await
+    }
+
+    /// Server-side applies the binding named `sa` of the buyer's
+    /// ServiceAccount `sa` to `role` (kind and name): a RoleBinding in
+    /// `namespace`, or a ClusterRoleBinding without one.
+    async fn bind_account(
+        &self,
+        namespace: Option<&str>,
+        role: (&str, &str),
+        sa: &str,
+        sa_uid: &str,
+        buyer_id: &str,
+    ) -> Result<(), CredentialsError> {
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        let metadata = ObjectMeta {
+            name: Some(sa.to_owned()),
+            namespace: namespace.map(str::to_owned),
+            labels: labels(),
+            annotations: Some(
+                [
+                    (BUYER_ANNOTATION.to_owned(), buyer_id.to_owned()),
+                    (ACCOUNT_UID_ANNOTATION.to_owned(), sa_uid.to_owned()),
+                ]
+                .into(),
+            ),
+            ..Default::default()
         };
-        Api::<RoleBinding>::namespaced(self.client.clone(), ns)
+        let role_ref = RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: role.0.into(),
+            name: role.1.into(),
+        };
+        let subjects = Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: sa.to_owned(),
+            namespace: Some(self.cfg.namespace.clone()),
+            ..Default::default()
+        }]);
+        let applied = match namespace {
+            Some(ns) => {
+                let binding = RoleBinding {
+                    metadata,
+                    role_ref,
+                    subjects,
+                };
+                Api::<RoleBinding>::namespaced(self.client.clone(), ns)
+                    .patch(
+                        sa,
+                        &pp,
+                        &Patch::Apply(with_type(
+                            &binding,
+                            "rbac.authorization.k8s.io/v1",
+                            "RoleBinding",
+                        )),
+                    )
+                    .await
+                    .map(|_| ())
+            }
+            None => {
+                let binding = ClusterRoleBinding {
+                    metadata,
+                    role_ref,
+                    subjects,
+                };
+                Api::<ClusterRoleBinding>::all(self.client.clone())
+                    .patch(
+                        sa,
+                        &pp,
+                        &Patch::Apply(with_type(
+                            &binding,
+                            "rbac.authorization.k8s.io/v1",
+                            "ClusterRoleBinding",
+                        )),
+                    )
+                    .await
+                    .map(|_| ())
+            }
+        };
+        applied.map_err(|source| CredentialsError::Kube {
+            step: if namespace.is_some() {
+                "applying the peer RoleBinding"
+            } else {
+                "applying the Go peer ClusterRoleBinding"
+            },
+            source,
+        })
+    }
+
+    /// Whether `buyer_id`'s account claims `cluster_id` for a Go consumer
+    /// (as the watch sees it).
+    pub fn has_go_claim(&self, buyer_id: &str, cluster_id: &str) -> bool {
+        self.accounts
+            .get(&ObjectRef::new(&service_account_name(buyer_id)).within(&self.cfg.namespace))
+            .as_deref()
+            .and_then(go_peering::Claim::of)
+            .is_some_and(|c| c.buyer == buyer_id && c.cluster_id == cluster_id)
+    }
+
+    /// Refuses an unmodified Go consumer's claim on `cluster_id` when
+    /// another buyer's account claims it, or when its tenant namespace
+    /// exists and is not this buyer's (made outside FLUIDOS, or another
+    /// buyer's). A namespace made after this buyer's earlier claim and not
+    /// adopted yet counts as this buyer's.
+    async fn check_go_claim(
+        &self,
+        buyer_id: &str,
+        cluster_id: &str,
+    ) -> Result<(), CredentialsError> {
+        use k8s_openapi::api::core::v1::Namespace;
+        let ns = format!("{}{cluster_id}", go_peering::TENANT_PREFIX);
+        let taken = || CredentialsError::TenantTaken {
+            namespace: ns.clone(),
+        };
+        let claims: Vec<go_peering::Claim> = self
+            .accounts
+            .state()
+            .iter()
+            .filter_map(|sa| go_peering::Claim::of(sa))
+            .filter(|c| c.cluster_id == cluster_id)
+            .collect();
+        if claims.iter().any(|c| c.buyer != buyer_id) {
+            return Err(taken());
+        }
+        let existing = Api::<Namespace>::all(self.client.clone())
+            .get_opt(&ns)
+            .await
+            .map_err(|source| CredentialsError::Kube {
+                step: "reading the buyer's Liqo tenant namespace",
+                source,
+            })?;
+        let Some(existing) = existing else {
+            return Ok(());
+        };
+        let buyer = existing
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(BUYER_ANNOTATION));
+        let managed = existing
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(MANAGED_LABEL.0))
+            .is_some_and(|v| v == MANAGED_LABEL.1);
+        match (managed, buyer) {
+            (true, Some(b)) if b == buyer_id => Ok(()),
+            (false, _) if !claims.is_empty() => Ok(()),
+            _ => Err(taken()),
+        }
+    }
+
+    /// Grants an unmodified Go consumer its peering rights
+    /// ([`crate::go_peering`]): the cluster-wide ClusterRole and the Role in
+    /// Liqo's namespace, and, if it made its tenant namespace already, the
+    /// namespace and the peer Role there. Its account must carry the claim
+    /// ([`Credentials::ensure_rbac`]) and the admission policy must be in
+    /// place: without it, nothing is granted.
+    pub async fn grant_go_consumer(
+        &self,
+        buyer_id: &str,
+        sa_uid: &str,
+        cluster_id: &str,
+    ) -> Result<(), CredentialsError> {
+        // Right after the gateway starts the guard may still be on its way.
+        let mut guard = self.go_guard.subscribe();
+        if !matches!(
+            tokio::time::timeout(GO_GUARD_WAIT, guard.wait_for(|applied| *applied)).await,
+            Ok(Ok(_))
+        ) {
+            return Err(CredentialsError::GoPeeringGuardNotReady);
+        }
+        let sa = service_account_name(buyer_id);
+        self.bind_account(
+            Some(go_peering::LIQO_NAMESPACE),
+            ("Role", go_peering::LIQO_ROLE),
+            &sa,
+            sa_uid,
+            buyer_id,
+        )
+        .await?;
+        self.bind_account(
+            None,
+            ("ClusterRole", go_peering::CLUSTER_ROLE),
+            &sa,
+            sa_uid,
+            buyer_id,
+        )
+        .await?;
+        let ns = format!("{}{cluster_id}", go_peering::TENANT_PREFIX);
+        let exists = Api::<k8s_openapi::api::core::v1::Namespace>::all(self.client.clone())
+            .get_opt(&ns)
+            .await
+            .map_err(|source| CredentialsError::Kube {
+                step: "reading the buyer's Liqo tenant namespace",
+                source,
+            })?
+            .is_some();
+        if exists {
+            self.adopt_go_namespace(&ns, &sa, sa_uid, buyer_id).await?;
+        }
+        Ok(())
+    }
+
+    /// Adopts the Go consumer's tenant namespace `ns` for `buyer_id` and
+    /// binds the peer Role there for its account `sa`.
+    async fn adopt_go_namespace(
+        &self,
+        ns: &str,
+        sa: &str,
+        sa_uid: &str,
+        buyer_id: &str,
+    ) -> Result<(), CredentialsError> {
+        Api::<k8s_openapi::api::core::v1::Namespace>::all(self.client.clone())
             .patch(
-                sa,
-                &pp,
-                &Patch::Apply(with_type(
-                    &binding,
-                    "rbac.authorization.k8s.io/v1",
-                    "RoleBinding",
-                )),
+                ns,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(go_peering::adoption_patch(ns, buyer_id)),
             )
             .await
             .map_err(|source| CredentialsError::Kube {
-                step: "applying the peer RoleBinding",
+                step: "adopting the Go consumer's Liqo tenant namespace",
                 source,
             })?;
-        Ok(())
+        self.bind_peer_rules(ns, sa, sa_uid, buyer_id).await
+    }
+
+    /// Applies the Go-consumer grant's ClusterRole, Role and admission
+    /// policy with its binding.
+    async fn apply_go_guard(&self) -> Result<(), CredentialsError> {
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        let kube = |step: &'static str| move |source| CredentialsError::Kube { step, source };
+        let (policy, binding) = go_peering::admission_policy(&self.cfg.namespace);
+        let name = go_peering::policy_name(&self.cfg.namespace);
+        let admission = "admissionregistration.k8s.io/v1";
+        // The policy first: the rights it confines are granted only after.
+        Api::<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy>::all(
+            self.client.clone(),
+        )
+        .patch(
+            &name,
+            &pp,
+            &Patch::Apply(with_type(&policy, admission, "ValidatingAdmissionPolicy")),
+        )
+        .await
+        .map_err(kube("applying the Go peers' admission policy"))?;
+        Api::<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding>::all(
+            self.client.clone(),
+        )
+        .patch(
+            &name,
+            &pp,
+            &Patch::Apply(with_type(
+                &binding,
+                admission,
+                "ValidatingAdmissionPolicyBinding",
+            )),
+        )
+        .await
+        .map_err(kube("applying the Go peers' admission policy binding"))?;
+        let rbac = "rbac.authorization.k8s.io/v1";
+        Api::<ClusterRole>::all(self.client.clone())
+            .patch(
+                go_peering::CLUSTER_ROLE,
+                &pp,
+                &Patch::Apply(with_type(&go_peering::cluster_role(), rbac, "ClusterRole")),
+            )
+            .await
+            .map_err(kube("applying the Go peers' ClusterRole"))?;
+        Api::<Role>::namespaced(self.client.clone(), go_peering::LIQO_NAMESPACE)
+            .patch(
+                go_peering::LIQO_ROLE,
+                &pp,
+                &Patch::Apply(with_type(&go_peering::liqo_role(), rbac, "Role")),
+            )
+            .await
+            .map_err(kube("applying the Go peers' Role in Liqo's namespace"))?;
+        self.wait_go_guard_enforced().await
+    }
+
+    /// Waits until the API server enforces the Go peers' admission policy
+    /// (it loads policies and bindings asynchronously; rights granted before
+    /// would be unconfined): its probe, a dry-run creation the policy
+    /// refuses, is refused. Nothing here can be watched, so it asks again
+    /// every 100 ms, for at most a minute.
+    async fn wait_go_guard_enforced(&self) -> Result<(), CredentialsError> {
+        let secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(
+            self.client.clone(),
+            &self.cfg.namespace,
+        );
+        let mut probe = k8s_openapi::api::core::v1::Secret::default();
+        probe.metadata.name = Some(go_peering::PROBE_SECRET.to_owned());
+        let dry_run = PostParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        let policy = go_peering::policy_name(&self.cfg.namespace);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match secrets.create(&dry_run, &probe).await {
+                // Refused by the policy: by its probe check, or, while no
+                // peer account exists, for want of a parameter.
+                Err(kube::Error::Api(e))
+                    if (e.code == 403 || e.code == 422) && e.message.contains(&policy) =>
+                {
+                    tracing::info!(policy = %policy, waited = ?(Instant::now() + Duration::from_secs(60) - deadline), "the Go peers' admission policy is enforced");
+                    return Ok(());
+                }
+                Ok(_) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Ok(_) => {
+                    return Err(CredentialsError::GoPeeringGuardNotReady);
+                }
+                Err(source) => {
+                    return Err(CredentialsError::Kube {
+                        step: "probing the Go peers' admission policy (a dry-run Secret creation)",
+                        source,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Runs the Go-consumer grant while the gateway runs: applies its
+    /// cluster-wide objects (again every 30 s until that succeeds), then
+    /// adopts each Liqo tenant namespace a Go consumer creates for the one
+    /// buyer that claimed its cluster ID, binding the peer Role there (the
+    /// Go consumer's first read in it comes 5 s after it made it). Returns
+    /// at once when the grant is off.
+    pub async fn run_go_peering(&self) {
+        use k8s_openapi::api::core::v1::Namespace;
+        if !self.cfg.go_peering {
+            return;
+        }
+        loop {
+            match self.apply_go_guard().await {
+                Ok(()) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the Go consumers' peering grant cannot be set up; their K8Slice purchases answer 503 until it is (retrying in 30 s)");
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                }
+            }
+        }
+        self.go_guard.send_replace(true);
+        let namespaces = watcher(
+            Api::<Namespace>::all(self.client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .applied_objects();
+        futures::pin_mut!(namespaces);
+        while let Some(event) = namespaces.next().await {
+            let ns = match event {
+                Ok(ns) => ns,
+                Err(e) => {
+                    tracing::warn!(error = %e, "watching namespaces for Go consumers' tenant namespaces");
+                    continue;
+                }
+            };
+            let name = ns.name_any();
+            let Some(cluster) = go_peering::cluster_of_namespace(&name) else {
+                continue;
+            };
+            if ns.metadata.deletion_timestamp.is_some() || ns.labels().contains_key(MANAGED_LABEL.0)
+            {
+                continue;
+            }
+            let claims: Vec<go_peering::Claim> = self
+                .accounts
+                .state()
+                .iter()
+                .filter_map(|sa| go_peering::Claim::of(sa))
+                .collect();
+            let Some(claim) = go_peering::sole_claimant(&claims, cluster) else {
+                continue;
+            };
+            match self
+                .adopt_go_namespace(&name, &claim.account, &claim.uid, &claim.buyer)
+                .await
+            {
+                Ok(()) => {
+                    tracing::info!(namespace = %name, buyer = %claim.buyer, "adopted a Go consumer's Liqo tenant namespace")
+                }
+                Err(e) => {
+                    tracing::warn!(namespace = %name, error = %e, "cannot adopt a Go consumer's Liqo tenant namespace")
+                }
+            }
+        }
+    }
+
+    /// Deletes the Go peer ClusterRoleBinding of the account `sa` (UID
+    /// `uid`), if this gateway made it for that account.
+    async fn unbind_go_consumer(&self, sa: &str, uid: &str) -> Result<(), CredentialsError> {
+        let api = Api::<ClusterRoleBinding>::all(self.client.clone());
+        let found = api
+            .get_opt(sa)
+            .await
+            .map_err(|source| CredentialsError::Kube {
+                step: "reading the Go peer ClusterRoleBinding",
+                source,
+            })?;
+        let Some(binding) = found else {
+            return Ok(());
+        };
+        let ours = binding.labels().get(MANAGED_LABEL.0).map(String::as_str)
+            == Some(MANAGED_LABEL.1)
+            && binding
+                .annotations()
+                .get(ACCOUNT_UID_ANNOTATION)
+                .is_none_or(|u| u == uid);
+        if !ours {
+            return Ok(());
+        }
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: binding.uid(),
+                resource_version: binding.resource_version(),
+            }),
+            ..Default::default()
+        };
+        match api.delete(sa, &dp).await {
+            Ok(_) => Ok(()),
+            Err(e) if api_error::is_not_found(&e) || api_error::is_conflict(&e) => Ok(()),
+            Err(source) => Err(CredentialsError::Kube {
+                step: "deleting the Go peer ClusterRoleBinding",
+                source,
+            }),
+        }
     }
 
     /// Deletes the RoleBindings made for the buyer's account (by UID), then
@@ -842,6 +1317,9 @@ impl Credentials {
                     });
                 }
             }
+        }
+        if self.cfg.go_peering {
+            self.unbind_go_consumer(&sa, uid).await?;
         }
         let dp = DeleteParams {
             preconditions: Some(Preconditions {

@@ -173,6 +173,9 @@ impl From<CredentialsError> for ApiError {
         if let CredentialsError::TenantTaken { .. } = e {
             return ApiError::conflict(e.to_string());
         }
+        if let CredentialsError::GoPeeringGuardNotReady = e {
+            return ApiError::unavailable(e.to_string());
+        }
         tracing::warn!(error = %e, "peering credentials");
         match &e {
             // The API server's text stays in the log (see `ApiError::kube`).

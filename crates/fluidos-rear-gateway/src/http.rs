@@ -169,9 +169,11 @@ async fn purchase(
     Path(tx_id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let owner = buyer::owner_of(caller_of(caller), &st.cfg.plain_http_sales)?;
+    let caller = caller_of(caller);
+    let owner = buyer::owner_of(caller, &st.cfg.plain_http_sales)?;
+    let go_consumer = st.cfg.go_peering_grant.covers(caller);
     let body = body_or_error(body)?;
-    let contract = st.purchase(&tx_id, &body, owner).await?;
+    let contract = st.purchase(&tx_id, &body, owner, go_consumer).await?;
     wire_response(serde_json::to_string(&contract))
 }
 

@@ -24,6 +24,7 @@ mod contract_end;
 pub mod credentials;
 pub mod decode;
 mod error;
+pub mod go_peering;
 mod http;
 pub mod limits;
 mod openapi;
@@ -53,6 +54,7 @@ use tokio::task::JoinHandle;
 
 pub use buyer::{Caller, PlainHttpSales};
 pub use error::{ApiError, Error, ErrorBody};
+pub use go_peering::GoPeeringGrant;
 pub use http::ApiDoc;
 pub use purchase::{allocation_name, contract_name};
 pub use rate_limit::RateLimit;
@@ -207,6 +209,10 @@ pub struct GatewayConfig {
     /// Which plain-HTTP peers may reserve and buy (unmodified Go nodes
     /// speak only `http://`); listing flavors is open to all.
     pub plain_http_sales: PlainHttpSales,
+    /// Which plain-HTTP buyers of K8Slices (unmodified Go consumers) get the
+    /// rights the Go node's peering needs on this cluster, confined to their
+    /// tenant namespace ([`go_peering`]); off by default.
+    pub go_peering_grant: GoPeeringGrant,
 }
 
 impl GatewayConfig {
@@ -242,6 +248,7 @@ impl GatewayConfig {
             max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
             tls: None,
             plain_http_sales: PlainHttpSales::Off,
+            go_peering_grant: GoPeeringGrant::OFF,
         }
     }
 
@@ -374,6 +381,7 @@ impl Gateway {
                 // The TokenRequest API refuses lifetimes under 10 minutes;
                 // a shorter contract is ended by revocation instead.
                 token_ttl: cfg.contract_ttl.max(MIN_TOKEN_TTL),
+                go_peering: cfg.go_peering_grant.is_on(),
             },
         );
         let state = Arc::new(State {
@@ -399,9 +407,14 @@ impl Gateway {
             cfg,
         });
         let sweep = tokio::spawn(sweeper::run(state.clone(), state.cfg.sweep_interval));
+        let go_peering = {
+            let state = state.clone();
+            tokio::spawn(async move { state.credentials.run_go_peering().await })
+        };
         Gateway {
             tasks: vec![
                 tokio::spawn(driver),
+                go_peering,
                 tokio::spawn(accounts_driver),
                 sweep,
                 warm_up,

@@ -27,6 +27,7 @@ use kube::ResourceExt;
 use kube::api::{DeleteParams, PostParams};
 
 use crate::credentials::MANAGED_LABEL;
+use crate::credentials::PeeringGrant;
 use crate::error::ApiError;
 use crate::{State, labels};
 
@@ -111,14 +112,16 @@ impl State {
         let liqo_id = &contract.spec.peering_target_credentials.liqo_id;
         let k8slice = contract.spec.flavor.spec.flavor_type.identifier()
             == Some(FlavorTypeIdentifier::K8Slice);
-        Ok(self
-            .credentials
-            .issue(
-                buyer_id,
-                liqo_id,
-                k8slice.then_some(contract.spec.buyer_cluster_id.as_str()),
-            )
-            .await?)
+        let cluster = contract.spec.buyer_cluster_id.as_str();
+        // A Go consumer's sale keeps its grant (its account's claim says so).
+        let grant = k8slice.then(|| {
+            if self.credentials.has_go_claim(buyer_id, cluster) {
+                PeeringGrant::GoConsumer(cluster)
+            } else {
+                PeeringGrant::TenantNamespace(cluster)
+            }
+        });
+        Ok(self.credentials.issue(buyer_id, liqo_id, grant).await?)
     }
 
     /// Creates `contract`'s credentials Secret with `kubeconfig_b64`, or, if

@@ -35,6 +35,7 @@ use kube::api::{ObjectMeta, PostParams};
 use crate::book::Decision;
 use crate::buyer::{SaleOwner, check_owner};
 use crate::catalog::creation_timestamp;
+use crate::credentials::PeeringGrant;
 use fluidos_controller::api_error::{is_already_exists, is_not_found};
 
 use crate::error::ApiError;
@@ -152,12 +153,14 @@ fn mark_sold(
 }
 
 impl State {
-    /// Handles a PURCHASE of `tx_id`.
+    /// Handles a PURCHASE of `tx_id`; `go_consumer` when the caller gets
+    /// the Go consumers' peering grant (`crate::go_peering`).
     pub(crate) async fn purchase(
         self: &Arc<Self>,
         tx_id: &str,
         body: &[u8],
         caller: SaleOwner,
+        go_consumer: bool,
     ) -> Result<WireContract, ApiError> {
         let req: PurchaseRequest = decode::json_or_default(body)?;
         if !plausible_tx_id(tx_id) {
@@ -234,7 +237,9 @@ impl State {
         }
 
         let buyer_id = tx.spec.buyer.node_id.clone();
-        let kubeconfig = self.credentials_for(&flavor, &tx, &liqo_id).await?;
+        let kubeconfig = self
+            .credentials_for(&flavor, &tx, &liqo_id, go_consumer)
+            .await?;
 
         let id = tx_id.to_owned();
         let fid = flavor_id.clone();
@@ -337,16 +342,19 @@ impl State {
         flavor: &Flavor,
         tx: &Transaction,
         liqo_id: &str,
+        go_consumer: bool,
     ) -> Result<String, ApiError> {
         let k8slice = flavor.spec.flavor_type.identifier()
             == Some(fluidos_api::common::FlavorTypeIdentifier::K8Slice);
+        let cluster = tx.spec.cluster_id.as_str();
+        let grant = match (k8slice, go_consumer) {
+            (false, _) => None,
+            (true, false) => Some(PeeringGrant::TenantNamespace(cluster)),
+            (true, true) => Some(PeeringGrant::GoConsumer(cluster)),
+        };
         Ok(self
             .credentials
-            .issue(
-                &tx.spec.buyer.node_id,
-                liqo_id,
-                k8slice.then_some(tx.spec.cluster_id.as_str()),
-            )
+            .issue(&tx.spec.buyer.node_id, liqo_id, grant)
             .await?)
     }
 

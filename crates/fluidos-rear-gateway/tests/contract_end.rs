@@ -15,7 +15,7 @@ use std::time::Duration;
 use common::*;
 use fluidos_api::flavor::FlavorType;
 use fluidos_api::{Allocation, Contract, Flavor};
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::Api;
 use kube::api::DeleteParams;
@@ -42,27 +42,6 @@ async fn buy(c: &reqwest::Client, g: &Served, flavor: &str, buyer_id: &str, cpu:
     .await;
     assert_eq!(s, 200, "{body}");
     json(&body)["contractID"].as_str().unwrap().to_owned()
-}
-
-/// A client acting with the peering kubeconfig the provider keeps for
-/// `contract` in its credentials Secret (written just after the sale's
-/// answer: waited for).
-async fn peer_client(client: &kube::Client, ns: &str, contract: &str) -> kube::Client {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let name = format!("peering-credentials-{contract}");
-    wait_until(
-        &format!("the credentials Secret of {contract}"),
-        Duration::from_secs(10),
-        || async { secrets.get_opt(&name).await.unwrap().is_some() },
-    )
-    .await;
-    let secret = secrets.get(&name).await.unwrap();
-    let yaml = &secret.data.unwrap()["kubeconfig"].0;
-    let kc = kube::config::Kubeconfig::from_yaml(std::str::from_utf8(yaml).unwrap()).unwrap();
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
-    kube::Client::try_from(cfg).unwrap()
 }
 
 /// The Liqo tenant namespace of a buyer of [`buy`] (its Liqo ID is

@@ -7,52 +7,9 @@ mod common;
 
 use common::*;
 use fluidos_api::flavor::FlavorType;
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
-};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::Api;
-
-/// What the real RBAC authorizer answers for `user` doing `verb` on
-/// `group`/`resource` in `namespace` (cluster scope when `None`).
-async fn allowed(
-    client: &kube::Client,
-    user: &str,
-    verb: &str,
-    group: &str,
-    resource: &str,
-    namespace: Option<&str>,
-) -> bool {
-    let review = SubjectAccessReview {
-        spec: SubjectAccessReviewSpec {
-            user: Some(user.into()),
-            groups: Some(vec![
-                "system:serviceaccounts".into(),
-                format!(
-                    "system:serviceaccounts:{}",
-                    user.split(':').nth(2).unwrap_or_default()
-                ),
-                "system:authenticated".into(),
-            ]),
-            resource_attributes: Some(ResourceAttributes {
-                verb: Some(verb.into()),
-                group: Some(group.into()),
-                resource: Some(resource.into()),
-                namespace: namespace.map(Into::into),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    Api::<SubjectAccessReview>::all(client.clone())
-        .create(&Default::default(), &review)
-        .await
-        .unwrap()
-        .status
-        .is_some_and(|s| s.allowed)
-}
 
 fn json(body: &str) -> serde_json::Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))

@@ -40,6 +40,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
     cfg.transaction_ttl = Duration::from_secs(ctx.args.transaction_ttl_seconds);
     cfg.metrics = ctx.metrics.clone();
     cfg.plain_http_sales = ctx.args.rear_plain_http_sales.clone();
+    cfg.go_peering_grant = ctx.args.rear_go_peering_grant.clone();
     if let Some(key) = &ctx.node_key {
         cfg = cfg
             .with_node_key(key)

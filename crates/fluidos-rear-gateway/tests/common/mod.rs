@@ -16,7 +16,10 @@ use fluidos_api::ledger::q;
 use fluidos_api::{Flavor, Transaction};
 use fluidos_rear_gateway::{Gateway, GatewayConfig};
 use fluidos_testenv::{ControlPlane, ControlPlaneOptions};
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -25,13 +28,18 @@ use tokio::task::JoinHandle;
 
 pub const PROVIDER_LIQO: &str = "fluidos-provider-1";
 
-pub async fn control_plane() -> ControlPlane {
+/// Logs of the gateway under test (`RUST_LOG`, default `warn`).
+pub fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
         .with_test_writer()
         .try_init();
+}
+
+pub async fn control_plane() -> ControlPlane {
+    init_tracing();
     ControlPlane::start(ControlPlaneOptions {
         workloads: false,
         crd_dirs: vec![fluidos_testenv::crds_dir()],
@@ -391,4 +399,65 @@ pub fn buyer_identity(id: &str) -> NodeIdentity {
             liqo_id: Some(format!("liqo-{id}")),
         }),
     }
+}
+
+/// What the real RBAC authorizer answers for `user` doing `verb` on
+/// `group`/`resource` in `namespace` (cluster scope when `None`).
+pub async fn allowed(
+    client: &kube::Client,
+    user: &str,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    namespace: Option<&str>,
+) -> bool {
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(user.into()),
+            groups: Some(vec![
+                "system:serviceaccounts".into(),
+                format!(
+                    "system:serviceaccounts:{}",
+                    user.split(':').nth(2).unwrap_or_default()
+                ),
+                "system:authenticated".into(),
+            ]),
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.into()),
+                group: Some(group.into()),
+                resource: Some(resource.into()),
+                namespace: namespace.map(Into::into),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<SubjectAccessReview>::all(client.clone())
+        .create(&Default::default(), &review)
+        .await
+        .unwrap()
+        .status
+        .is_some_and(|s| s.allowed)
+}
+
+/// A client acting with the peering kubeconfig the provider keeps for
+/// `contract` in its credentials Secret (written just after the sale's
+/// answer: waited for).
+pub async fn peer_client(client: &kube::Client, ns: &str, contract: &str) -> kube::Client {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let name = format!("peering-credentials-{contract}");
+    wait_until(
+        &format!("the credentials Secret of {contract}"),
+        Duration::from_secs(10),
+        || async { secrets.get_opt(&name).await.unwrap().is_some() },
+    )
+    .await;
+    let secret = secrets.get(&name).await.unwrap();
+    let yaml = &secret.data.unwrap()["kubeconfig"].0;
+    let kc = kube::config::Kubeconfig::from_yaml(std::str::from_utf8(yaml).unwrap()).unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(cfg).unwrap()
 }

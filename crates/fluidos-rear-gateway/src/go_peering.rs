@@ -1,0 +1,492 @@
+//! The compatibility grant for unmodified Go consumers' Liqo peering
+//! (`--rear-go-peering-grant`, off by default).
+//!
+//! A FLUIDOS-rs consumer peers as `liqoctl peer` does, inside the tenant
+//! namespace this provider prepares and binds at the sale
+//! ([`crate::credentials::Credentials::grant_tenant_namespace`]). An
+//! unmodified Go consumer cannot: it creates Liqo's objects on the provider
+//! itself (`fluidos-node.md` §4.3–4.4), starting with its tenant namespace
+//! `liqo-tenant-<its cluster ID>`, whose creation fails when the namespace
+//! exists, so nothing can be prepared or bound there before it peers. Upstream
+//! gives every peer near cluster-admin rights for that. This grant gives
+//! exactly the calls the Go consumer makes, and confines its writes:
+//!
+//! - the ClusterRole [`CLUSTER_ROLE`] ([`cluster_role`]): `create` of
+//!   namespaces, Secrets, Configurations, GatewayServers, PublicKeys and
+//!   Tenants, and `list` of Connections (the Go consumer lists them in all
+//!   namespaces), cluster-wide because the namespace does not exist yet;
+//! - the Role [`LIQO_ROLE`] in Liqo's namespace ([`liqo_role`]): `list`
+//!   of ConfigMaps (Liqo's cluster ID) and of IPAM Networks (the CIDRs);
+//! - the admission policy [`admission_policy`]: a peer that may create
+//!   namespaces writes only in, or creates only, `liqo-tenant-<the cluster ID
+//!   recorded on its ServiceAccount>` ([`CLUSTER_ID_ANNOTATION`]; the
+//!   ServiceAccount is the policy's parameter, so a peer whose account lacks
+//!   it may write nothing), and no peer creates a ServiceAccount-token
+//!   Secret;
+//! - when its tenant namespace appears, the gateway adopts it for the buyer
+//!   ([`adoption_patch`]) and binds the usual peer Role there, which carries
+//!   the reads the Go consumer makes in it (its GatewayServer, its gateway's
+//!   key Secret, its nonce, its Tenant). The Go consumer's first such read
+//!   comes 5 s after it creates the namespace (its polling tick).
+//!
+//! Applies only to plain-HTTP buyers (the Go client speaks only `http://`)
+//! and only to K8Slice sales; a TLS buyer is a FLUIDOS-rs node and never
+//! needs it.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::str::FromStr;
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchCondition, MatchResources, NamedRuleWithOperations, ParamKind, ParamRef,
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    ValidatingAdmissionPolicyBindingSpec, ValidatingAdmissionPolicySpec, Validation, Variable,
+};
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::api::ObjectMeta;
+
+use crate::buyer::{Caller, PlainHttpSales};
+use crate::credentials::{BUYER_ANNOTATION, MANAGED_LABEL, SERVICE_ACCOUNT_PREFIX};
+
+/// Liqo's namespace, where the Go consumer reads Liqo's cluster ID and
+/// CIDRs (it assumes this name, `fluidos-node.md` §4.1).
+pub const LIQO_NAMESPACE: &str = "liqo";
+/// ClusterRole of the Go consumers' cluster-wide rights.
+pub const CLUSTER_ROLE: &str = "fluidos-go-peer";
+/// Role, in [`LIQO_NAMESPACE`], of the Go consumers' reads there.
+pub const LIQO_ROLE: &str = "fluidos-go-peer";
+/// ServiceAccount annotation: the Liqo cluster ID whose tenant namespace
+/// the account's Go consumer may create and write in.
+pub const CLUSTER_ID_ANNOTATION: &str = "fluidos.eu/go-peer-cluster-id";
+/// Label on a tenant namespace adopted for a Go consumer. The ResourceSlice
+/// class policy of `fluidos-peering` does not apply there: a Go consumer asks
+/// for Liqo's `default` class, as upstream.
+pub const NAMESPACE_LABEL: &str = fluidos_api::reservation::GO_PEERING_NAMESPACE_LABEL;
+/// Name of the Secret the gateway asks to create (dry run) in its own
+/// namespace to learn that the API server enforces [`admission_policy`],
+/// which refuses it: until then, no grant is handed out.
+pub const PROBE_SECRET: &str = "fluidos-go-peer-policy-probe";
+/// Prefix of Liqo tenant namespaces.
+pub const TENANT_PREFIX: &str = "liqo-tenant-";
+
+/// Which plain-HTTP buyers get the grant: `off` (the default), `all`, or
+/// the addresses and networks listed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GoPeeringGrant(PlainHttpSales);
+
+impl GoPeeringGrant {
+    /// Nobody gets it.
+    pub const OFF: GoPeeringGrant = GoPeeringGrant(PlainHttpSales::Off);
+
+    /// Whether a purchase by `caller` gets the grant.
+    pub fn covers(&self, caller: Caller) -> bool {
+        match caller {
+            Caller::Plain(ip) => self.0.allows(ip),
+            Caller::Key(_) | Caller::AnonymousTls => false,
+        }
+    }
+
+    /// Whether any caller may get it (the cluster-wide objects are needed).
+    pub fn is_on(&self) -> bool {
+        self.0 != PlainHttpSales::Off
+    }
+
+    /// Whether a plain-HTTP buyer at `ip` gets it.
+    pub fn allows(&self, ip: Option<IpAddr>) -> bool {
+        self.0.allows(ip)
+    }
+}
+
+/// A value of `--rear-go-peering-grant` that is none of its forms.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error(
+    "{0:?} is not a Go peering grant setting: use off, all, or a comma-separated list of \
+     addresses or CIDR networks of the Go consumers (e.g. 10.0.0.7,192.168.1.0/24)"
+)]
+pub struct GoPeeringGrantError(String);
+
+impl FromStr for GoPeeringGrant {
+    type Err = GoPeeringGrantError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.parse::<PlainHttpSales>()
+            .map(GoPeeringGrant)
+            .map_err(|_| GoPeeringGrantError(s.to_owned()))
+    }
+}
+
+impl fmt::Display for GoPeeringGrant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(groups.iter().map(|s| (*s).to_owned()).collect()),
+        resources: Some(resources.iter().map(|s| (*s).to_owned()).collect()),
+        verbs: verbs.iter().map(|s| (*s).to_owned()).collect(),
+        ..Default::default()
+    }
+}
+
+fn managed_meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: namespace.map(str::to_owned),
+        labels: Some([(MANAGED_LABEL.0.to_owned(), MANAGED_LABEL.1.to_owned())].into()),
+        ..Default::default()
+    }
+}
+
+/// The Go consumer's cluster-wide rights (its remote calls, `fluidos-node.md`
+/// §4.3–4.4, rows that name no existing namespace): creations, confined by
+/// [`admission_policy`], and the Connection list.
+pub fn cluster_role() -> ClusterRole {
+    ClusterRole {
+        metadata: managed_meta(CLUSTER_ROLE, None),
+        rules: Some(vec![
+            rule(&[""], &["namespaces", "secrets"], &["create"]),
+            rule(
+                &["networking.liqo.io"],
+                &["configurations", "gatewayservers", "publickeies"],
+                &["create"],
+            ),
+            rule(&["authentication.liqo.io"], &["tenants"], &["create"]),
+            rule(&["networking.liqo.io"], &["connections"], &["list"]),
+        ]),
+        aggregation_rule: None,
+    }
+}
+
+/// The Go consumer's reads in Liqo's namespace: the cluster-ID ConfigMap and
+/// the IPAM Networks, both found by label (so `list`, and not by name).
+pub fn liqo_role() -> Role {
+    Role {
+        metadata: managed_meta(LIQO_ROLE, Some(LIQO_NAMESPACE)),
+        rules: Some(vec![
+            rule(&[""], &["configmaps"], &["list"]),
+            rule(&["ipam.liqo.io"], &["networks"], &["list"]),
+        ]),
+    }
+}
+
+/// Name of the admission policy (and its binding) for the node in `namespace`.
+pub fn policy_name(namespace: &str) -> String {
+    format!("fluidos-go-peer.{namespace}.fluidos.eu")
+}
+
+/// The policy that confines the writes of peers holding [`cluster_role`]
+/// (those that may create namespaces) to their own tenant namespace, and
+/// refuses ServiceAccount-token Secrets from every peer of this node. Its
+/// parameters are the node's peer ServiceAccounts in `namespace`: each is
+/// evaluated, and the one of the requester must name the namespace.
+pub fn admission_policy(
+    namespace: &str,
+) -> (ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding) {
+    let name = policy_name(namespace);
+    let peers = format!("system:serviceaccount:{namespace}:");
+    let probe = probe_expression(namespace);
+    let ops = || {
+        ["CREATE", "UPDATE", "DELETE"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect::<Vec<_>>()
+    };
+    let rules = |group: &str, resources: &[&str]| NamedRuleWithOperations {
+        api_groups: Some(vec![group.to_owned()]),
+        api_versions: Some(vec!["*".to_owned()]),
+        operations: Some(ops()),
+        resources: Some(resources.iter().map(|s| (*s).to_owned()).collect()),
+        ..Default::default()
+    };
+    let policy = ValidatingAdmissionPolicy {
+        metadata: managed_meta(&name, None),
+        spec: Some(ValidatingAdmissionPolicySpec {
+            failure_policy: Some("Fail".to_owned()),
+            param_kind: Some(ParamKind {
+                api_version: Some("v1".to_owned()),
+                kind: Some("ServiceAccount".to_owned()),
+            }),
+            match_constraints: Some(MatchResources {
+                resource_rules: Some(vec![
+                    rules("", &["namespaces", "secrets"]),
+                    rules(
+                        "networking.liqo.io",
+                        &[
+                            "configurations",
+                            "gatewayservers",
+                            "gatewayclients",
+                            "publickeies",
+                        ],
+                    ),
+                    rules("authentication.liqo.io", &["tenants"]),
+                ]),
+                ..Default::default()
+            }),
+            match_conditions: Some(vec![MatchCondition {
+                name: "node-peer-or-probe".to_owned(),
+                expression: format!(
+                    "request.userInfo.username.startsWith('{peers}{SERVICE_ACCOUNT_PREFIX}') \
+                     || ({probe})"
+                ),
+            }]),
+            variables: Some(vec![
+                Variable {
+                    name: "target".to_owned(),
+                    expression: "request.resource.resource == 'namespaces' \
+                                 ? (request.operation == 'DELETE' ? oldObject.metadata.name : object.metadata.name) \
+                                 : request.namespace"
+                        .to_owned(),
+                },
+                Variable {
+                    name: "mine".to_owned(),
+                    expression: format!(
+                        "request.userInfo.username == '{peers}' + params.metadata.name"
+                    ),
+                },
+            ]),
+            validations: Some(validations(&probe)),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    let binding = ValidatingAdmissionPolicyBinding {
+        metadata: managed_meta(&name, None),
+        spec: Some(ValidatingAdmissionPolicyBindingSpec {
+            policy_name: Some(name.clone()),
+            param_ref: Some(ParamRef {
+                namespace: Some(namespace.to_owned()),
+                selector: Some(LabelSelector {
+                    match_labels: Some(
+                        [(MANAGED_LABEL.0.to_owned(), MANAGED_LABEL.1.to_owned())].into(),
+                    ),
+                    ..Default::default()
+                }),
+                parameter_not_found_action: Some("Deny".to_owned()),
+                ..Default::default()
+            }),
+            validation_actions: Some(vec!["Deny".to_owned()]),
+            ..Default::default()
+        }),
+    };
+    (policy, binding)
+}
+
+/// CEL: the request is the gateway's enforcement probe ([`PROBE_SECRET`]).
+fn probe_expression(namespace: &str) -> String {
+    format!(
+        "request.resource.resource == 'secrets' && request.namespace == '{namespace}' \
+         && request.name == '{PROBE_SECRET}'"
+    )
+}
+
+/// The policy's checks: the requester's own account (the parameter named
+/// like it) names the one tenant namespace a peer that may create namespaces
+/// writes in; no peer creates a ServiceAccount-token Secret; the probe is
+/// refused (which tells the gateway that the policy is enforced).
+fn validations(probe: &str) -> Vec<Validation> {
+    vec![
+        Validation {
+            expression: format!("!({probe})"),
+            message: Some(format!(
+                "{PROBE_SECRET}: the Go peers' admission policy is enforced"
+            )),
+            reason: Some("Forbidden".to_owned()),
+            ..Default::default()
+        },
+        Validation {
+            expression: format!(
+                "!variables.mine \
+                 || !authorizer.group('').resource('namespaces').check('create').allowed() \
+                 || (has(params.metadata.annotations) \
+                     && '{CLUSTER_ID_ANNOTATION}' in params.metadata.annotations \
+                     && variables.target == '{TENANT_PREFIX}' + params.metadata.annotations['{CLUSTER_ID_ANNOTATION}'])"
+            ),
+            message: Some(
+                "a Go consumer's peering rights on this FLUIDOS provider reach only its own Liqo tenant namespace (liqo-tenant-<the Liqo cluster ID it bought with>)"
+                    .to_owned(),
+            ),
+            reason: Some("Forbidden".to_owned()),
+            ..Default::default()
+        },
+        Validation {
+            expression: "request.resource.resource != 'secrets' || request.operation == 'DELETE' \
+                         || !has(object.type) || object.type != 'kubernetes.io/service-account-token'"
+                .to_owned(),
+            message: Some(
+                "a peer may not create ServiceAccount-token Secrets on this FLUIDOS provider"
+                    .to_owned(),
+            ),
+            reason: Some("Forbidden".to_owned()),
+            ..Default::default()
+        },
+    ]
+}
+
+/// The Liqo cluster ID whose tenant namespace `namespace` is, if it is one.
+pub fn cluster_of_namespace(namespace: &str) -> Option<&str> {
+    namespace
+        .strip_prefix(TENANT_PREFIX)
+        .filter(|id| !id.is_empty())
+}
+
+/// A peer ServiceAccount's claim: its name, UID, buyer and cluster ID.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claim {
+    /// The ServiceAccount's name.
+    pub account: String,
+    /// Its UID.
+    pub uid: String,
+    /// The buyer it was issued for.
+    pub buyer: String,
+    /// The Liqo cluster ID it may peer as.
+    pub cluster_id: String,
+}
+
+impl Claim {
+    /// The claim a ServiceAccount carries, if any.
+    pub fn of(sa: &k8s_openapi::api::core::v1::ServiceAccount) -> Option<Claim> {
+        let annotations = sa.metadata.annotations.as_ref()?;
+        Some(Claim {
+            account: sa.metadata.name.clone()?,
+            uid: sa.metadata.uid.clone().unwrap_or_default(),
+            buyer: annotations.get(BUYER_ANNOTATION)?.clone(),
+            cluster_id: annotations.get(CLUSTER_ID_ANNOTATION)?.clone(),
+        })
+    }
+}
+
+/// The one claim on `cluster_id` among `claims` (live accounts only);
+/// `None` when there is none, or more than one (two buyers raced for one
+/// cluster ID: neither is given the namespace).
+pub fn sole_claimant<'a>(
+    claims: impl IntoIterator<Item = &'a Claim>,
+    cluster_id: &str,
+) -> Option<&'a Claim> {
+    let mut found = claims.into_iter().filter(|c| c.cluster_id == cluster_id);
+    let first = found.next()?;
+    found.next().is_none().then_some(first)
+}
+
+/// The server-side apply body that adopts a Go consumer's tenant namespace
+/// for `buyer`: this gateway's label and buyer annotation (so that it counts
+/// as that buyer's, as the namespaces the gateway makes do) and
+/// [`NAMESPACE_LABEL`]. The labels the Go consumer set stay its own.
+pub fn adoption_patch(namespace: &str, buyer: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": namespace,
+            "labels": {
+                MANAGED_LABEL.0: MANAGED_LABEL.1,
+                NAMESPACE_LABEL: "true",
+            },
+            "annotations": { BUYER_ANNOTATION: buyer },
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn the_setting_covers_plain_http_callers_it_lists_only() {
+        let grant: GoPeeringGrant = "10.0.0.7,192.168.1.0/24".parse().unwrap();
+        assert!(grant.covers(Caller::Plain(Some("192.168.1.9".parse().unwrap()))));
+        assert!(!grant.covers(Caller::Plain(Some("10.0.0.8".parse().unwrap()))));
+        assert!(!grant.covers(Caller::AnonymousTls));
+        assert!(!GoPeeringGrant::OFF.covers(Caller::Plain(None)));
+        assert!(!GoPeeringGrant::OFF.is_on());
+        assert!("all".parse::<GoPeeringGrant>().unwrap().is_on());
+        let e = "yes".parse::<GoPeeringGrant>().unwrap_err();
+        assert!(e.to_string().contains("Go peering grant"), "{e}");
+        assert_eq!(grant.to_string(), "10.0.0.7/32,192.168.1.0/24");
+    }
+
+    #[test]
+    fn the_grant_creates_and_lists_but_never_reads_or_changes() {
+        let verbs: Vec<String> = cluster_role()
+            .rules
+            .unwrap()
+            .into_iter()
+            .flat_map(|r| r.verbs)
+            .collect();
+        assert!(
+            verbs.iter().all(|v| v == "create" || v == "list"),
+            "{verbs:?}"
+        );
+        // The only cluster-wide list is of Connections (no secrets in them).
+        let lists: Vec<Vec<String>> = cluster_role()
+            .rules
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.verbs.contains(&"list".to_owned()))
+            .map(|r| r.resources.unwrap())
+            .collect();
+        assert_eq!(lists, vec![vec!["connections".to_owned()]]);
+        let role = liqo_role();
+        assert_eq!(role.metadata.namespace.as_deref(), Some(LIQO_NAMESPACE));
+        assert!(role.rules.unwrap().iter().all(|r| {
+            r.verbs == ["list"]
+                && !r
+                    .resources
+                    .as_ref()
+                    .unwrap()
+                    .contains(&"secrets".to_owned())
+        }));
+    }
+
+    #[test]
+    fn the_policy_takes_the_namespace_from_the_requesters_account() {
+        let (policy, binding) = admission_policy("fluidos");
+        let spec = policy.spec.unwrap();
+        let condition = &spec.match_conditions.unwrap()[0].expression;
+        assert!(
+            condition.contains("'system:serviceaccount:fluidos:fluidos-peer-'"),
+            "{condition}"
+        );
+        let confine = &spec.validations.as_ref().unwrap()[1].expression;
+        assert!(confine.contains(CLUSTER_ID_ANNOTATION), "{confine}");
+        assert!(confine.contains("'liqo-tenant-' + params"), "{confine}");
+        let binding = binding.spec.unwrap();
+        assert_eq!(binding.policy_name, Some(policy_name("fluidos")));
+        let param = binding.param_ref.unwrap();
+        assert_eq!(param.parameter_not_found_action.as_deref(), Some("Deny"));
+        assert_eq!(param.namespace.as_deref(), Some("fluidos"));
+    }
+
+    #[test]
+    fn one_claimant_per_cluster_id() {
+        let claim = |account: &str, cluster: &str| Claim {
+            account: account.into(),
+            uid: "u".into(),
+            buyer: account.into(),
+            cluster_id: cluster.into(),
+        };
+        let claims = [claim("a", "c1"), claim("b", "c2"), claim("c", "c2")];
+        assert_eq!(sole_claimant(&claims, "c1").unwrap().account, "a");
+        assert_eq!(sole_claimant(&claims, "c2"), None, "two buyers raced");
+        assert_eq!(sole_claimant(&claims, "c3"), None);
+        assert_eq!(cluster_of_namespace("liqo-tenant-c1"), Some("c1"));
+        assert_eq!(cluster_of_namespace("liqo-tenant-"), None);
+        assert_eq!(cluster_of_namespace("default"), None);
+    }
+
+    #[test]
+    fn adoption_keeps_the_go_consumers_labels_out_of_the_patch() {
+        let patch = adoption_patch("liqo-tenant-c1", "buyer-1");
+        let labels = patch["metadata"]["labels"].as_object().unwrap();
+        assert_eq!(labels.len(), 2);
+        assert_eq!(labels[NAMESPACE_LABEL], "true");
+        assert_eq!(
+            patch["metadata"]["annotations"][BUYER_ANNOTATION],
+            "buyer-1"
+        );
+    }
+}
