@@ -76,6 +76,8 @@ fn chart_lints_and_renders_with_default_values() {
         "networkManager.config.enableLocalDiscovery=true",
         "networkManager.config.broker.enabled=true",
         "rearController.replicas=2",
+        "rearController.plainHttpSales=10.0.0.0/8",
+        "rearController.goPeeringGrant=10.0.0.0/8",
     ]
     .map(|s| ["--set", s])
     .concat();
@@ -304,6 +306,11 @@ fn k8slice_solver(name: &str) -> Solver {
 
 /// The chart rendered for a test node: no Liqo, REAR on a loopback port.
 fn render(bin: &std::path::Path, node_id: &str, rear_port: u16) -> Vec<Value> {
+    render_with(bin, node_id, rear_port, &[])
+}
+
+/// [`render`] with more `--set`s.
+fn render_with(bin: &std::path::Path, node_id: &str, rear_port: u16, extra: &[&str]) -> Vec<Value> {
     let sets: Vec<String> = [
         "peering.enabled=false".to_owned(),
         "common.configMaps.nodeIdentity.ip=127.0.0.1".to_owned(),
@@ -313,7 +320,9 @@ fn render(bin: &std::path::Path, node_id: &str, rear_port: u16) -> Vec<Value> {
         format!("rearController.service.gateway.targetPort={rear_port}"),
         "logLevel=info\\,kube=warn".to_owned(),
     ]
-    .into();
+    .into_iter()
+    .chain(extra.iter().map(|s| (*s).to_owned()))
+    .collect();
     helm::template(bin, &sets, &[])
 }
 
@@ -671,6 +680,200 @@ async fn chart_rbac_suffices_for_a_full_sale_and_refuses_the_rest() {
     }
     eprintln!("{report}");
     for r in [lrm, gateway, manager, network] {
+        r.node.kill().await;
+    }
+}
+
+/// With `rearController.goPeeringGrant`, the gateway under the chart's RBAC
+/// sets up the Go consumers' grant (ClusterRole, Role in `liqo`, admission
+/// policy, through the peer-Role guard) and grants it at a Go-style
+/// plain-HTTP K8Slice sale: the buyer creates its tenant namespace, which
+/// the gateway adopts, and is refused another one. No call of the gateway
+/// is refused, and every one is covered by the chart.
+#[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "install, run, buy as a Go consumer, check: the scenario reads top to bottom"
+)]
+async fn chart_rbac_suffices_for_the_go_peering_grant() {
+    let Some(bin) = helm::helm_bin() else { return };
+    let Some(liqo_crds) = fluidos_testenv::shared_reference_dir()
+        .map(|d| d.join("liqo-v1.0.0-crds"))
+        .filter(|d| d.is_dir())
+    else {
+        eprintln!("SKIP: ../shared/reference/liqo-v1.0.0-crds is absent (Liqo's CRDs)");
+        return;
+    };
+    let provider = ControlPlane::start(ControlPlaneOptions {
+        workloads: true,
+        crd_dirs: vec![helm::chart_dir().join("crds"), liqo_crds],
+    })
+    .await
+    .unwrap();
+    let port = free_port();
+    let objects = render_with(
+        &bin,
+        "provider01",
+        port,
+        &[
+            "rearController.plainHttpSales=all",
+            "rearController.goPeeringGrant=all",
+        ],
+    );
+    assert!(args_of(&objects, "rear-gateway").contains(&"--rear-go-peering-grant=all".to_owned()));
+    install(&provider, &objects).await;
+    fixtures::namespace(&provider, "liqo").await.unwrap();
+    fixtures::worker_node(&provider, "worker-1", "8", "16Gi")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (lrm, _) = run_component(
+        &provider,
+        &objects,
+        "local-resource-manager",
+        port,
+        dir.path(),
+    )
+    .await;
+    let (gateway, _) = run_component(&provider, &objects, "rear-gateway", port, dir.path()).await;
+    let logs = [&lrm.node, &gateway.node];
+    for r in [&lrm, &gateway] {
+        eventually(
+            &format!("{} ready", r.component),
+            Duration::from_secs(60),
+            &logs,
+            || async { helm::ready(r.health_port).await.then_some(()) },
+        )
+        .await;
+    }
+    let flavors: Api<Flavor> = Api::namespaced(provider.client(), NS);
+    let flavor = eventually(
+        "the provider's K8Slice flavor",
+        Duration::from_secs(60),
+        &logs,
+        || async {
+            flavors
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|f| f.spec.flavor_type.type_identifier == "K8Slice")
+        },
+    )
+    .await;
+
+    // The Go consumer's sale, over plain HTTP.
+    let http = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}/api/v2");
+    let reserve = json!({
+        "flavorID": flavor.metadata.name.as_deref().unwrap(),
+        "buyerID": {"ID": "gonode", "IP": "127.0.0.1:30000", "domain": "fluidos.eu",
+            "additionalInformation": {"liqoID": "liqo-gonode", "kubeconfig": "a2NmZw=="}},
+        "configuration": {"type": "k8slice", "data": {"cpu": "1", "memory": "1Gi", "pods": "1"}}
+    });
+    let answer = http
+        .post(format!("{base}/reservations"))
+        .json(&reserve)
+        .send()
+        .await
+        .unwrap();
+    let status = answer.status();
+    let tx: Value = serde_json::from_str(&answer.text().await.unwrap()).unwrap();
+    assert_eq!(status, 200, "{tx}\n{}", gateway.node.log());
+    let tx = tx["transactionID"].as_str().unwrap();
+    let answer = http
+        .post(format!("{base}/transactions/{tx}/purchase"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    let status = answer.status();
+    let contract: Value = serde_json::from_str(&answer.text().await.unwrap()).unwrap();
+    assert_eq!(status, 200, "{contract}\n{}", gateway.node.log());
+    let kubeconfig = base64::Engine::decode(
+        &base64::engine::general_purpose::STANDARD,
+        contract["peeringTargetCredentials"]["kubeconfig"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    // Its token, against the API server (the kubeconfig names the proxy
+    // the gateway runs behind here, and that proxy's CA).
+    let handed_out =
+        kube::config::Kubeconfig::from_yaml(std::str::from_utf8(&kubeconfig).unwrap()).unwrap();
+    let mut config =
+        kube::Config::from_custom_kubeconfig(provider.kubeconfig().clone(), &Default::default())
+            .await
+            .unwrap();
+    config.auth_info = handed_out.auth_infos[0].auth_info.clone().unwrap();
+    let peer = kube::Client::try_from(config).unwrap();
+    let namespace = |name: &str| {
+        serde_json::from_value::<k8s_openapi::api::core::v1::Namespace>(
+            json!({"metadata": {"name": name, "labels": {"liqo.io/remote-cluster-id": "liqo-gonode"}}}),
+        )
+        .unwrap()
+    };
+    let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(peer.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &namespace("liqo-tenant-liqo-gonode"),
+        )
+        .await
+        .unwrap();
+    eventually(
+        "the Go consumer's namespace adopted and bound",
+        Duration::from_secs(5),
+        &logs,
+        || async {
+            Api::<Role>::namespaced(provider.client(), "liqo-tenant-liqo-gonode")
+                .get_opt("fluidos-peer")
+                .await
+                .ok()
+                .flatten()
+        },
+    )
+    .await;
+    let err = namespaces
+        .create(
+            &PostParams::default(),
+            &namespace("liqo-tenant-someone-else"),
+        )
+        .await
+        .expect_err("another tenant namespace");
+    assert!(
+        err.to_string().contains("fluidos-go-peer"),
+        "refused by the Go peers' policy: {err}"
+    );
+
+    let grants: Vec<Grant> = helm::grants(&objects);
+    // The policy's enforcement probe: a dry-run Secret creation the policy
+    // refuses (go_peering.rs PROBE_SECRET), which the chart grants.
+    let probe = helm::Access {
+        scope: NS.into(),
+        group: String::new(),
+        resource: "secrets".into(),
+        verb: "create".into(),
+        dry_run: true,
+    };
+    for (access, codes) in gateway.calls.all() {
+        if access == liqo_id_read() || access == probe {
+            continue;
+        }
+        assert!(
+            !codes.contains(&403),
+            "{access:?} was forbidden\n{}",
+            gateway.node.log()
+        );
+        assert!(
+            grants
+                .iter()
+                .any(|g| g.component == "rear-gateway" && g.covers(&access)),
+            "{access:?} succeeded without a grant of the chart"
+        );
+    }
+    for r in [lrm, gateway] {
         r.node.kill().await;
     }
 }

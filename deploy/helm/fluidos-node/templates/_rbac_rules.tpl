@@ -127,6 +127,41 @@ cluster:
     resources: [roles]
     resourceNames: [fluidos-peer]
     verbs: [bind, escalate]
+  {{- if ne (.Values.rearController.goPeeringGrant | default "off") "off" }}
+  # credentials.rs, go_peering.rs (rearController.goPeeringGrant, off by
+  # default): unmodified Go consumers' rights. The ClusterRole and the Role
+  # `fluidos-go-peer` (in Liqo's namespace) are written with rules the
+  # gateway does not hold (`escalate`) and bound to each Go consumer's
+  # account (`bind`, a ClusterRoleBinding and a RoleBinding named after the
+  # account, deleted at revocation); the admission policy confining them is
+  # applied at start and probed with a dry-run Secret creation.
+  - apiGroups: [rbac.authorization.k8s.io]
+    resources: [roles]
+    resourceNames: [fluidos-go-peer]
+    verbs: [bind, escalate]
+  - apiGroups: [rbac.authorization.k8s.io]
+    resources: [clusterroles]
+    verbs: [create]
+  - apiGroups: [rbac.authorization.k8s.io]
+    resources: [clusterroles]
+    resourceNames: [fluidos-go-peer]
+    verbs: [patch, bind, escalate]
+  - apiGroups: [rbac.authorization.k8s.io]
+    resources: [clusterrolebindings]
+    verbs: [get, create, patch, delete]
+  - apiGroups: [admissionregistration.k8s.io]
+    resources: [validatingadmissionpolicies, validatingadmissionpolicybindings]
+    verbs: [create]
+  - apiGroups: [admissionregistration.k8s.io]
+    resources: [validatingadmissionpolicies, validatingadmissionpolicybindings]
+    resourceNames: [{{ printf "fluidos-go-peer.%s.fluidos.eu" .Release.Namespace }}]
+    verbs: [get, patch]
+  # The policy's parameters are ServiceAccounts: the API server lets only a
+  # writer that may read every ServiceAccount write it.
+  - apiGroups: [""]
+    resources: [serviceaccounts]
+    verbs: [get]
+  {{- end }}
   # service-allocation provider.rs: instantiates a sold ServiceBlueprint in
   # the service's own namespace (server-side apply of the kinds in
   # crates/fluidos-blueprint/src/validate.rs ALLOWED_KINDS, nothing else),
