@@ -20,6 +20,7 @@ pub mod fixtures;
 pub mod go_rear_standin;
 mod kubeconfig;
 pub mod liqo;
+pub mod liqo_gateway;
 mod ports;
 mod process;
 pub mod rabbitmq;

@@ -171,6 +171,38 @@ impl LiqoBinaries {
         provider: &ControlPlane,
         home: &Path,
     ) -> Result<std::process::Output, Error> {
+        // The WireGuard gateways would be pods; nothing runs pods here.
+        self.run_liqoctl_peer(consumer, provider, home, &["--networking-disabled"])
+            .await
+    }
+
+    /// [`LiqoBinaries::liqoctl_peer`] with the networking phase, for Liqos
+    /// started with [`LiqoOptions::networking`] and a
+    /// [`crate::liqo_gateway::GatewayStandIn`] on each side: the server's
+    /// Service is a ClusterIP one (a NodePort would need a Node address of
+    /// the gateway pod's, a LoadBalancer a load balancer).
+    pub async fn liqoctl_peer_with_networking(
+        &self,
+        consumer: &ControlPlane,
+        provider: &ControlPlane,
+        home: &Path,
+    ) -> Result<std::process::Output, Error> {
+        self.run_liqoctl_peer(
+            consumer,
+            provider,
+            home,
+            &["--gw-server-service-type=ClusterIP"],
+        )
+        .await
+    }
+
+    async fn run_liqoctl_peer(
+        &self,
+        consumer: &ControlPlane,
+        provider: &ControlPlane,
+        home: &Path,
+        extra: &[&str],
+    ) -> Result<std::process::Output, Error> {
         let mut command = tokio::process::Command::new(self.liqoctl());
         command
             .arg("peer")
@@ -182,8 +214,7 @@ impl LiqoBinaries {
                 "--remote-kubeconfig={}",
                 provider.kubeconfig_path().display()
             ))
-            // The WireGuard gateways would be pods; nothing runs pods here.
-            .arg("--networking-disabled")
+            .args(extra)
             .arg("--timeout=3m")
             .env("HOME", home)
             .env_remove("KUBECONFIG")
@@ -224,8 +255,11 @@ impl LiqoBinaries {
 pub struct LiqoOptions {
     /// This cluster's Liqo cluster ID (a DNS-1123 label); empty picks a random one.
     pub cluster_id: String,
-    /// Run the networking module. Off by default: its data plane (gateway
-    /// and fabric pods, IPAM) cannot run on a test control plane.
+    /// Run the networking module, with what Liqo's chart installs for it
+    /// ([`crate::liqo_gateway`]). Off by default: its data plane (gateway and
+    /// fabric pods) cannot run on a test control plane; with it on, a
+    /// [`crate::liqo_gateway::GatewayStandIn`] plays the gateway pods, and
+    /// the control plane must run workloads on a kwok node.
     pub networking: bool,
     /// Run Liqo's admission webhooks. On by default: without the VirtualNode
     /// mutating webhook a VirtualNode never gets its virtual-kubelet template.
@@ -349,6 +383,13 @@ impl Liqo {
 
         install_prerequisites(&client, binaries, &cluster_id, opts.webhooks).await?;
         phase("namespace, cluster ID, ClusterRoles", &mut phases);
+        if opts.networking {
+            crate::liqo_gateway::install_network_prerequisites(&client).await?;
+            phase(
+                "networks, gateway templates, liqo-proxy Service",
+                &mut phases,
+            );
+        }
 
         let mut liqo = Liqo {
             processes: Vec::new(),
@@ -375,30 +416,7 @@ impl Liqo {
         }
 
         let health_port = free_port()?;
-        let mut args = vec![
-            format!("--cluster-id={cluster_id}"),
-            format!("--liqo-namespace={LIQO_NAMESPACE}"),
-            format!("--networking-enabled={}", opts.networking),
-            "--authentication-enabled=true".to_owned(),
-            "--offloading-enabled=true".to_owned(),
-            format!("--health-probe-address=127.0.0.1:{health_port}"),
-            // "0" disables the metrics server: nothing scrapes it here.
-            "--metrics-address=0".to_owned(),
-            // Webhooks are served by the `webhook` process and none is
-            // registered here, so nothing binds this; a free port keeps the
-            // shared default 9443 out of the way should that change.
-            format!("--webhook-port={}", free_port()?),
-            // No liqo-proxy runs here to remap the API server's IP.
-            "--enable-api-server-ip-remapping=false".to_owned(),
-            // Otherwise Liqo derives the URL from a control-plane Node's IP
-            // and port 6443; peers must reach this loopback API server.
-            format!(
-                "--api-server-address-override={}",
-                control_plane.server_url()
-            ),
-            format!("--default-node-resources={DEFAULT_NODE_RESOURCES}"),
-        ];
-        args.extend(opts.extra_controller_manager_args.iter().cloned());
+        let args = controller_manager_args(&cluster_id, &opts, health_port, control_plane)?;
         liqo.spawn(
             CONTROLLER_MANAGER,
             &binaries.require(CONTROLLER_MANAGER)?,
@@ -825,6 +843,50 @@ async fn install_prerequisites(
             .await?;
     }
     Ok(())
+}
+
+/// `liqo-controller-manager`'s arguments for this test control plane.
+fn controller_manager_args(
+    cluster_id: &str,
+    opts: &LiqoOptions,
+    health_port: u16,
+    control_plane: &ControlPlane,
+) -> Result<Vec<String>, Error> {
+    let mut args = vec![
+        format!("--cluster-id={cluster_id}"),
+        format!("--liqo-namespace={LIQO_NAMESPACE}"),
+        format!("--networking-enabled={}", opts.networking),
+        "--authentication-enabled=true".to_owned(),
+        "--offloading-enabled=true".to_owned(),
+        format!("--health-probe-address=127.0.0.1:{health_port}"),
+        // "0" disables the metrics server: nothing scrapes it here.
+        "--metrics-address=0".to_owned(),
+        // Webhooks are served by the `webhook` process and none is
+        // registered here, so nothing binds this; a free port keeps the
+        // shared default 9443 out of the way should that change.
+        format!("--webhook-port={}", free_port()?),
+        // No liqo-proxy runs here to remap the API server's IP.
+        "--enable-api-server-ip-remapping=false".to_owned(),
+        // Otherwise Liqo derives the URL from a control-plane Node's IP
+        // and port 6443; peers must reach this loopback API server.
+        format!(
+            "--api-server-address-override={}",
+            control_plane.server_url()
+        ),
+        format!("--default-node-resources={DEFAULT_NODE_RESOURCES}"),
+    ];
+    if opts.networking {
+        // The chart passes these: without them the gateway operators
+        // never see their WireGuard gateways' status change.
+        args.push(
+            "--gateway-server-resources=networking.liqo.io/v1beta1/wggatewayservers".to_owned(),
+        );
+        args.push(
+            "--gateway-client-resources=networking.liqo.io/v1beta1/wggatewayclients".to_owned(),
+        );
+    }
+    args.extend(opts.extra_controller_manager_args.iter().cloned());
+    Ok(args)
 }
 
 /// The Liqo version in the module directory name (`.../liqo@v1.0.0`).
