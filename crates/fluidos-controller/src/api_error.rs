@@ -82,6 +82,11 @@ pub fn is_not_found(e: &kube::Error) -> bool {
     classify(e) == ApiErrorKind::NotFound
 }
 
+/// True for a 403: the caller may not.
+pub fn is_forbidden(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 403)
+}
+
 /// True for a 409 that is not `AlreadyExists`: a write on a stale read.
 pub fn is_conflict(e: &kube::Error) -> bool {
     classify(e) == ApiErrorKind::Conflict

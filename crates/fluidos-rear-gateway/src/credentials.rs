@@ -488,6 +488,12 @@ impl Credentials {
             _ => None,
         };
         if let Some(cluster) = go_cluster {
+            if cluster == provider_liqo_id {
+                // This cluster's own ID names no tenant of it.
+                return Err(CredentialsError::TenantTaken {
+                    namespace: format!("{}{cluster}", go_peering::TENANT_PREFIX),
+                });
+            }
             // Before the account records the claim: a refused claim must
             // leave none behind (the namespace watcher acts on claims).
             self.check_go_claim(buyer_id, cluster).await?;
@@ -589,6 +595,14 @@ impl Credentials {
                 go_peering::CLUSTER_ID_ANNOTATION.to_owned(),
                 cluster.to_owned(),
             );
+            // The first claim's time stays: adoption compares namespaces'
+            // creation with it.
+            let since = self
+                .go_claims()
+                .into_iter()
+                .find(|c| c.account == sa && c.cluster_id == cluster)
+                .map_or_else(|| jiff::Timestamp::now().to_string(), |c| c.claimed_at);
+            annotations.insert(go_peering::CLAIMED_AT_ANNOTATION.to_owned(), since);
         }
         let sa_obj = ServiceAccount {
             metadata: ObjectMeta {
@@ -691,6 +705,15 @@ impl Credentials {
         let taken = || CredentialsError::TenantTaken {
             namespace: ns.to_owned(),
         };
+        // A Go consumer's claim holds the namespace before it exists (it
+        // creates it itself).
+        if self
+            .go_claims()
+            .iter()
+            .any(|c| c.cluster_id == buyer_cluster_id && c.buyer != buyer_id)
+        {
+            return Err(taken());
+        }
         let existing = api
             .get_opt(ns)
             .await
@@ -911,6 +934,15 @@ impl Credentials {
         })
     }
 
+    /// The Go consumers' claims, as the watch of the peer accounts sees them.
+    fn go_claims(&self) -> Vec<go_peering::Claim> {
+        self.accounts
+            .state()
+            .iter()
+            .filter_map(|sa| go_peering::Claim::of(sa))
+            .collect()
+    }
+
     /// Whether `buyer_id`'s account claims `cluster_id` for a Go consumer
     /// (as the watch sees it).
     pub fn has_go_claim(&self, buyer_id: &str, cluster_id: &str) -> bool {
@@ -937,10 +969,8 @@ impl Credentials {
             namespace: ns.clone(),
         };
         let claims: Vec<go_peering::Claim> = self
-            .accounts
-            .state()
-            .iter()
-            .filter_map(|sa| go_peering::Claim::of(sa))
+            .go_claims()
+            .into_iter()
             .filter(|c| c.cluster_id == cluster_id)
             .collect();
         if claims.iter().any(|c| c.buyer != buyer_id) {
@@ -969,7 +999,9 @@ impl Credentials {
             .is_some_and(|v| v == MANAGED_LABEL.1);
         match (managed, buyer) {
             (true, Some(b)) if b == buyer_id => Ok(()),
-            (false, _) if !claims.is_empty() => Ok(()),
+            // Made by this buyer's Go consumer after its earlier claim, and
+            // not adopted yet.
+            (false, _) if claims.iter().any(|c| c.made_after_claim(&existing)) => Ok(()),
             _ => Err(taken()),
         }
     }
@@ -1190,15 +1222,16 @@ impl Credentials {
             {
                 continue;
             }
-            let claims: Vec<go_peering::Claim> = self
-                .accounts
-                .state()
-                .iter()
-                .filter_map(|sa| go_peering::Claim::of(sa))
-                .collect();
+            let claims = self.go_claims();
             let Some(claim) = go_peering::sole_claimant(&claims, cluster) else {
                 continue;
             };
+            if !claim.made_after_claim(&ns) {
+                // Made before the claim (e.g. this node's own tenant
+                // namespace of a provider it buys from): not the buyer's.
+                tracing::warn!(namespace = %name, buyer = %claim.buyer, "a Go consumer claims a Liqo tenant namespace made before its claim; not adopted");
+                continue;
+            }
             match self
                 .adopt_go_namespace(&name, &claim.account, &claim.uid, &claim.buyer)
                 .await
@@ -1318,8 +1351,13 @@ impl Credentials {
                 }
             }
         }
-        if self.cfg.go_peering {
-            self.unbind_go_consumer(&sa, uid).await?;
+        match self.unbind_go_consumer(&sa, uid).await {
+            // With the grant off the gateway may not read ClusterRoleBindings
+            // (the chart grants that only with it on); one made while it was
+            // on is then the operator's to remove (docs/deploy.md).
+            Err(CredentialsError::Kube { source, .. })
+                if !self.cfg.go_peering && api_error::is_forbidden(&source) => {}
+            other => other?,
         }
         let dp = DeleteParams {
             preconditions: Some(Preconditions {

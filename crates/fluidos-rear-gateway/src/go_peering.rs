@@ -56,6 +56,9 @@ pub const LIQO_NAMESPACE: &str = "liqo";
 pub const CLUSTER_ROLE: &str = "fluidos-go-peer";
 /// Role, in [`LIQO_NAMESPACE`], of the Go consumers' reads there.
 pub const LIQO_ROLE: &str = "fluidos-go-peer";
+/// ServiceAccount annotation: when the account first claimed its cluster ID
+/// (RFC 3339). Only a tenant namespace made since is adopted for it.
+pub const CLAIMED_AT_ANNOTATION: &str = "fluidos.eu/go-peer-claimed-at";
 /// ServiceAccount annotation: the Liqo cluster ID whose tenant namespace
 /// the account's Go consumer may create and write in.
 pub const CLUSTER_ID_ANNOTATION: &str = "fluidos.eu/go-peer-cluster-id";
@@ -311,6 +314,22 @@ fn validations(probe: &str) -> Vec<Validation> {
             reason: Some("Forbidden".to_owned()),
             ..Default::default()
         },
+        // Two buyers claiming one cluster ID (a race of two sales): neither
+        // writes there.
+        Validation {
+            expression: format!(
+                "variables.mine \
+                 || !authorizer.group('').resource('namespaces').check('create').allowed() \
+                 || !has(params.metadata.annotations) \
+                 || !('{CLUSTER_ID_ANNOTATION}' in params.metadata.annotations) \
+                 || variables.target != '{TENANT_PREFIX}' + params.metadata.annotations['{CLUSTER_ID_ANNOTATION}']"
+            ),
+            message: Some(
+                "another buyer claims this Liqo tenant namespace on this FLUIDOS provider".to_owned(),
+            ),
+            reason: Some("Forbidden".to_owned()),
+            ..Default::default()
+        },
         Validation {
             expression: "request.resource.resource != 'secrets' || request.operation == 'DELETE' \
                          || !has(object.type) || object.type != 'kubernetes.io/service-account-token'"
@@ -343,6 +362,8 @@ pub struct Claim {
     pub buyer: String,
     /// The Liqo cluster ID it may peer as.
     pub cluster_id: String,
+    /// When it first claimed it (RFC 3339; empty when not recorded).
+    pub claimed_at: String,
 }
 
 impl Claim {
@@ -354,7 +375,24 @@ impl Claim {
             uid: sa.metadata.uid.clone().unwrap_or_default(),
             buyer: annotations.get(BUYER_ANNOTATION)?.clone(),
             cluster_id: annotations.get(CLUSTER_ID_ANNOTATION)?.clone(),
+            claimed_at: annotations
+                .get(CLAIMED_AT_ANNOTATION)
+                .cloned()
+                .unwrap_or_default(),
         })
+    }
+
+    /// Whether `namespace` was made since the claim (to the second, as the
+    /// API server records creation); never when either time is unknown.
+    pub fn made_after_claim(&self, namespace: &k8s_openapi::api::core::v1::Namespace) -> bool {
+        let Ok(claimed) = self.claimed_at.parse::<jiff::Timestamp>() else {
+            return false;
+        };
+        namespace
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .is_some_and(|created| created.0.as_second() >= claimed.as_second())
     }
 }
 
@@ -468,6 +506,7 @@ mod tests {
             uid: "u".into(),
             buyer: account.into(),
             cluster_id: cluster.into(),
+            claimed_at: "2026-12-02T04:00:00Z".into(),
         };
         let claims = [claim("a", "c1"), claim("b", "c2"), claim("c", "c2")];
         assert_eq!(sole_claimant(&claims, "c1").unwrap().account, "a");
@@ -476,6 +515,35 @@ mod tests {
         assert_eq!(cluster_of_namespace("liqo-tenant-c1"), Some("c1"));
         assert_eq!(cluster_of_namespace("liqo-tenant-"), None);
         assert_eq!(cluster_of_namespace("default"), None);
+    }
+
+    #[test]
+    fn only_namespaces_made_since_the_claim_are_the_buyers() {
+        let claim = Claim {
+            account: "fluidos-peer-a".into(),
+            uid: "u".into(),
+            buyer: "a".into(),
+            cluster_id: "c1".into(),
+            claimed_at: "2026-12-02T04:00:00.5Z".into(),
+        };
+        let made = |at: &str| {
+            let mut ns = k8s_openapi::api::core::v1::Namespace::default();
+            ns.metadata.creation_timestamp = Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at.parse().unwrap()),
+            );
+            ns
+        };
+        assert!(
+            claim.made_after_claim(&made("2026-12-02T04:00:00Z")),
+            "same second"
+        );
+        assert!(claim.made_after_claim(&made("2026-12-02T04:01:00Z")));
+        assert!(!claim.made_after_claim(&made("2026-12-02T03:59:59Z")));
+        let unknown = Claim {
+            claimed_at: String::new(),
+            ..claim
+        };
+        assert!(!unknown.made_after_claim(&made("2026-12-02T04:01:00Z")));
     }
 
     #[test]

@@ -80,6 +80,16 @@ fn secret(ns: &str, name: &str, labels: &[(&str, &str)], type_: Option<&str>) ->
     s
 }
 
+/// The Go claim on `buyer`'s account, if any.
+async fn sas_claim(admin: &kube::Client, ns: &str, buyer: &str) -> Option<String> {
+    Api::<ServiceAccount>::namespaced(admin.clone(), ns)
+        .get_opt(&format!("fluidos-peer-{buyer}"))
+        .await
+        .unwrap()
+        .and_then(|sa| sa.metadata.annotations)
+        .and_then(|a| a.get("fluidos.eu/go-peer-cluster-id").cloned())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_go_consumer_peers_in_its_own_tenant_namespace_and_nowhere_else() {
     let Some(liqo_crds) = fluidos_testenv::shared_reference_dir()
@@ -319,9 +329,15 @@ async fn a_go_consumer_peers_in_its_own_tenant_namespace_and_nowhere_else() {
     assert_eq!(by_label.items.len(), 1);
 
     // ---- Nothing outside its own tenant namespace.
+    // Refused by the policy (its name in the answer), not by RBAC.
     let refused_by_policy = |r: Result<(), kube::Error>, what: &str| {
         let e = r.expect_err(what);
         assert_eq!(code(&e), 403, "{what}: {e}");
+        assert!(
+            e.to_string()
+                .contains(&format!("fluidos-go-peer.{ns}.fluidos.eu")),
+            "{what}: refused by the Go peers' policy, not {e}"
+        );
     };
     refused_by_policy(
         Api::<Namespace>::all(peer.clone())
@@ -418,6 +434,29 @@ async fn a_go_consumer_peers_in_its_own_tenant_namespace_and_nowhere_else() {
         assert!(
             !allowed(&admin, &user, verb, group, resource, namespace).await,
             "{verb} {group}/{resource} in {namespace:?} must be refused"
+        );
+    }
+
+    // ---- Another Go buyer may not claim that cluster ID, nor any buyer
+    // this provider's own.
+    for (buyer, cluster) in [("gonode2", CLUSTER), ("gonode3", PROVIDER_LIQO)] {
+        let mut body = k8s_reserve("f", buyer, "1", "1Gi", "1");
+        body["buyerID"]["additionalInformation"]["liqoID"] = cluster.into();
+        let (s, answer) = post(&c, &gw.url("/api/v2/reservations"), &body).await;
+        assert_eq!(s, 200, "{answer}");
+        let tx: serde_json::Value = serde_json::from_str(&answer).unwrap();
+        let tx = tx["transactionID"].as_str().unwrap().to_owned();
+        let (s, answer) = post(
+            &c,
+            &gw.url(&format!("/api/v2/transactions/{tx}/purchase")),
+            &serde_json::json!({}),
+        )
+        .await;
+        assert_eq!(s, 409, "{buyer} claiming {cluster}: {answer}");
+        assert!(answer.contains("belongs to another peer"), "{answer}");
+        assert!(
+            sas_claim(&admin, ns, buyer).await.is_none(),
+            "a refused claim leaves none behind"
         );
     }
 
