@@ -97,7 +97,7 @@ fn chart_lints_and_renders_with_default_values() {
     assert_eq!(
         kinds.join(" "),
         "ClusterRole=4 ClusterRoleBinding=4 ConfigMap=1 Deployment=4 Role=12 RoleBinding=12 \
-         Service=1 ServiceAccount=4 ValidatingAdmissionPolicy=1 ValidatingAdmissionPolicyBinding=1",
+         Service=1 ServiceAccount=4 ValidatingAdmissionPolicy=2 ValidatingAdmissionPolicyBinding=2",
         "objects rendered with the default values"
     );
     for component in COMPONENTS {
@@ -324,6 +324,39 @@ fn render_with(bin: &std::path::Path, node_id: &str, rear_port: u16, extra: &[&s
     .chain(extra.iter().map(|s| (*s).to_owned()))
     .collect();
     helm::template(bin, &sets, &[])
+}
+
+/// A client acting with the peering kubeconfig the provider holds for the
+/// Contract whose buyer's tenant namespace is `tenant` (its token, against
+/// the API server itself).
+async fn peer_client_of_contract(provider: &ControlPlane, tenant: &str) -> kube::Client {
+    let cluster = tenant.trim_start_matches("liqo-tenant-");
+    let contracts = Api::<fluidos_api::Contract>::namespaced(provider.client(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let contract = contracts
+        .items
+        .iter()
+        .find(|c| c.spec.buyer_cluster_id == cluster)
+        .unwrap();
+    let name = format!(
+        "peering-credentials-{}",
+        contract.metadata.name.as_deref().unwrap()
+    );
+    let secret = Api::<Secret>::namespaced(provider.client(), NS)
+        .get(&name)
+        .await
+        .unwrap();
+    let yaml = &secret.data.unwrap()["kubeconfig"].0;
+    let handed_out =
+        kube::config::Kubeconfig::from_yaml(std::str::from_utf8(yaml).unwrap()).unwrap();
+    let mut config =
+        kube::Config::from_custom_kubeconfig(provider.kubeconfig().clone(), &Default::default())
+            .await
+            .unwrap();
+    config.auth_info = handed_out.auth_infos[0].auth_info.clone().unwrap();
+    kube::Client::try_from(config).unwrap()
 }
 
 /// Installs the chart's objects (dry run first) on `cp`.
@@ -574,6 +607,28 @@ async fn chart_rbac_suffices_for_a_full_sale_and_refuses_the_rest() {
         .get("fluidos-peer")
         .await
         .unwrap_or_else(|e| panic!("no peer Role in {tenant}: {e}\n{}", gateway.node.log()));
+
+    // The buyer's kubeconfig may make Secrets in its tenant namespace, but
+    // not a ServiceAccount token there (the chart's token guard).
+    let peer = peer_client_of_contract(&provider, tenant).await;
+    let mut token = Secret::default();
+    token.metadata.name = Some("token".into());
+    token.type_ = Some("kubernetes.io/service-account-token".into());
+    token.metadata.annotations = Some(
+        [(
+            "kubernetes.io/service-account.name".to_owned(),
+            "default".to_owned(),
+        )]
+        .into(),
+    );
+    let err = Api::<Secret>::namespaced(peer, tenant)
+        .create(&PostParams::default(), &token)
+        .await
+        .expect_err("a ServiceAccount-token Secret made by a peer");
+    assert!(
+        err.to_string().contains("fluidos-peer-token-guard"),
+        "refused by the token guard, not {err}"
+    );
 
     // A Service sale, delivered without Liqo (namespace, blueprint objects,
     // credentials Secret on both sides).
