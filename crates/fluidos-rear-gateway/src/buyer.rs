@@ -132,6 +132,15 @@ impl SaleOwner {
         }
     }
 
+    /// Who peering credentials issued to this owner belong to
+    /// ([`crate::credentials::OWNER_ANNOTATION`]).
+    pub(crate) fn credentials_owner(self) -> String {
+        match self {
+            SaleOwner::Key(fp) => fp.to_string(),
+            SaleOwner::Unauthenticated => crate::credentials::PLAIN_HTTP_OWNER.to_owned(),
+        }
+    }
+
     /// How the owner is named in logs and in the per-buyer hold cap.
     pub(crate) fn describe(self) -> String {
         match self {

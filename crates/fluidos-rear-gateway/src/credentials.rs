@@ -47,6 +47,13 @@ pub const MANAGED_LABEL: (&str, &str) = ("app.kubernetes.io/managed-by", "fluido
 /// ServiceAccount annotation naming the buyer it was issued for (names may
 /// be hashed, so the buyer cannot always be read back from the name).
 pub const BUYER_ANNOTATION: &str = crate::labels::BUYER;
+/// ServiceAccount annotation: the peer its credentials belong to, the key
+/// fingerprint of a TLS buyer or [`PLAIN_HTTP_OWNER`]. A buyer ID is the
+/// buyer's word: without this, a peer naming another's buyer ID would be
+/// handed that buyer's token.
+pub const OWNER_ANNOTATION: &str = "fluidos.eu/buyer-owner";
+/// [`OWNER_ANNOTATION`] of accounts bought over plain HTTP.
+pub const PLAIN_HTTP_OWNER: &str = "plain-http";
 /// RoleBinding annotation: the UID of the ServiceAccount it was made for. A
 /// binding of an earlier account of the same name (revoked since) does not
 /// count as a grant of the new one.
@@ -106,6 +113,15 @@ pub enum CredentialsError {
         "the Go consumers' peering grant is not in place yet on this provider (its admission policy is being applied); retry later"
     )]
     GoPeeringGuardNotReady,
+    /// The buyer ID's credentials belong to another peer (another key, or
+    /// plain HTTP against a key).
+    #[error(
+        "buyer ID {buyer} holds peering credentials of another peer on this provider (a buyer ID stays with the first key, or plain HTTP, that bought with it); use your own node ID"
+    )]
+    OwnerMismatch {
+        /// The buyer ID.
+        buyer: String,
+    },
 }
 
 /// What a K8Slice sale grants the buyer in Liqo's objects on this cluster.
@@ -159,9 +175,10 @@ struct Cached {
     sa_uid: String,
 }
 
-/// Key of a cached kubeconfig: the buyer and the provider identity it names.
-fn cache_key(buyer_id: &str, provider_liqo_id: &str) -> String {
-    format!("{buyer_id}\u{0}{provider_liqo_id}")
+/// Key of a cached kubeconfig: the buyer, the peer it belongs to and the
+/// provider identity it names.
+fn cache_key(buyer_id: &str, owner: &str, provider_liqo_id: &str) -> String {
+    format!("{buyer_id}\u{0}{owner}\u{0}{provider_liqo_id}")
 }
 
 /// Issues (and caches) per-buyer kubeconfigs.
@@ -469,9 +486,11 @@ impl Credentials {
     pub async fn issue(
         &self,
         buyer_id: &str,
+        owner: &str,
         provider_liqo_id: &str,
         grant: Option<PeeringGrant<'_>>,
     ) -> Result<String, CredentialsError> {
+        self.check_owner(buyer_id, owner).await?;
         let grant = match grant {
             Some(PeeringGrant::GoConsumer(cluster)) if !valid_cluster_id(cluster) => {
                 tracing::warn!(
@@ -513,20 +532,20 @@ impl Credentials {
         // A Go consumer's account must carry its claim, so it is applied
         // at every such sale, cached token or not.
         if go_cluster.is_none()
-            && let Some((b64, sa_uid)) = self.cached(buyer_id, provider_liqo_id).await
+            && let Some((b64, sa_uid)) = self.cached(buyer_id, owner, provider_liqo_id).await
         {
             apply_grant(sa_uid).await?;
             return Ok(b64);
         }
         let sa_uid = self
-            .ensure_rbac(&service_account_name(buyer_id), buyer_id, go_cluster)
+            .ensure_rbac(&service_account_name(buyer_id), buyer_id, owner, go_cluster)
             .await?;
-        if let Some((b64, _)) = self.cached(buyer_id, provider_liqo_id).await {
+        if let Some((b64, _)) = self.cached(buyer_id, owner, provider_liqo_id).await {
             apply_grant(sa_uid).await?;
             return Ok(b64);
         }
         let (b64, ()) = tokio::try_join!(
-            self.mint(buyer_id, provider_liqo_id, &sa_uid),
+            self.mint(buyer_id, owner, provider_liqo_id, &sa_uid),
             apply_grant(sa_uid.clone())
         )?;
         Ok(b64)
@@ -534,8 +553,13 @@ impl Credentials {
 
     /// The cached kubeconfig and account UID for `buyer_id`, while fresh and
     /// its account still exists.
-    async fn cached(&self, buyer_id: &str, provider_liqo_id: &str) -> Option<(String, String)> {
-        let key = cache_key(buyer_id, provider_liqo_id);
+    async fn cached(
+        &self,
+        buyer_id: &str,
+        owner: &str,
+        provider_liqo_id: &str,
+    ) -> Option<(String, String)> {
+        let key = cache_key(buyer_id, owner, provider_liqo_id);
         let sa = service_account_name(buyer_id);
         let cache = self.cache.lock().await;
         let c = cache.get(&key)?;
@@ -549,6 +573,7 @@ impl Credentials {
     async fn mint(
         &self,
         buyer_id: &str,
+        owner: &str,
         provider_liqo_id: &str,
         sa_uid: &str,
     ) -> Result<String, CredentialsError> {
@@ -565,7 +590,7 @@ impl Credentials {
         )?;
         let b64 = base64::engine::general_purpose::STANDARD.encode(yaml.as_bytes());
         self.cache.lock().await.insert(
-            cache_key(buyer_id, provider_liqo_id),
+            cache_key(buyer_id, owner, provider_liqo_id),
             Cached {
                 kubeconfig_b64: b64.clone(),
                 refresh_at: issued + reuse,
@@ -585,11 +610,15 @@ impl Credentials {
         &self,
         sa: &str,
         buyer_id: &str,
+        owner: &str,
         go_cluster: Option<&str>,
     ) -> Result<String, CredentialsError> {
         let pp = PatchParams::apply(FIELD_MANAGER).force();
-        let mut annotations: std::collections::BTreeMap<String, String> =
-            [(BUYER_ANNOTATION.to_owned(), buyer_id.to_owned())].into();
+        let mut annotations: std::collections::BTreeMap<String, String> = [
+            (BUYER_ANNOTATION.to_owned(), buyer_id.to_owned()),
+            (OWNER_ANNOTATION.to_owned(), owner.to_owned()),
+        ]
+        .into();
         if let Some(cluster) = go_cluster {
             annotations.insert(
                 go_peering::CLUSTER_ID_ANNOTATION.to_owned(),
@@ -932,6 +961,37 @@ impl Credentials {
             },
             source,
         })
+    }
+
+    /// Refuses `owner` credentials of `buyer_id` when its account belongs to
+    /// another peer. Read from the API server when the watch has not seen
+    /// the account (a replica may have made it just now); an account of an
+    /// earlier version, without an owner, goes to the first peer that asks.
+    async fn check_owner(&self, buyer_id: &str, owner: &str) -> Result<(), CredentialsError> {
+        let sa = service_account_name(buyer_id);
+        let seen = self
+            .accounts
+            .get(&ObjectRef::new(&sa).within(&self.cfg.namespace))
+            .map(|a| (*a).clone());
+        let account = match seen {
+            Some(a) => Some(a),
+            None => Api::<ServiceAccount>::namespaced(self.client.clone(), &self.cfg.namespace)
+                .get_opt(&sa)
+                .await
+                .map_err(|source| CredentialsError::Kube {
+                    step: "reading the peer ServiceAccount",
+                    source,
+                })?,
+        };
+        match account
+            .as_ref()
+            .and_then(|a| a.annotations().get(OWNER_ANNOTATION))
+        {
+            Some(recorded) if recorded != owner => Err(CredentialsError::OwnerMismatch {
+                buyer: buyer_id.to_owned(),
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// The Go consumers' claims, as the watch of the peer accounts sees them.

@@ -176,6 +176,9 @@ impl From<CredentialsError> for ApiError {
         if let CredentialsError::GoPeeringGuardNotReady = e {
             return ApiError::unavailable(e.to_string());
         }
+        if let CredentialsError::OwnerMismatch { .. } = e {
+            return ApiError::new(axum::http::StatusCode::FORBIDDEN, e.to_string());
+        }
         tracing::warn!(error = %e, "peering credentials");
         match &e {
             // The API server's text stays in the log (see `ApiError::kube`).

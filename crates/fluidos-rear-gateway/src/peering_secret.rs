@@ -121,7 +121,13 @@ impl State {
                 PeeringGrant::TenantNamespace(cluster)
             }
         });
-        Ok(self.credentials.issue(buyer_id, liqo_id, grant).await?)
+        let owner = crate::buyer::SaleOwner::recorded(contract.annotations()).ok_or_else(|| {
+            ApiError::internal("the Contract's buyer key annotation is not a key fingerprint")
+        })?;
+        Ok(self
+            .credentials
+            .issue(buyer_id, &owner.credentials_owner(), liqo_id, grant)
+            .await?)
     }
 
     /// Creates `contract`'s credentials Secret with `kubeconfig_b64`, or, if

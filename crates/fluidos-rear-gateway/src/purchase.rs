@@ -238,7 +238,7 @@ impl State {
 
         let buyer_id = tx.spec.buyer.node_id.clone();
         let kubeconfig = self
-            .credentials_for(&flavor, &tx, &liqo_id, go_consumer)
+            .credentials_for(&flavor, &tx, &liqo_id, caller, go_consumer)
             .await?;
 
         let id = tx_id.to_owned();
@@ -342,6 +342,7 @@ impl State {
         flavor: &Flavor,
         tx: &Transaction,
         liqo_id: &str,
+        owner: SaleOwner,
         go_consumer: bool,
     ) -> Result<String, ApiError> {
         let k8slice = flavor.spec.flavor_type.identifier()
@@ -354,7 +355,12 @@ impl State {
         };
         Ok(self
             .credentials
-            .issue(&tx.spec.buyer.node_id, liqo_id, grant)
+            .issue(
+                &tx.spec.buyer.node_id,
+                &owner.credentials_owner(),
+                liqo_id,
+                grant,
+            )
             .await?)
     }
 

@@ -353,5 +353,28 @@ async fn plain_http_sales_for_listed_addresses_stay_plain() {
         .await
         .unwrap();
     assert_eq!(contract.transaction_id, tx.transaction_id);
+    // Alice buys hers; a plain-HTTP caller stating Alice's buyer ID may
+    // reserve and buy, but is not handed Alice's peering credentials.
+    let alices = client(Some(&alice))
+        .purchase(&pinned, &keyed.transaction_id, &PurchaseRequest::default())
+        .await
+        .unwrap();
+    assert!(!alices.peering_target_credentials.kubeconfig.is_empty());
+    let posing = go
+        .reserve(
+            &plain,
+            &reserve_request("fluidos.eu-k8slice-aaaa", "alice", "1"),
+        )
+        .await
+        .unwrap();
+    let (code, text) = status(
+        go.purchase(&plain, &posing.transaction_id, &PurchaseRequest::default())
+            .await,
+    );
+    assert_eq!(code, 403, "{text}");
+    assert!(
+        text.contains("holds peering credentials of another peer"),
+        "{text}"
+    );
     served.shutdown().await;
 }
