@@ -888,7 +888,6 @@ impl Credentials {
         sa_uid: &str,
         buyer_id: &str,
     ) -> Result<(), CredentialsError> {
-        let pp = PatchParams::apply(FIELD_MANAGER).force();
         let metadata = ObjectMeta {
             name: Some(sa.to_owned()),
             namespace: namespace.map(str::to_owned),
@@ -920,18 +919,13 @@ impl Credentials {
                     role_ref,
                     subjects,
                 };
-                Api::<RoleBinding>::namespaced(self.client.clone(), ns)
-                    .patch(
-                        sa,
-                        &pp,
-                        &Patch::Apply(with_type(
-                            &binding,
-                            "rbac.authorization.k8s.io/v1",
-                            "RoleBinding",
-                        )),
-                    )
-                    .await
-                    .map(|_| ())
+                apply_rbac(
+                    Api::namespaced(self.client.clone(), ns),
+                    sa,
+                    &binding,
+                    "RoleBinding",
+                )
+                .await
             }
             None => {
                 let binding = ClusterRoleBinding {
@@ -939,18 +933,13 @@ impl Credentials {
                     role_ref,
                     subjects,
                 };
-                Api::<ClusterRoleBinding>::all(self.client.clone())
-                    .patch(
-                        sa,
-                        &pp,
-                        &Patch::Apply(with_type(
-                            &binding,
-                            "rbac.authorization.k8s.io/v1",
-                            "ClusterRoleBinding",
-                        )),
-                    )
-                    .await
-                    .map(|_| ())
+                apply_rbac(
+                    Api::all(self.client.clone()),
+                    sa,
+                    &binding,
+                    "ClusterRoleBinding",
+                )
+                .await
             }
         };
         applied.map_err(|source| CredentialsError::Kube {
@@ -1174,23 +1163,22 @@ impl Credentials {
         )
         .await
         .map_err(kube("applying the Go peers' admission policy binding"))?;
-        let rbac = "rbac.authorization.k8s.io/v1";
-        Api::<ClusterRole>::all(self.client.clone())
-            .patch(
-                go_peering::CLUSTER_ROLE,
-                &pp,
-                &Patch::Apply(with_type(&go_peering::cluster_role(), rbac, "ClusterRole")),
-            )
-            .await
-            .map_err(kube("applying the Go peers' ClusterRole"))?;
-        Api::<Role>::namespaced(self.client.clone(), go_peering::LIQO_NAMESPACE)
-            .patch(
-                go_peering::LIQO_ROLE,
-                &pp,
-                &Patch::Apply(with_type(&go_peering::liqo_role(), rbac, "Role")),
-            )
-            .await
-            .map_err(kube("applying the Go peers' Role in Liqo's namespace"))?;
+        apply_rbac(
+            Api::<ClusterRole>::all(self.client.clone()),
+            go_peering::CLUSTER_ROLE,
+            &go_peering::cluster_role(),
+            "ClusterRole",
+        )
+        .await
+        .map_err(kube("applying the Go peers' ClusterRole"))?;
+        apply_rbac(
+            Api::<Role>::namespaced(self.client.clone(), go_peering::LIQO_NAMESPACE),
+            go_peering::LIQO_ROLE,
+            &go_peering::liqo_role(),
+            "Role",
+        )
+        .await
+        .map_err(kube("applying the Go peers' Role in Liqo's namespace"))?;
         self.wait_go_guard_enforced().await
     }
 
@@ -1447,6 +1435,20 @@ impl Credentials {
             .retain(|k, _| !k.starts_with(&prefix));
         Ok(true)
     }
+}
+
+/// Server-side applies the RBAC object `obj` of `kind`, named `name`.
+async fn apply_rbac<K>(api: Api<K>, name: &str, obj: &K, kind: &str) -> Result<(), kube::Error>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + serde::Serialize,
+{
+    api.patch(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(with_type(obj, "rbac.authorization.k8s.io/v1", kind)),
+    )
+    .await
+    .map(|_| ())
 }
 
 /// The part of a TokenRequest answer's `status` this gateway reads; both
