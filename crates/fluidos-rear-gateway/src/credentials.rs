@@ -116,7 +116,7 @@ pub enum CredentialsError {
     /// The buyer ID's credentials belong to another peer (another key, or
     /// plain HTTP against a key).
     #[error(
-        "buyer ID {buyer} holds peering credentials of another peer on this provider (a buyer ID stays with the first key, or plain HTTP, that bought with it); use your own node ID"
+        "buyer ID {buyer} holds peering credentials of another peer on this provider (a buyer ID stays with the first key, or plain HTTP, that bought with it, until its last Contract ends); use your own node ID"
     )]
     OwnerMismatch {
         /// The buyer ID.
@@ -601,9 +601,8 @@ impl Credentials {
     }
 
     /// Server-side applies the ServiceAccount, with `go_cluster` the Liqo
-    /// cluster ID its Go consumer may peer as (without, any such claim is
-    /// removed, and the admission policy then refuses every write of a
-    /// remaining Go grant), and, in the compatibility namespace if one is
+    /// cluster ID its Go consumer may peer as (without, a claim it has stays),
+    /// and, in the compatibility namespace if one is
     /// configured, the peer Role and the buyer's RoleBinding; returns the
     /// ServiceAccount's UID.
     async fn ensure_rbac(
@@ -619,18 +618,19 @@ impl Credentials {
             (OWNER_ANNOTATION.to_owned(), owner.to_owned()),
         ]
         .into();
-        if let Some(cluster) = go_cluster {
-            annotations.insert(
-                go_peering::CLUSTER_ID_ANNOTATION.to_owned(),
-                cluster.to_owned(),
-            );
-            // The first claim's time stays: adoption compares namespaces'
-            // creation with it.
-            let since = self
-                .go_claims()
-                .into_iter()
-                .find(|c| c.account == sa && c.cluster_id == cluster)
-                .map_or_else(|| jiff::Timestamp::now().to_string(), |c| c.claimed_at);
+        // A claim stays with the account until it is revoked: a sale of
+        // another kind (a service) to the same Go consumer keeps it, as does
+        // its first time, with which adoption compares namespaces' creation.
+        let current = self.go_claims().into_iter().find(|c| c.account == sa);
+        let claim = match (go_cluster, current) {
+            (Some(cluster), Some(c)) if c.cluster_id == cluster && !c.claimed_at.is_empty() => {
+                Some((c.cluster_id, c.claimed_at))
+            }
+            (Some(cluster), _) => Some((cluster.to_owned(), jiff::Timestamp::now().to_string())),
+            (None, current) => current.map(|c| (c.cluster_id, c.claimed_at)),
+        };
+        if let Some((cluster, since)) = claim {
+            annotations.insert(go_peering::CLUSTER_ID_ANNOTATION.to_owned(), cluster);
             annotations.insert(go_peering::CLAIMED_AT_ANNOTATION.to_owned(), since);
         }
         let sa_obj = ServiceAccount {

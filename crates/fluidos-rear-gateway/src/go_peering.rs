@@ -59,6 +59,10 @@ pub const LIQO_ROLE: &str = "fluidos-go-peer";
 /// ServiceAccount annotation: when the account first claimed its cluster ID
 /// (RFC 3339). Only a tenant namespace made since is adopted for it.
 pub const CLAIMED_AT_ANNOTATION: &str = "fluidos.eu/go-peer-claimed-at";
+/// Seconds a namespace may seem to predate its claim and still be the
+/// claimant's: the claim is dated by the gateway's clock, the namespace by
+/// the API server's.
+pub const CLOCK_SKEW: i64 = 5;
 /// ServiceAccount annotation: the Liqo cluster ID whose tenant namespace
 /// the account's Go consumer may create and write in.
 pub const CLUSTER_ID_ANNOTATION: &str = "fluidos.eu/go-peer-cluster-id";
@@ -383,7 +387,9 @@ impl Claim {
     }
 
     /// Whether `namespace` was made since the claim (to the second, as the
-    /// API server records creation); never when either time is unknown.
+    /// API server records creation, and allowing [`CLOCK_SKEW`] between the
+    /// gateway's clock, which dates the claim, and the API server's); never
+    /// when either time is unknown.
     pub fn made_after_claim(&self, namespace: &k8s_openapi::api::core::v1::Namespace) -> bool {
         let Ok(claimed) = self.claimed_at.parse::<jiff::Timestamp>() else {
             return false;
@@ -392,7 +398,7 @@ impl Claim {
             .metadata
             .creation_timestamp
             .as_ref()
-            .is_some_and(|created| created.0.as_second() >= claimed.as_second())
+            .is_some_and(|created| created.0.as_second() >= claimed.as_second() - CLOCK_SKEW)
     }
 }
 
@@ -538,7 +544,11 @@ mod tests {
             "same second"
         );
         assert!(claim.made_after_claim(&made("2026-12-02T04:01:00Z")));
-        assert!(!claim.made_after_claim(&made("2026-12-02T03:59:59Z")));
+        assert!(
+            claim.made_after_claim(&made("2026-12-02T03:59:56Z")),
+            "clock skew"
+        );
+        assert!(!claim.made_after_claim(&made("2026-12-02T03:59:54Z")));
         let unknown = Claim {
             claimed_at: String::new(),
             ..claim

@@ -389,6 +389,21 @@ impl Drop for Slot<'_> {
     }
 }
 
+/// `hold`, ending `slot` as soon as the hold is on the ledger: the cap
+/// counts this process's newest ledgers, where the slot would count it a
+/// second time (under load, concurrent reserves of one buyer were refused
+/// below the cap).
+async fn ending_slot_when_held<E>(
+    hold: impl Future<Output = Result<Outcome, E>>,
+    slot: &mut Option<Slot<'_>>,
+) -> Result<Outcome, E> {
+    let outcome = hold.await;
+    if matches!(outcome, Ok(Outcome::Held)) {
+        *slot = None;
+    }
+    outcome
+}
+
 /// Decides a new hold on the current ledger: the entry to append, or an error.
 fn take(
     f: &Flavor,
@@ -562,6 +577,7 @@ impl State {
                 });
                 Ok(Decision::Write(Outcome::Held))
             });
+            let hold = ending_slot_when_held(hold, &mut slot);
             // Both writes at once: one API round trip of latency instead of two.
             // A hold may thus briefly exist before its Transaction; `refresh`
             // waits for it before calling a hold an orphan.
