@@ -719,18 +719,7 @@ impl Credentials {
     ) -> Result<(), CredentialsError> {
         use k8s_openapi::api::core::v1::Namespace;
         let api = Api::<Namespace>::all(self.client.clone());
-        let ours = |n: &Namespace| {
-            n.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(BUYER_ANNOTATION))
-                .is_some_and(|b| b == buyer_id)
-                && n.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(MANAGED_LABEL.0))
-                    .is_some_and(|v| v == MANAGED_LABEL.1)
-        };
+        let ours = |n: &Namespace| namespace_buyer(n) == Some(buyer_id);
         let taken = || CredentialsError::TenantTaken {
             namespace: ns.to_owned(),
         };
@@ -743,13 +732,7 @@ impl Credentials {
         {
             return Err(taken());
         }
-        let existing = api
-            .get_opt(ns)
-            .await
-            .map_err(|source| CredentialsError::Kube {
-                step: "reading the buyer's Liqo tenant namespace",
-                source,
-            })?;
+        let existing = self.read_tenant_namespace(ns).await?;
         if let Some(existing) = existing {
             return if ours(&existing) {
                 Ok(())
@@ -783,13 +766,7 @@ impl Credentials {
             Ok(_) => Ok(()),
             // Made concurrently: ours only if by the same buyer.
             Err(kube::Error::Api(e)) if e.code == 409 => {
-                let existing = api
-                    .get_opt(ns)
-                    .await
-                    .map_err(|source| CredentialsError::Kube {
-                        step: "reading the buyer's Liqo tenant namespace",
-                        source,
-                    })?;
+                let existing = self.read_tenant_namespace(ns).await?;
                 if existing.as_ref().is_some_and(ours) {
                     Ok(())
                 } else {
@@ -992,6 +969,20 @@ impl Credentials {
             .collect()
     }
 
+    /// The Liqo tenant namespace `ns`, if it exists.
+    async fn read_tenant_namespace(
+        &self,
+        ns: &str,
+    ) -> Result<Option<k8s_openapi::api::core::v1::Namespace>, CredentialsError> {
+        Api::<k8s_openapi::api::core::v1::Namespace>::all(self.client.clone())
+            .get_opt(ns)
+            .await
+            .map_err(|source| CredentialsError::Kube {
+                step: "reading the buyer's Liqo tenant namespace",
+                source,
+            })
+    }
+
     /// Whether `buyer_id`'s account claims `cluster_id` for a Go consumer
     /// (as the watch sees it).
     pub fn has_go_claim(&self, buyer_id: &str, cluster_id: &str) -> bool {
@@ -1012,7 +1003,6 @@ impl Credentials {
         buyer_id: &str,
         cluster_id: &str,
     ) -> Result<(), CredentialsError> {
-        use k8s_openapi::api::core::v1::Namespace;
         let ns = format!("{}{cluster_id}", go_peering::TENANT_PREFIX);
         let taken = || CredentialsError::TenantTaken {
             namespace: ns.clone(),
@@ -1025,32 +1015,15 @@ impl Credentials {
         if claims.iter().any(|c| c.buyer != buyer_id) {
             return Err(taken());
         }
-        let existing = Api::<Namespace>::all(self.client.clone())
-            .get_opt(&ns)
-            .await
-            .map_err(|source| CredentialsError::Kube {
-                step: "reading the buyer's Liqo tenant namespace",
-                source,
-            })?;
+        let existing = self.read_tenant_namespace(&ns).await?;
         let Some(existing) = existing else {
             return Ok(());
         };
-        let buyer = existing
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(BUYER_ANNOTATION));
-        let managed = existing
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(MANAGED_LABEL.0))
-            .is_some_and(|v| v == MANAGED_LABEL.1);
-        match (managed, buyer) {
-            (true, Some(b)) if b == buyer_id => Ok(()),
+        match namespace_buyer(&existing) {
+            Some(b) if b == buyer_id => Ok(()),
             // Made by this buyer's Go consumer after its earlier claim, and
             // not adopted yet.
-            (false, _) if claims.iter().any(|c| c.made_after_claim(&existing)) => Ok(()),
+            None if claims.iter().any(|c| c.made_after_claim(&existing)) => Ok(()),
             _ => Err(taken()),
         }
     }
@@ -1093,14 +1066,7 @@ impl Credentials {
         )
         .await?;
         let ns = format!("{}{cluster_id}", go_peering::TENANT_PREFIX);
-        let exists = Api::<k8s_openapi::api::core::v1::Namespace>::all(self.client.clone())
-            .get_opt(&ns)
-            .await
-            .map_err(|source| CredentialsError::Kube {
-                step: "reading the buyer's Liqo tenant namespace",
-                source,
-            })?
-            .is_some();
+        let exists = self.read_tenant_namespace(&ns).await?.is_some();
         if exists {
             self.adopt_go_namespace(&ns, &sa, sa_uid, buyer_id).await?;
         }
@@ -1437,6 +1403,21 @@ impl Credentials {
     }
 }
 
+/// The buyer this gateway made (or adopted) the namespace `ns` for: its
+/// label and buyer annotation; `None` for a namespace it does not manage.
+pub fn namespace_buyer(ns: &k8s_openapi::api::core::v1::Namespace) -> Option<&str> {
+    let managed = ns
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(MANAGED_LABEL.0))
+        .is_some_and(|v| v == MANAGED_LABEL.1);
+    managed
+        .then(|| ns.metadata.annotations.as_ref()?.get(BUYER_ANNOTATION))
+        .flatten()
+        .map(String::as_str)
+}
+
 /// Server-side applies the RBAC object `obj` of `kind`, named `name`.
 async fn apply_rbac<K>(api: Api<K>, name: &str, obj: &K, kind: &str) -> Result<(), kube::Error>
 where
@@ -1497,6 +1478,33 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    #[test]
+    fn a_namespace_is_a_buyers_only_with_this_gateways_label_and_annotation() {
+        let ns = |labels: &[(&str, &str)], buyer: Option<&str>| {
+            let mut n = k8s_openapi::api::core::v1::Namespace::default();
+            n.metadata.labels = Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            );
+            n.metadata.annotations =
+                buyer.map(|b| [(BUYER_ANNOTATION.to_owned(), b.to_owned())].into());
+            n
+        };
+        assert_eq!(namespace_buyer(&ns(&[MANAGED_LABEL], Some("a"))), Some("a"));
+        assert_eq!(
+            namespace_buyer(&ns(&[], Some("a"))),
+            None,
+            "not managed here"
+        );
+        assert_eq!(
+            namespace_buyer(&ns(&[(MANAGED_LABEL.0, "someone-else")], Some("a"))),
+            None
+        );
+        assert_eq!(namespace_buyer(&ns(&[MANAGED_LABEL], None)), None);
+    }
 
     #[test]
     fn service_account_names_are_valid_and_distinct() {
