@@ -5,7 +5,10 @@
 //! Each run buys a fresh flavor (the provider has one worker per run) and is
 //! unpeered afterwards (its Solver deleted, waited until nothing of it is
 //! left), so every run authenticates from scratch. `FLUIDOS_BENCH_RUNS` sets
-//! the number of runs (default 10). The virtual-kubelet pod is played by its
+//! the number of runs (default 10); `FLUIDOS_BENCH_NETWORKING=1` runs Liqo's
+//! networking module and the consumer's networking phase (`--liqo-networking`,
+//! the gateway pods played by the testenv's stand-in), counted in the
+//! authentication phase. The virtual-kubelet pod is played by its
 //! stand-in, the real binary started as a process; its start is counted.
 //! Skips, saying why, without the Liqo and control-plane binaries or
 //! `../shared/reference`.
@@ -40,9 +43,9 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 }
 
 #[expect(clippy::too_many_lines, reason = "setup, then the runs, in order")]
-async fn bench(runs: usize) {
+async fn bench(runs: usize, networking: bool) {
     let setup = Instant::now();
-    let (stage, mut c_liqo, mut p_liqo) = TwoClusters::start(runs).await;
+    let (stage, mut c_liqo, mut p_liqo) = TwoClusters::start_with(runs, networking).await;
     let provider_node = stage.provider_node();
     let consumer_node = stage.consumer_node();
     stage
@@ -51,7 +54,12 @@ async fn bench(runs: usize) {
     let nodes = [&provider_node, &consumer_node];
     let (provider, consumer) = (&stage.provider, &stage.consumer);
     println!(
-        "peering bench: {runs} runs, real Liqo v1.0.0 (networking off), setup {:.1?}",
+        "peering bench: {runs} runs, real Liqo v1.0.0 (networking {}), setup {:.1?}",
+        if networking {
+            "on: the auth phase includes it"
+        } else {
+            "off"
+        },
         setup.elapsed()
     );
     let sample = TwoClusters::sample_solver();
@@ -159,5 +167,8 @@ fn main() {
         .enable_all()
         .build()
         .unwrap()
-        .block_on(bench(runs));
+        .block_on(bench(
+            runs,
+            std::env::var("FLUIDOS_BENCH_NETWORKING").is_ok_and(|v| v == "1"),
+        ));
 }

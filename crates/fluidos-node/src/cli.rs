@@ -51,6 +51,28 @@ impl fmt::Display for Component {
     }
 }
 
+/// Service type of a Liqo GatewayServer (`--liqo-gateway-service-type`).
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+#[value(rename_all = "verbatim")]
+pub enum GatewayServiceType {
+    /// A port on every node (the Go node's choice).
+    NodePort,
+    /// A cloud load balancer (liqoctl's default).
+    LoadBalancer,
+    /// Reachable inside the provider's cluster network only.
+    ClusterIP,
+}
+
+impl From<GatewayServiceType> for fluidos_peering::GatewayServiceType {
+    fn from(t: GatewayServiceType) -> Self {
+        match t {
+            GatewayServiceType::NodePort => Self::NodePort,
+            GatewayServiceType::LoadBalancer => Self::LoadBalancer,
+            GatewayServiceType::ClusterIP => Self::ClusterIp,
+        }
+    }
+}
+
 /// How log lines are written.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum LogFormat {
@@ -141,6 +163,20 @@ pub struct Args {
     /// under the stand-in ID `fluidos-<nodeID>`.
     #[arg(long, env = "FLUIDOS_PEERING", default_value_t = true, action = clap::ArgAction::Set)]
     pub peering: bool,
+
+    /// Whether the consumer's peering includes Liqo's networking phase
+    /// (Configurations, a GatewayServer on the provider, a GatewayClient
+    /// here, PublicKeys, Connections), as `liqoctl peer` does by default and
+    /// the Go node always does. Turn it on where Liqo runs with its
+    /// networking module; off peers as `liqoctl peer --networking-disabled`.
+    #[arg(long, env = "FLUIDOS_LIQO_NETWORKING", default_value_t = false, action = clap::ArgAction::Set)]
+    pub liqo_networking: bool,
+
+    /// Service type of the WireGuard GatewayServer this node asks its
+    /// providers to expose (with `--liqo-networking`); the Go node's is
+    /// NodePort.
+    #[arg(long, env = "FLUIDOS_LIQO_GATEWAY_SERVICE_TYPE", value_enum, default_value_t = GatewayServiceType::NodePort)]
+    pub liqo_gateway_service_type: GatewayServiceType,
 
     /// Providers to query besides KnownClusters, comma-separated: `host:port`
     /// (plain HTTP, e.g. a Go node) or `host:port#sha256:<64 hex>` (TLS,

@@ -78,6 +78,8 @@ fn chart_lints_and_renders_with_default_values() {
         "rearController.replicas=2",
         "rearController.plainHttpSales=10.0.0.0/8",
         "rearController.goPeeringGrant=10.0.0.0/8",
+        "peering.networking=true",
+        "peering.gatewayServiceType=LoadBalancer",
     ]
     .map(|s| ["--set", s])
     .concat();
@@ -129,6 +131,29 @@ fn chart_lints_and_renders_with_default_values() {
         );
     }
     assert_args_parse(&default);
+    // Liqo's networking phase: the rear-manager's flags, which parse.
+    let networking = helm::template(
+        &bin,
+        &[
+            "peering.networking=true".into(),
+            "peering.gatewayServiceType=LoadBalancer".into(),
+        ],
+        &[],
+    );
+    let args = args_of(&networking, "rear-manager");
+    for flag in [
+        "--liqo-networking=true",
+        "--liqo-gateway-service-type=LoadBalancer",
+    ] {
+        assert!(args.contains(&flag.to_owned()), "{flag} in {args:?}");
+    }
+    assert!(
+        !args_of(&default, "rear-manager")
+            .iter()
+            .any(|a| a.starts_with("--liqo-")),
+        "networking is off by default"
+    );
+    assert_args_parse(&networking);
     let pod = default
         .iter()
         .find(|o| o["kind"] == "Deployment")
@@ -931,4 +956,199 @@ async fn chart_rbac_suffices_for_the_go_peering_grant() {
     for r in [lrm, gateway] {
         r.node.kill().await;
     }
+}
+
+/// Whether the RBAC authorizer lets `user` (a ServiceAccount) `verb`
+/// `group`/`resource` in `namespace`.
+async fn sar_allows(
+    admin: &kube::Client,
+    user: &str,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    namespace: &str,
+) -> bool {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    };
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(user.into()),
+            groups: Some(vec![
+                "system:serviceaccounts".into(),
+                format!("system:serviceaccounts:{NS}"),
+                "system:authenticated".into(),
+            ]),
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.into()),
+                group: Some(group.into()),
+                resource: Some(resource.into()),
+                namespace: Some(namespace.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<SubjectAccessReview>::all(admin.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap()
+        .status
+        .is_some_and(|s| s.allowed)
+}
+
+/// With peering on (the default values), the gateway's credentials code,
+/// run as the chart's rear-gateway ServiceAccount, grants a K8Slice buyer the
+/// reading of IPAM Networks in Liqo's namespace (the Role
+/// `fluidos-peer-network`, which the gateway holds, and a binding the guard
+/// lets through) and revokes it; the guard refuses the Role `fluidos-peer`,
+/// or a binding of it, there, and the chart's RBAC a wider Networks Role.
+#[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "install, grant, check, revoke, refuse: the scenario reads top to bottom"
+)]
+async fn chart_rbac_lets_the_gateway_grant_the_cidrs_in_liqo() {
+    use fluidos_rear_gateway::credentials::{
+        Credentials, CredentialsConfig, PLAIN_HTTP_OWNER, PeeringGrant,
+    };
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::RoleBinding;
+
+    let Some(bin) = helm::helm_bin() else { return };
+    let provider = ControlPlane::start(ControlPlaneOptions {
+        workloads: false,
+        crd_dirs: vec![helm::chart_dir().join("crds")],
+    })
+    .await
+    .unwrap();
+    let admin = provider.client();
+    let objects = helm::template(&bin, &[], &[]);
+    // The chart's Roles in the Liqo namespace need it first.
+    fixtures::namespace(&provider, "liqo").await.unwrap();
+    install(&provider, &objects).await;
+    let sa = helm::service_account(&objects, "rear-gateway");
+    let token = helm::service_account_token(&admin, NS, &sa).await;
+    let mut config =
+        kube::Config::from_custom_kubeconfig(provider.kubeconfig().clone(), &Default::default())
+            .await
+            .unwrap();
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(token.into()),
+        ..Default::default()
+    };
+    let gateway = kube::Client::try_from(config).unwrap();
+
+    let (credentials, driver) = Credentials::new(
+        gateway.clone(),
+        CredentialsConfig {
+            namespace: NS.into(),
+            role_namespace: None,
+            api_server_url: provider.server_url().to_owned(),
+            ca_pem: None,
+            token_ttl: Duration::from_secs(3600),
+            go_peering: false,
+        },
+    );
+    let driver = tokio::spawn(driver);
+    credentials
+        .issue(
+            "buyer-1",
+            PLAIN_HTTP_OWNER,
+            "provider-liqo-id",
+            Some(PeeringGrant::TenantNamespace("consumer-1")),
+        )
+        .await
+        .unwrap();
+    let bindings = Api::<RoleBinding>::namespaced(admin.clone(), "liqo");
+    let binding = bindings.get("fluidos-peer-buyer-1").await.unwrap();
+    assert_eq!(binding.role_ref.name, "fluidos-peer-network");
+    let buyer = format!("system:serviceaccount:{NS}:fluidos-peer-buyer-1");
+    for verb in ["get", "list"] {
+        assert!(sar_allows(&admin, &buyer, verb, "ipam.liqo.io", "networks", "liqo").await);
+    }
+    assert!(!sar_allows(&admin, &buyer, "list", "", "secrets", "liqo").await);
+
+    // Revocation removes the binding in Liqo's namespace too.
+    let account = Api::<ServiceAccount>::namespaced(admin.clone(), NS)
+        .get("fluidos-peer-buyer-1")
+        .await
+        .unwrap();
+    let revoked = credentials
+        .revoke(
+            "buyer-1",
+            account.metadata.uid.as_deref().unwrap(),
+            account.metadata.resource_version.as_deref().unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(revoked);
+    assert!(
+        bindings
+            .get_opt("fluidos-peer-buyer-1")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(!sar_allows(&admin, &buyer, "list", "ipam.liqo.io", "networks", "liqo").await);
+    driver.abort();
+
+    // What the guard (or the gateway's own rights) refuses in Liqo's namespace.
+    let role = |name: &str, group: &str, resource: &str| {
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": name, "namespace": "liqo"},
+            "rules": [{"apiGroups": [group], "resources": [resource], "verbs": ["get", "list"]}]
+        })
+    };
+    let binding_of = |role: &str| {
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "fluidos-peer-evil", "namespace": "liqo"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": "fluidos-peer-evil", "namespace": NS}]
+        })
+    };
+    // Dry runs: admission and RBAC answer the same, nothing is written.
+    let mut pp = PatchParams::apply("evil").force();
+    pp.dry_run = true;
+    let roles = Api::<Role>::namespaced(gateway.clone(), "liqo");
+    // The API server loads admission policies asynchronously: asked until
+    // the guard answers (or 10 s).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let err = loop {
+        match roles
+            .patch(
+                "fluidos-peer",
+                &pp,
+                &Patch::Apply(role("fluidos-peer", "", "secrets")),
+            )
+            .await
+        {
+            Err(e) => break e,
+            Ok(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Ok(_) => panic!("the peer Role in liqo was let through"),
+        }
+    };
+    assert!(err.to_string().contains("fluidos-peer-guard"), "{err}");
+    roles
+        .patch(
+            "fluidos-peer-network",
+            &pp,
+            &Patch::Apply(role("fluidos-peer-network", "", "configmaps")),
+        )
+        .await
+        .expect_err("ConfigMaps through the Networks Role");
+    let err = Api::<RoleBinding>::namespaced(gateway.clone(), "liqo")
+        .patch(
+            "fluidos-peer-evil",
+            &pp,
+            &Patch::Apply(binding_of("fluidos-peer")),
+        )
+        .await
+        .expect_err("a binding of the peer Role in liqo");
+    assert!(err.to_string().contains("fluidos-peer-guard"), "{err}");
 }

@@ -18,6 +18,7 @@
 //! Allocations of other flavor types (Service) are left alone.
 
 pub mod machine;
+mod networking;
 pub mod teardown;
 
 use std::collections::HashMap;
@@ -74,6 +75,27 @@ pub struct PeeringConfig {
     pub identity: NodeIdentity,
     /// This cluster's Liqo cluster ID.
     pub local_cluster_id: String,
+    /// Liqo's networking phase before authentication; `None` peers as
+    /// `liqoctl peer --networking-disabled`.
+    pub networking: Option<NetworkingConfig>,
+}
+
+/// The consumer's settings for Liqo's networking phase.
+#[derive(Clone, Debug)]
+pub struct NetworkingConfig {
+    /// Service type of the GatewayServer the consumer creates on the provider.
+    pub server_service_type: GatewayServiceType,
+}
+
+/// Service type of a Liqo GatewayServer (`spec.endpoint.serviceType`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GatewayServiceType {
+    /// `NodePort` (the Go node's choice).
+    NodePort,
+    /// `LoadBalancer` (liqoctl's default).
+    LoadBalancer,
+    /// `ClusterIP`.
+    ClusterIp,
 }
 
 /// One reconcile's failure: one variant per step, keeping the source.
@@ -394,28 +416,15 @@ async fn consumer(
     if !a.finalizers().iter().any(|f| f == teardown::FINALIZER) {
         // Before the first Liqo object: deleting the Allocation (or its
         // Solver) then always unpeers.
-        let mut finalizers = a.finalizers().to_vec();
-        finalizers.push(teardown::FINALIZER.to_owned());
-        allocations
-            .patch(
-                &a.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {
-                    "finalizers": finalizers,
-                    // Unpeering must find the provider even if the Contract
-                    // is gone before anything else says it.
-                    "annotations": {teardown::PROVIDER_ANNOTATION: &provider},
-                    "resourceVersion": a.resource_version(),
-                }})),
-            )
-            .await
-            .map(drop)
-            .map_err(local("add_finalizer"))?;
+        add_finalizer(allocations, a, &provider).await?;
         return Ok(Action::await_change());
     }
     let ns = objects::tenant_namespace(&provider);
     let c = &ctx.client;
     let mut view = observe_local(c, &ns, &provider, &slice_name).await?;
+    if ctx.cfg.networking.is_some() {
+        view.network = Some(networking::observe_local(c, &provider).await?);
+    }
     remember(a, &mut view);
     let mut remote_client = None;
     if view.needs_remote() && view.identity == Some(true) {
@@ -440,6 +449,9 @@ async fn consumer(
         view.remote = Some(observe_remote(&client, &ctx.cfg.local_cluster_id).await?);
         remote_client = Some(client);
     }
+    if let (Some(network), Some(p)) = (view.network.as_mut(), remote_client.as_ref()) {
+        network.remote = Some(networking::observe_remote(p, &ctx.cfg.local_cluster_id).await?);
+    }
     let plan = machine::consumer(current, &provider, &slice_name, &view);
     if plan
         .effects
@@ -449,11 +461,15 @@ async fn consumer(
         tracing::warn!(%provider, restarts = view.tenant_restarts, "authenticating with the provider again");
     }
     for effect in &plan.effects {
-        if let Effect::RecordTenantRestart(n) = effect {
-            record_tenant_restart(allocations, a, *n).await?;
-        } else {
-            apply(ctx, remote_client.as_ref(), &provider, contract, effect).await?;
-        }
+        make(
+            ctx,
+            allocations,
+            a,
+            remote_client.as_ref(),
+            contract,
+            effect,
+        )
+        .await?;
     }
     let fc_ref = GenericRef {
         name: Some(provider.clone()),
@@ -471,6 +487,59 @@ async fn consumer(
         Wait::Remote => Action::requeue(REMOTE_POLL),
         Wait::Local | Wait::Nothing => Action::requeue(LOCAL_RECHECK),
     })
+}
+
+/// Puts the teardown finalizer on `a`, with the provider it peers with.
+async fn add_finalizer(
+    allocations: &Api<Allocation>,
+    a: &Allocation,
+    provider: &str,
+) -> Result<(), Error> {
+    let mut finalizers = a.finalizers().to_vec();
+    finalizers.push(teardown::FINALIZER.to_owned());
+    allocations
+        .patch(
+            &a.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {
+                "finalizers": finalizers,
+                // Unpeering must find the provider even if the Contract
+                // is gone before anything else says it.
+                "annotations": {teardown::PROVIDER_ANNOTATION: provider},
+                "resourceVersion": a.resource_version(),
+            }})),
+        )
+        .await
+        .map(drop)
+        .map_err(local("add_finalizer"))
+}
+
+/// Makes one effect of the consumer's plan, where it belongs.
+async fn make(
+    ctx: &Context,
+    allocations: &Api<Allocation>,
+    a: &Allocation,
+    provider_client: Option<&kube::Client>,
+    contract: &Contract,
+    effect: &Effect,
+) -> Result<(), Error> {
+    let provider = &contract.spec.peering_target_credentials.liqo_id;
+    if let Effect::RecordTenantRestart(n) = effect {
+        return record_tenant_restart(allocations, a, *n).await;
+    }
+    let networking_effect = networking::apply(
+        &ctx.client,
+        provider_client,
+        ctx.cfg.networking.as_ref(),
+        &ctx.cfg.local_cluster_id,
+        provider,
+        effect,
+    )
+    .await?;
+    if networking_effect {
+        return Ok(());
+    }
+    apply(ctx, provider_client, provider, contract, effect).await
 }
 
 /// What the Allocation remembers for the machine: its status and age, and
@@ -540,6 +609,23 @@ impl Context {
             Err(e) => tracing::debug!(error = %e, "provider's Tenant not read"),
         }
         Some(client)
+    }
+
+    /// A client for the provider while tearing down, if the Contract and
+    /// usable credentials are left: without them (their Secret gone too),
+    /// what this cluster made there is left to the provider, as with a
+    /// revoked kubeconfig.
+    async fn teardown_client(
+        &self,
+        contract: Option<&Contract>,
+    ) -> Result<Option<kube::Client>, Error> {
+        let Some(contract) = contract else {
+            return Ok(None);
+        };
+        let Ok(kubeconfig) = self.kubeconfig(contract).await? else {
+            return Ok(None);
+        };
+        Ok(self.remote_client(&kubeconfig).await.ok())
     }
 
     /// The peering kubeconfig of `contract` (base64 of its YAML): in the
@@ -646,6 +732,7 @@ async fn observe_local(
             signature: objects::secret_value(&s, objects::SIGNED_NONCE_KEY).map(<[u8]>::to_vec),
         }),
         remote: None,
+        network: None,
         slice: slice.map(|s| {
             (
                 verdict(&s, &ResourceSliceStatusConditionsType::Authentication),
@@ -846,6 +933,13 @@ async fn apply(
             .await
             .map_err(local("create_resource_slice"))
         }
+        // Made by `networking::apply`.
+        Effect::CreateLocalConfiguration(_)
+        | Effect::CreateRemoteConfiguration(_)
+        | Effect::CreateGatewayServer
+        | Effect::CreateGatewayClient(_)
+        | Effect::CreateLocalPublicKey(_)
+        | Effect::CreateRemotePublicKey(_) => Ok(()),
     }
 }
 
@@ -1120,6 +1214,9 @@ async fn observe_teardown(
             .map_err(local("get_signed_nonce"))?
             .is_some(),
         remote,
+        network: networking::any_left(c, provider)
+            .await
+            .map_err(local("get_networking_objects"))?,
     })
 }
 
@@ -1164,16 +1261,20 @@ async fn tear(
                 .map(drop),
             "delete_signed_nonce",
         ),
+        TeardownEffect::DeleteNetwork => networking::delete_local(c, provider)
+            .await
+            .map_err(local("delete_networking_objects")),
+        TeardownEffect::DeleteRemoteNetwork => {
+            let Some(p) = ctx.teardown_client(contract).await? else {
+                return Ok(());
+            };
+            for r in networking::delete_remote(&p, &ctx.cfg.local_cluster_id).await {
+                remote_teardown_result(r, provider, patience_over)?;
+            }
+            Ok(())
+        }
         TeardownEffect::DeleteRemoteAuthentication => {
-            let Some(contract) = contract else {
-                return Ok(());
-            };
-            // Without usable credentials (their Secret gone too), the
-            // provider's Tenant is left to it, as with a revoked kubeconfig.
-            let Ok(kubeconfig) = ctx.kubeconfig(contract).await? else {
-                return Ok(());
-            };
-            let Ok(p) = ctx.remote_client(&kubeconfig).await else {
+            let Some(p) = ctx.teardown_client(contract).await? else {
                 return Ok(());
             };
             let me = &ctx.cfg.local_cluster_id;
@@ -1189,26 +1290,39 @@ async fn tear(
                     .map(drop),
             ];
             for r in results {
-                match r {
-                    Ok(()) => {}
-                    Err(e) if api_error::is_not_found(&e) => {}
-                    Err(kube::Error::Api(e)) if e.code == 401 || e.code == 403 => {
-                        tracing::info!(
-                            provider,
-                            "the provider no longer accepts this Contract's credentials: the Tenant there is left to it"
-                        );
-                    }
-                    Err(e) if patience_over => {
-                        tracing::warn!(
-                            provider,
-                            error = %e,
-                            "the provider stayed unreachable: its Tenant of this cluster is left there"
-                        );
-                    }
-                    Err(e) => return Err(remote("delete_remote_authentication")(e)),
-                }
+                remote_teardown_result(r, provider, patience_over)?;
             }
             Ok(())
         }
+    }
+}
+
+/// A deletion on the provider during teardown: gone is done; refused
+/// credentials (revoked) or a provider unreachable past the patience leave
+/// the object to the provider.
+fn remote_teardown_result(
+    r: Result<(), kube::Error>,
+    provider: &str,
+    patience_over: bool,
+) -> Result<(), Error> {
+    match r {
+        Ok(()) => Ok(()),
+        Err(e) if api_error::is_not_found(&e) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 401 || e.code == 403 => {
+            tracing::info!(
+                provider,
+                "the provider no longer accepts this Contract's credentials: what is left there is left to it"
+            );
+            Ok(())
+        }
+        Err(e) if patience_over => {
+            tracing::warn!(
+                provider,
+                error = %e,
+                "the provider stayed unreachable: what this cluster made there is left there"
+            );
+            Ok(())
+        }
+        Err(e) => Err(remote("delete_on_the_provider")(e)),
     }
 }

@@ -11,8 +11,9 @@
 //! [`tenant_cleanup`] removes a consumer's Tenant once nothing is sold to it.
 
 pub mod allocation;
+pub mod network_objects;
 pub mod objects;
 pub mod slice_class;
 pub mod tenant_cleanup;
 
-pub use allocation::{PeeringConfig, run};
+pub use allocation::{GatewayServiceType, NetworkingConfig, PeeringConfig, run};

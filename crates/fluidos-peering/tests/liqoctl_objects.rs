@@ -19,7 +19,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use fluidos_liqo_api::{Identity, ResourceSlice, Tenant};
+use fluidos_peering::network_objects;
 use fluidos_peering::objects::{self, ClusterKeys, TenantGrant};
+use fluidos_testenv::liqo_gateway::GatewayStandIn;
 use fluidos_testenv::{ControlPlane, ControlPlaneOptions, Liqo, LiqoBinaries, LiqoOptions};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::ListParams;
@@ -129,6 +131,84 @@ async fn with_crd_defaults(client: &kube::Client, crd: &str, mut decided: Value)
     decided
 }
 
+/// Two fresh control planes with the real Liqo, peered by the real
+/// `liqoctl peer`: with Liqo's networking module and its phase when
+/// `networking` (the gateway server exposed as ClusterIP: kwok's nodes have
+/// no ports to offer; the gateway pods played by kwok on a node made for
+/// them and by the testenv's stand-in), else `--networking-disabled`.
+struct Peered {
+    consumer: ControlPlane,
+    provider: ControlPlane,
+    c_liqo: Liqo,
+    p_liqo: Liqo,
+    _stand_ins: Vec<GatewayStandIn>,
+}
+
+async fn peered_by_liqoctl(networking: bool) -> Peered {
+    let binaries = LiqoBinaries::from_env().unwrap();
+    let workloads = || ControlPlaneOptions {
+        workloads: true,
+        ..Default::default()
+    };
+    let (consumer, provider) = tokio::join!(
+        ControlPlane::start(workloads()),
+        ControlPlane::start(workloads())
+    );
+    let (consumer, provider) = (consumer.unwrap(), provider.unwrap());
+    let mut stand_ins = Vec::new();
+    if networking {
+        for cp in [&consumer, &provider] {
+            Api::<k8s_openapi::api::core::v1::Node>::all(cp.client())
+                .create(
+                    &kube::api::PostParams::default(),
+                    &fluidos_testenv::liqo::kwok_node("gateway-node"),
+                )
+                .await
+                .unwrap();
+        }
+    }
+    let options = |id: &str| LiqoOptions {
+        cluster_id: id.to_owned(),
+        networking,
+        ..Default::default()
+    };
+    let (c_liqo, p_liqo) = tokio::join!(
+        Liqo::start_with(&consumer, &binaries, options(CONSUMER_ID)),
+        Liqo::start_with(&provider, &binaries, options(PROVIDER_ID))
+    );
+    let (c_liqo, p_liqo) = (c_liqo.unwrap(), p_liqo.unwrap());
+    if networking {
+        stand_ins.push(GatewayStandIn::start(consumer.client()));
+        stand_ins.push(GatewayStandIn::start(provider.client()));
+    }
+    let home = tempfile::tempdir().unwrap();
+    let output = if networking {
+        binaries
+            .liqoctl_peer_with_networking(&consumer, &provider, home.path())
+            .await
+    } else {
+        binaries
+            .liqoctl_peer(&consumer, &provider, home.path())
+            .await
+    }
+    .unwrap();
+    assert!(
+        output.status.success(),
+        "liqoctl peer failed: {}\n{}\n{}\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        String::from_utf8_lossy(&output.stdout),
+        c_liqo.log_tails(),
+        p_liqo.log_tails()
+    );
+    Peered {
+        consumer,
+        provider,
+        c_liqo,
+        p_liqo,
+        _stand_ins: stand_ins,
+    }
+}
+
 #[tokio::test]
 #[expect(
     clippy::too_many_lines,
@@ -142,39 +222,13 @@ async fn our_peering_objects_are_the_ones_liqoctl_peer_creates() {
     for (object, field, why) in EXPECTED_DIFFERENCES {
         say(&format!("expected difference: {object} {field}: {why}"));
     }
-    let binaries = LiqoBinaries::from_env().unwrap();
-    let workloads = || ControlPlaneOptions {
-        workloads: true,
-        ..Default::default()
-    };
-    let (consumer, provider) = tokio::join!(
-        ControlPlane::start(workloads()),
-        ControlPlane::start(workloads())
-    );
-    let (consumer, provider) = (consumer.unwrap(), provider.unwrap());
-    let options = |id: &str| LiqoOptions {
-        cluster_id: id.to_owned(),
-        ..Default::default()
-    };
-    let (c_liqo, p_liqo) = tokio::join!(
-        Liqo::start_with(&consumer, &binaries, options(CONSUMER_ID)),
-        Liqo::start_with(&provider, &binaries, options(PROVIDER_ID))
-    );
-    let (c_liqo, p_liqo) = (c_liqo.unwrap(), p_liqo.unwrap());
-
-    let home = tempfile::tempdir().unwrap();
-    let output = binaries
-        .liqoctl_peer(&consumer, &provider, home.path())
-        .await
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "liqoctl peer failed: {}\n{}\n{}\n{}",
-        String::from_utf8_lossy(&output.stderr),
-        String::from_utf8_lossy(&output.stdout),
-        c_liqo.log_tails(),
-        p_liqo.log_tails()
-    );
+    let Peered {
+        consumer,
+        provider,
+        c_liqo,
+        p_liqo,
+        ..
+    } = peered_by_liqoctl(false).await;
     say("liqoctl peer --networking-disabled succeeded");
 
     let (c, p) = (consumer.client(), provider.client());
@@ -325,6 +379,176 @@ async fn our_peering_objects_are_the_ones_liqoctl_peer_creates() {
         &decided(theirs),
         &with_crd_defaults(&c, "resourceslices.authentication.liqo.io", ours).await,
     );
+
+    c_liqo.stop().await;
+    p_liqo.stop().await;
+    consumer.stop().await;
+    provider.stop().await;
+}
+
+/// One cluster's pod and external CIDRs, from its Liqo IPAM Networks.
+async fn cluster_cidrs(client: &kube::Client) -> network_objects::ClusterCidrs {
+    let networks = Api::<kube::api::DynamicObject>::namespaced_with(
+        client.clone(),
+        objects::LIQO_NAMESPACE,
+        &kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("ipam.liqo.io", "v1alpha1", "Network"),
+            "networks",
+        ),
+    );
+    let cidr = |kind: &'static str| {
+        let networks = networks.clone();
+        async move {
+            let found = networks
+                .list(
+                    &ListParams::default()
+                        .labels(&format!("{}={kind}", network_objects::NETWORK_TYPE_LABEL)),
+                )
+                .await
+                .unwrap();
+            found.items[0].data["status"]["cidr"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    network_objects::ClusterCidrs {
+        pod: cidr("pod-cidr").await,
+        external: cidr("external-cidr").await,
+    }
+}
+
+/// The WireGuard public key in Secret `gw-<gateway>` of `ns`.
+async fn gateway_key(client: &kube::Client, ns: &str, gateway: &str) -> Vec<u8> {
+    let secret = Api::<Secret>::namespaced(client.clone(), ns)
+        .get(&format!("gw-{gateway}"))
+        .await
+        .unwrap();
+    objects::secret_value(&secret, network_objects::PUBLIC_KEY)
+        .unwrap()
+        .to_vec()
+}
+
+/// The networking phase: `liqoctl peer` with networking on (the gateway
+/// server exposed as ClusterIP: kwok's nodes have no ports to offer), the
+/// gateway pods played by the testenv's stand-in; then each networking
+/// object liqoctl made is compared with what `network_objects` builds from
+/// the same inputs (each cluster's CIDRs as its IPAM publishes them, the
+/// server's endpoint, the gateways' keys).
+#[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one comparison per object, in the order liqoctl makes them"
+)]
+async fn our_networking_objects_are_the_ones_liqoctl_peer_creates() {
+    use fluidos_liqo_api::{Configuration, GatewayClient, GatewayServer, PublicKey};
+    if let Some(reason) = fluidos_testenv::liqo::skip_reason() {
+        say(&format!("SKIP: {reason}"));
+        return;
+    }
+    let Peered {
+        consumer,
+        provider,
+        c_liqo,
+        p_liqo,
+        _stand_ins,
+    } = peered_by_liqoctl(true).await;
+    say("liqoctl peer (networking on) succeeded");
+    let (c, p) = (consumer.client(), provider.client());
+    let c_tenant = objects::tenant_namespace(PROVIDER_ID);
+    let p_tenant = objects::tenant_namespace(CONSUMER_ID);
+    let (c_cidrs, p_cidrs) = (cluster_cidrs(&c).await, cluster_cidrs(&p).await);
+
+    // The Configurations: each cluster is told the other's CIDRs.
+    for (client, ns, peer, cidrs, crd_client) in [
+        (&c, &c_tenant, PROVIDER_ID, &p_cidrs, &c),
+        (&p, &p_tenant, CONSUMER_ID, &c_cidrs, &p),
+    ] {
+        let theirs = Api::<Configuration>::namespaced(client.clone(), ns)
+            .get(peer)
+            .await
+            .unwrap();
+        // Liqo's configuration controller adds this cluster's own CIDRs
+        // and a label once it took the Configuration in, on any.
+        let mut theirs = decided(&theirs);
+        theirs["spec"].as_object_mut().unwrap().remove("local");
+        theirs["labels"]
+            .as_object_mut()
+            .unwrap()
+            .remove("configuration.liqo.io/configured");
+        assert_same(
+            &format!("Configuration {ns}/{peer}"),
+            &theirs,
+            &with_crd_defaults(
+                crd_client,
+                "configurations.networking.liqo.io",
+                decided(&network_objects::configuration(peer, cidrs)),
+            )
+            .await,
+        );
+    }
+
+    // The GatewayServer on the provider.
+    let server = Api::<GatewayServer>::namespaced(p.clone(), &p_tenant)
+        .get(CONSUMER_ID)
+        .await
+        .unwrap();
+    assert_same(
+        "GatewayServer",
+        &decided(&server),
+        &with_crd_defaults(
+            &p,
+            "gatewayservers.networking.liqo.io",
+            decided(&network_objects::gateway_server(
+                CONSUMER_ID,
+                fluidos_peering::GatewayServiceType::ClusterIp,
+            )),
+        )
+        .await,
+    );
+
+    // The GatewayClient on the consumer, to the server's endpoint.
+    let endpoint = network_objects::server_endpoint(&server).unwrap();
+    let theirs = Api::<GatewayClient>::namespaced(c.clone(), &c_tenant)
+        .get(PROVIDER_ID)
+        .await
+        .unwrap();
+    assert_same(
+        "GatewayClient",
+        &decided(&theirs),
+        &with_crd_defaults(
+            &c,
+            "gatewayclients.networking.liqo.io",
+            decided(&network_objects::gateway_client(PROVIDER_ID, &endpoint)),
+        )
+        .await,
+    );
+
+    // The PublicKeys: the server's key here, the client's there.
+    for (client, ns, peer, key) in [
+        (
+            &c,
+            &c_tenant,
+            PROVIDER_ID,
+            gateway_key(&p, &p_tenant, CONSUMER_ID).await,
+        ),
+        (
+            &p,
+            &p_tenant,
+            CONSUMER_ID,
+            gateway_key(&c, &c_tenant, PROVIDER_ID).await,
+        ),
+    ] {
+        let theirs = Api::<PublicKey>::namespaced(client.clone(), ns)
+            .get(peer)
+            .await
+            .unwrap();
+        assert_same(
+            &format!("PublicKey {ns}/{peer}"),
+            &decided(&theirs),
+            &decided(&network_objects::public_key(peer, &key)),
+        );
+    }
 
     c_liqo.stop().await;
     p_liqo.stop().await;

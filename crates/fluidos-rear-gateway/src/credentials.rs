@@ -9,8 +9,11 @@
 //! sale binds it, by a RoleBinding to the namespaced Role `fluidos-peer`
 //! carrying only what Liqo 1.0's own minimal "peering user" needs (see
 //! [`peer_rules`]), in the buyer's Liqo tenant namespace and nowhere else
-//! (unless a compatibility namespace is configured). Revoking a buyer is
-//! deleting its ServiceAccount and its RoleBindings.
+//! (unless a compatibility namespace is configured), plus, by a RoleBinding
+//! to the Role [`PEER_NETWORK_ROLE`] in Liqo's namespace, the reading of this
+//! cluster's pod and external CIDRs there ([`peer_network_rules`]) that
+//! Liqo's networking phase needs. Revoking a buyer is deleting its
+//! ServiceAccount and its RoleBindings.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -40,6 +43,10 @@ const GO_GUARD_WAIT: Duration = Duration::from_secs(10);
 pub const SERVICE_ACCOUNT_PREFIX: &str = "fluidos-peer-";
 /// Name of the shared Role every peer is bound to.
 pub const PEER_ROLE: &str = "fluidos-peer";
+/// Name of the shared Role, in Liqo's namespace
+/// ([`go_peering::LIQO_NAMESPACE`]), through which K8Slice buyers read this
+/// cluster's pod and external CIDRs ([`peer_network_rules`]).
+pub const PEER_NETWORK_ROLE: &str = "fluidos-peer-network";
 /// Field manager of the server-side applies.
 const FIELD_MANAGER: &str = "fluidos-rear-gateway";
 /// Label on everything this module creates.
@@ -213,26 +220,85 @@ pub fn tenant_grant_is_current(
     sa_uid: &str,
     sa_namespace: &str,
 ) -> bool {
-    let role_ok = role.is_some_and(|r| {
-        r.metadata.deletion_timestamp.is_none() && r.rules.as_deref() == Some(&peer_rules()[..])
-    });
-    let binding_ok = binding.is_some_and(|b| {
-        b.metadata.deletion_timestamp.is_none()
-            && b.annotations().get(BUYER_ANNOTATION).map(String::as_str) == Some(buyer_id)
-            && !sa_uid.is_empty()
-            && b.annotations()
-                .get(ACCOUNT_UID_ANNOTATION)
-                .map(String::as_str)
-                == Some(sa_uid)
-            && b.role_ref.kind == "Role"
-            && b.role_ref.name == PEER_ROLE
-            && b.subjects.as_deref().is_some_and(|subjects| {
-                matches!(subjects, [s] if s.kind == "ServiceAccount"
-                    && s.name == sa
-                    && s.namespace.as_deref() == Some(sa_namespace))
-            })
-    });
-    role_ok && binding_ok
+    role_has(role, &peer_rules())
+        && binding.is_some_and(|b| binds(b, PEER_ROLE, buyer_id, sa, sa_uid, sa_namespace))
+}
+
+/// True when `role` and `binding` (as the watch caches see them in Liqo's
+/// namespace) already grant [`peer_network_rules`] to the ServiceAccount `sa`
+/// of `sa_namespace` (UID `sa_uid`), bound for `buyer_id`: the Role
+/// [`PEER_NETWORK_ROLE`] and the account's binding to it.
+pub fn network_grant_is_current(
+    role: Option<&Role>,
+    binding: Option<&RoleBinding>,
+    buyer_id: &str,
+    sa: &str,
+    sa_uid: &str,
+    sa_namespace: &str,
+) -> bool {
+    role_has(role, &peer_network_rules())
+        && binding.is_some_and(|b| binds(b, PEER_NETWORK_ROLE, buyer_id, sa, sa_uid, sa_namespace))
+}
+
+/// True when `role` exists, is not being deleted and carries exactly `rules`.
+fn role_has(role: Option<&Role>, rules: &[PolicyRule]) -> bool {
+    role.is_some_and(|r| {
+        r.metadata.deletion_timestamp.is_none() && r.rules.as_deref() == Some(rules)
+    })
+}
+
+/// True when `binding` binds the Role `role` to the ServiceAccount `sa` of
+/// `sa_namespace` alone, made by this gateway for `buyer_id` and for the
+/// account of UID `sa_uid` (not an earlier one of the same name), and is
+/// not being deleted.
+fn binds(
+    binding: &RoleBinding,
+    role: &str,
+    buyer_id: &str,
+    sa: &str,
+    sa_uid: &str,
+    sa_namespace: &str,
+) -> bool {
+    binding.metadata.deletion_timestamp.is_none()
+        && binding
+            .annotations()
+            .get(BUYER_ANNOTATION)
+            .map(String::as_str)
+            == Some(buyer_id)
+        && !sa_uid.is_empty()
+        && binding
+            .annotations()
+            .get(ACCOUNT_UID_ANNOTATION)
+            .map(String::as_str)
+            == Some(sa_uid)
+        && binding.role_ref.kind == "Role"
+        && binding.role_ref.name == role
+        && binding.subjects.as_deref().is_some_and(|subjects| {
+            matches!(subjects, [s] if s.kind == "ServiceAccount"
+                && s.name == sa
+                && s.namespace.as_deref() == Some(sa_namespace))
+        })
+}
+
+/// A rule of `verbs` on `resources` of the API `groups`.
+fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(groups.iter().map(|s| (*s).to_owned()).collect()),
+        resources: Some(resources.iter().map(|s| (*s).to_owned()).collect()),
+        verbs: verbs.iter().map(|s| (*s).to_owned()).collect(),
+        ..Default::default()
+    }
+}
+
+/// The rules of [`PEER_NETWORK_ROLE`], in Liqo's namespace: `get` and `list`
+/// of Liqo's IPAM Networks, where a consumer's networking phase finds this
+/// cluster's pod and external CIDRs (listed by the label
+/// `ipam.liqo.io/network-type`). The part of Liqo 1.0's
+/// `liqo-peering-user-liqo-ns` a FLUIDOS-rs consumer uses: not its
+/// ConfigMaps (the Contract names this cluster's Liqo ID) nor the gateway
+/// templates (each cluster reads its own).
+pub fn peer_network_rules() -> Vec<PolicyRule> {
+    vec![rule(&["ipam.liqo.io"], &["networks"], &["get", "list"])]
 }
 
 /// The Role rules a peer gets: Liqo 1.0's `liqo-peering-user-tenant-ns`
@@ -240,12 +306,6 @@ pub fn tenant_grant_is_current(
 /// namespaced. No `patch`, no cluster scope, nothing on other Secrets' names
 /// beyond what the tenant flow creates.
 pub fn peer_rules() -> Vec<PolicyRule> {
-    let rule = |groups: &[&str], resources: &[&str], verbs: &[&str]| PolicyRule {
-        api_groups: Some(groups.iter().map(|s| (*s).to_owned()).collect()),
-        resources: Some(resources.iter().map(|s| (*s).to_owned()).collect()),
-        verbs: verbs.iter().map(|s| (*s).to_owned()).collect(),
-        ..Default::default()
-    };
     vec![
         rule(&[""], &["configmaps"], &["get", "list", "watch"]),
         rule(&[""], &["services"], &["get"]),
@@ -784,7 +844,8 @@ impl Credentials {
     /// pre-creates Liqo's tenant namespace for the buyer's Liqo cluster ID
     /// (`liqo-tenant-<id>`, labelled as Liqo finds it; a peering user may not
     /// create namespaces) and binds the peer rules ([`peer_rules`]) there, in
-    /// that one namespace only. Idempotent.
+    /// that one namespace only; and lets it read this cluster's CIDRs in
+    /// Liqo's namespace ([`Credentials::grant_liqo_networks`]). Idempotent.
     pub async fn grant_tenant_namespace(
         &self,
         buyer_id: &str,
@@ -813,11 +874,135 @@ impl Credentials {
             sa_uid,
             &self.cfg.namespace,
         ) {
-            return Ok(());
+            // The tenant namespace is this buyer's (a binding of ours there
+            // exists only after the claim), so the CIDRs may be granted.
+            return self.grant_liqo_networks(&sa, sa_uid, buyer_id).await;
         }
+        // The claim first: a buyer stating another peer's cluster ID gets
+        // nothing at all. Then both grants at once (independent objects).
         self.claim_tenant_namespace(&ns, buyer_id, buyer_cluster_id)
             .await?;
-        self.bind_peer_rules(&ns, &sa, sa_uid, buyer_id).await
+        tokio::try_join!(
+            self.bind_peer_rules(&ns, &sa, sa_uid, buyer_id),
+            self.grant_liqo_networks(&sa, sa_uid, buyer_id)
+        )
+        .map(|_| ())
+    }
+
+    /// Lets the buyer's ServiceAccount `sa` (UID `sa_uid`) read this
+    /// cluster's pod and external CIDRs, which a consumer's Liqo networking
+    /// phase needs (as Liqo's `liqo-peering-user-liqo-ns` grants): applies the
+    /// Role [`PEER_NETWORK_ROLE`] in Liqo's namespace and binds the account to
+    /// it there. Nothing is written while the watch caches show the grant in
+    /// place, or the account's Go-consumer binding there (it lists the
+    /// Networks too, and a RoleBinding's role cannot change). Without Liqo's
+    /// namespace (no Liqo here, so nothing to peer with), or without the
+    /// rights to write the Role (a gateway deployed without peering), it
+    /// logs and grants nothing: the sale goes on, its tenant grant suffices
+    /// for a peering without networking.
+    async fn grant_liqo_networks(
+        &self,
+        sa: &str,
+        sa_uid: &str,
+        buyer_id: &str,
+    ) -> Result<(), CredentialsError> {
+        let ns = go_peering::LIQO_NAMESPACE;
+        let binding = self.bindings.get(&ObjectRef::new(sa).within(ns));
+        let binding = binding.as_deref();
+        let sa_namespace = self.cfg.namespace.as_str();
+        if binding
+            .is_some_and(|b| binds(b, go_peering::LIQO_ROLE, buyer_id, sa, sa_uid, sa_namespace))
+            || network_grant_is_current(
+                self.roles
+                    .get(&ObjectRef::new(PEER_NETWORK_ROLE).within(ns))
+                    .as_deref(),
+                binding,
+                buyer_id,
+                sa,
+                sa_uid,
+                sa_namespace,
+            )
+        {
+            return Ok(());
+        }
+        let role = Role {
+            metadata: ObjectMeta {
+                name: Some(PEER_NETWORK_ROLE.to_owned()),
+                namespace: Some(ns.to_owned()),
+                labels: labels(),
+                ..Default::default()
+            },
+            rules: Some(peer_network_rules()),
+        };
+        match apply_rbac(
+            Api::<Role>::namespaced(self.client.clone(), ns),
+            PEER_NETWORK_ROLE,
+            &role,
+            "Role",
+        )
+        .await
+        {
+            Ok(()) => {}
+            Err(e) if api_error::is_not_found(&e) => {
+                tracing::info!(
+                    buyer = buyer_id,
+                    namespace = ns,
+                    "no Liqo namespace on this cluster: the buyer is not granted its CIDRs"
+                );
+                return Ok(());
+            }
+            Err(e) if api_error::is_forbidden(&e) => {
+                tracing::warn!(
+                    buyer = buyer_id,
+                    namespace = ns,
+                    error = %e,
+                    "the gateway may not grant the reading of Liqo's Networks (it must hold get and list of networks.ipam.liqo.io there): the buyer's Liqo networking will fail"
+                );
+                return Ok(());
+            }
+            Err(source) => {
+                return Err(CredentialsError::Kube {
+                    step: "applying the peer Role in Liqo's namespace (the gateway needs get and list of networks.ipam.liqo.io there)",
+                    source,
+                });
+            }
+        }
+        self.bind_account(Some(ns), ("Role", PEER_NETWORK_ROLE), sa, sa_uid, buyer_id)
+            .await
+    }
+
+    /// Deletes this gateway's binding named `sa` to [`PEER_NETWORK_ROLE`] in
+    /// Liqo's namespace, if the watch cache shows one (of this account or
+    /// of an earlier one of the same name): an unmodified Go consumer's
+    /// binding there has the same name and another role, which a
+    /// RoleBinding cannot change.
+    async fn unbind_network_role(&self, sa: &str) -> Result<(), CredentialsError> {
+        let ns = go_peering::LIQO_NAMESPACE;
+        // The cache holds only bindings with this gateway's label.
+        let Some(binding) = self.bindings.get(&ObjectRef::new(sa).within(ns)) else {
+            return Ok(());
+        };
+        if binding.role_ref.kind != "Role" || binding.role_ref.name != PEER_NETWORK_ROLE {
+            return Ok(());
+        }
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: binding.uid(),
+                resource_version: binding.resource_version(),
+            }),
+            ..Default::default()
+        };
+        match Api::<RoleBinding>::namespaced(self.client.clone(), ns)
+            .delete(sa, &dp)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if api_error::is_not_found(&e) || api_error::is_conflict(&e) => Ok(()),
+            Err(source) => Err(CredentialsError::Kube {
+                step: "deleting the peer's Networks RoleBinding in Liqo's namespace",
+                source,
+            }),
+        }
     }
 
     /// Server-side applies the peer Role in `ns` and binds the buyer's
@@ -1049,6 +1234,9 @@ impl Credentials {
             return Err(CredentialsError::GoPeeringGuardNotReady);
         }
         let sa = service_account_name(buyer_id);
+        // An earlier FLUIDOS-rs sale to this account bound it there under
+        // the same name; the Go Role lists the Networks too.
+        self.unbind_network_role(&sa).await?;
         self.bind_account(
             Some(go_peering::LIQO_NAMESPACE),
             ("Role", go_peering::LIQO_ROLE),
@@ -1610,6 +1798,42 @@ mod tests {
     }
 
     #[test]
+    fn a_network_grant_is_skipped_only_when_it_is_exactly_in_place() {
+        let (_, mut binding) = granted("b", "fluidos-peer-b", "fluidos");
+        binding.role_ref.name = PEER_NETWORK_ROLE.into();
+        let role = Role {
+            rules: Some(peer_network_rules()),
+            ..Default::default()
+        };
+        let current = |r: Option<&Role>, b: Option<&RoleBinding>, uid: &str| {
+            network_grant_is_current(r, b, "b", "fluidos-peer-b", uid, "fluidos")
+        };
+        assert!(current(Some(&role), Some(&binding), "uid-1"));
+        assert!(!current(None, Some(&binding), "uid-1"), "no Role yet");
+        assert!(!current(Some(&role), None, "uid-1"), "no binding yet");
+        assert!(
+            !current(Some(&role), Some(&binding), "uid-2"),
+            "made for an earlier account"
+        );
+        let (tenant_role, tenant_binding) = granted("b", "fluidos-peer-b", "fluidos");
+        assert!(
+            !current(Some(&role), Some(&tenant_binding), "uid-1"),
+            "a binding of the tenant Role"
+        );
+        assert!(
+            !current(Some(&tenant_role), Some(&binding), "uid-1"),
+            "the Role has other rules"
+        );
+        let rules = peer_network_rules();
+        assert_eq!(rules.len(), 1);
+        assert_eq!(rules[0].verbs, ["get", "list"]);
+        assert_eq!(
+            rules[0].resources.as_deref(),
+            Some(&["networks".to_owned()][..])
+        );
+    }
+
+    #[test]
     fn kubeconfig_shape() {
         let y = kubeconfig_yaml("prov", "https://h:6443", Some("PEM"), "tok").unwrap();
         let v: serde_yaml::Value = serde_yaml::from_str(&y).unwrap();
@@ -1678,7 +1902,7 @@ mod tests {
 
     #[test]
     fn rules_have_no_patch_and_no_wildcards() {
-        for r in peer_rules() {
+        for r in peer_rules().into_iter().chain(peer_network_rules()) {
             assert!(!r.verbs.iter().any(|v| v == "patch" || v == "*"));
             assert!(!r.resources.unwrap().iter().any(|x| x == "*"));
         }

@@ -141,6 +141,8 @@ async fn deleted_and_expired_contracts_release_capacity_and_credentials() {
     // ---------------- A Contract deleted by the provider's operator.
     let ns = "ended";
     let mut cfg = market(&cp, ns).await;
+    // Liqo's namespace, where a K8Slice buyer may read the CIDRs.
+    namespace(&client, "liqo").await;
     cfg.revoke_grace = Duration::from_secs(1);
     let g = serve(&client, cfg.clone()).await;
     // A second replica that never sweeps: it sells, the other one revokes.
@@ -167,6 +169,23 @@ async fn deleted_and_expired_contracts_release_capacity_and_credentials() {
         "buyer-one's credentials to work",
     )
     .await;
+    let reads_cidrs = |buyer: &'static str| {
+        let client = client.clone();
+        async move {
+            let user = format!("system:serviceaccount:{ns}:fluidos-peer-{buyer}");
+            allowed(
+                &client,
+                &user,
+                "list",
+                "ipam.liqo.io",
+                "networks",
+                Some("liqo"),
+            )
+            .await
+        }
+    };
+    assert!(reads_cidrs("buyer-one").await);
+    assert!(reads_cidrs("buyer-two").await);
     assert_eq!(
         allocations
             .list(&Default::default())
@@ -231,6 +250,11 @@ async fn deleted_and_expired_contracts_release_capacity_and_credentials() {
         bindings_left.is_empty(),
         "revoked buyer still bound in {bindings_left:?}"
     );
+    assert!(
+        !reads_cidrs("buyer-one").await,
+        "a revoked buyer reads no CIDRs"
+    );
+    assert!(reads_cidrs("buyer-two").await);
     // buyer-two still has its Contract, its Allocation and working credentials.
     wait_token_works(
         &peer_two,

@@ -1,5 +1,7 @@
 //! A K8Slice sale binds the buyer into its Liqo tenant namespace, and only
-//! its own: a buyer stating another peer's Liqo cluster ID is refused.
+//! its own: a buyer stating another peer's Liqo cluster ID is refused. It
+//! also lets the buyer read this cluster's CIDRs (Liqo's IPAM Networks) in
+//! Liqo's namespace, and nothing else there.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -16,12 +18,19 @@ fn json(body: &str) -> serde_json::Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(
+    clippy::too_many_lines,
+    reason = "sell, check the rights, refuse another buyer: one story on one cluster"
+)]
 async fn a_buyer_cannot_claim_another_peers_tenant_namespace() {
     let cp = control_plane().await;
     let client = cp.client();
     let c = http();
     let ns = "rear-tenant";
     namespace(&client, ns).await;
+    // Liqo's namespace (no Liqo CRDs needed: the RBAC authorizer answers
+    // for any resource name).
+    namespace(&client, "liqo").await;
     for name in ["f1", "f2"] {
         let p = partition(("1", "1"), ("0", "0"), ("0", "0"));
         let k = k8slice("amd64", "2", "4Gi", "20", None, None, p);
@@ -73,6 +82,14 @@ async fn a_buyer_cannot_claim_another_peers_tenant_namespace() {
             "{verb} {resource} in its tenant namespace"
         );
     }
+    // Liqo's networking phase reads the provider's pod and external CIDRs
+    // in Liqo's namespace (a list by label, or a get).
+    for verb in ["list", "get"] {
+        assert!(
+            allowed(&client, &me, verb, "ipam.liqo.io", "networks", Some("liqo")).await,
+            "{verb} networks in liqo"
+        );
+    }
     for (verb, group, resource, namespace) in [
         ("get", "", "secrets", Some(ns)),
         ("list", "", "secrets", Some(ns)),
@@ -90,6 +107,23 @@ async fn a_buyer_cannot_claim_another_peers_tenant_namespace() {
         ("patch", "", "secrets", own),
         ("create", "rbac.authorization.k8s.io", "rolebindings", own),
         ("update", "authentication.liqo.io", "resourceslices", own),
+        // In Liqo's namespace, the Networks only, and only read.
+        ("list", "", "secrets", Some("liqo")),
+        ("get", "", "secrets", Some("liqo")),
+        ("list", "", "configmaps", Some("liqo")),
+        (
+            "list",
+            "networking.liqo.io",
+            "wggatewayservertemplates",
+            Some("liqo"),
+        ),
+        ("watch", "ipam.liqo.io", "networks", Some("liqo")),
+        ("create", "ipam.liqo.io", "networks", Some("liqo")),
+        ("update", "ipam.liqo.io", "networks", Some("liqo")),
+        // ... and the Networks nowhere else.
+        ("list", "ipam.liqo.io", "networks", Some(ns)),
+        ("list", "ipam.liqo.io", "networks", Some("default")),
+        ("list", "ipam.liqo.io", "networks", None),
     ] {
         assert!(
             !allowed(&client, &me, verb, group, resource, namespace).await,
@@ -116,5 +150,18 @@ async fn a_buyer_cannot_claim_another_peers_tenant_namespace() {
         .unwrap()
         .items;
     assert_eq!(bindings.len(), 1, "b was not bound into a's namespace");
+    let b = format!("system:serviceaccount:{ns}:fluidos-peer-b");
+    assert!(
+        !allowed(
+            &client,
+            &b,
+            "list",
+            "ipam.liqo.io",
+            "networks",
+            Some("liqo")
+        )
+        .await,
+        "a refused buyer reads no CIDRs"
+    );
     gw.shutdown().await;
 }

@@ -62,6 +62,12 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
         namespace: ctx.namespace().to_owned(),
         identity: ctx.identity.clone(),
         local_cluster_id: ctx.identity.liqo_id().unwrap_or_default().to_owned(),
+        networking: ctx
+            .args
+            .liqo_networking
+            .then(|| fluidos_peering::NetworkingConfig {
+                server_service_type: ctx.args.liqo_gateway_service_type.into(),
+            }),
     };
     let peering_on = ctx.args.peering;
     let slice_class_task = peering_on.then(|| spawn_slice_class(&ctx, &shutdown));

@@ -466,6 +466,10 @@ pub struct TwoClusters {
     pub consumer: ControlPlane,
     provider_port: u16,
     consumer_port: u16,
+    /// With Liqo's networking module: the consumer node runs the
+    /// networking phase, the gateway pods are played by the stand-ins.
+    networking: bool,
+    _gateways: Vec<fluidos_testenv::liqo_gateway::GatewayStandIn>,
 }
 
 impl TwoClusters {
@@ -473,6 +477,14 @@ impl TwoClusters {
     /// provider's), then makes the node identities, the provider's workers
     /// and the consumer's KnownCluster.
     pub async fn start(workers: usize) -> (TwoClusters, Liqo, Liqo) {
+        Self::start_with(workers, false).await
+    }
+
+    /// [`TwoClusters::start`], with Liqo's networking module on both sides
+    /// when `networking`: a kwok node for the gateway pods on each, and the
+    /// [`fluidos_testenv::liqo_gateway::GatewayStandIn`] (test support) for
+    /// what those pods would do.
+    pub async fn start_with(workers: usize, networking: bool) -> (TwoClusters, Liqo, Liqo) {
         let binaries = fluidos_testenv::LiqoBinaries::from_env().unwrap();
         let options = || fluidos_testenv::ControlPlaneOptions {
             workloads: true,
@@ -485,6 +497,7 @@ impl TwoClusters {
         let (provider, consumer) = (provider.unwrap(), consumer.unwrap());
         let liqo = |id: &str| fluidos_testenv::LiqoOptions {
             cluster_id: id.to_owned(),
+            networking,
             ..Default::default()
         };
         // The provider's Liqo enforces the granted resources on offloaded
@@ -500,6 +513,21 @@ impl TwoClusters {
             Liqo::start_with(&consumer, &binaries, liqo(CONSUMER_ID)),
             Liqo::start_with(&provider, &binaries, enforcing)
         );
+        let mut gateways = Vec::new();
+        if networking {
+            for cp in [&provider, &consumer] {
+                Api::<k8s_openapi::api::core::v1::Node>::all(cp.client())
+                    .create(
+                        &PostParams::default(),
+                        &fluidos_testenv::liqo::kwok_node("gateway-node"),
+                    )
+                    .await
+                    .unwrap();
+                gateways.push(fluidos_testenv::liqo_gateway::GatewayStandIn::start(
+                    cp.client(),
+                ));
+            }
+        }
         let (provider_port, consumer_port) = (super::free_port(), super::free_port());
         let provider_key = super::prepare(&provider, "provider01", provider_port).await;
         super::prepare(&consumer, "consumer01", consumer_port).await;
@@ -525,6 +553,8 @@ impl TwoClusters {
                 consumer,
                 provider_port,
                 consumer_port,
+                networking,
+                _gateways: gateways,
             },
             c_liqo.unwrap(),
             p_liqo.unwrap(),
@@ -555,6 +585,11 @@ impl TwoClusters {
                 CONSUMER_ID,
                 "--peer-timeout-ms",
                 "10000",
+                "--liqo-networking",
+                if self.networking { "true" } else { "false" },
+                // The stand-in gateways have no node ports to reach.
+                "--liqo-gateway-service-type",
+                "ClusterIP",
             ],
         )
     }

@@ -9,6 +9,7 @@
 use fluidos_api::NodeIdentity;
 use fluidos_api::allocation::AllocationState;
 
+use crate::network_objects::{ClusterCidrs, ServerEndpoint};
 use crate::objects::TenantGrant;
 
 /// Go: the first status of any Allocation.
@@ -137,11 +138,67 @@ pub struct StoredStatus {
     pub age_secs: i64,
 }
 
+/// What the executor observed of Liqo's networking phase on this cluster.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NetworkView {
+    /// This cluster's pod and external CIDRs (`None`: its IPAM has not
+    /// published them).
+    pub local_cidrs: Option<ClusterCidrs>,
+    /// The Configuration of the provider here: absent, or whether the local
+    /// IPAM took it in.
+    pub configuration: Option<bool>,
+    /// The GatewayClient: absent, or its WireGuard public key once Liqo
+    /// made its key Secret.
+    pub client: Option<Option<Vec<u8>>>,
+    /// The provider's PublicKey is here.
+    pub public_key: bool,
+    /// A Connection with the provider here is `Connected`.
+    pub connected: bool,
+    /// What was read on the provider (while not yet connected, or not yet
+    /// authenticated).
+    pub remote: Option<RemoteNetwork>,
+}
+
+/// What the executor observed of Liqo's networking phase on the provider.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RemoteNetwork {
+    /// The provider's pod and external CIDRs, when its IPAM published them.
+    pub cidrs: Option<ClusterCidrs>,
+    /// The Configuration of this cluster there: absent, or taken in.
+    pub configuration: Option<bool>,
+    /// The GatewayServer: absent, or its endpoint and key once Liqo made them.
+    pub server: Option<GatewayServerView>,
+    /// This cluster's PublicKey is there.
+    pub public_key: bool,
+    /// A Connection with this cluster there is `Connected`.
+    pub connected: bool,
+}
+
+/// The provider's GatewayServer for this cluster, as read.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GatewayServerView {
+    /// `status.endpoint`, once exposed.
+    pub endpoint: Option<ServerEndpoint>,
+    /// The WireGuard public key in its key Secret, once made.
+    pub key: Option<Vec<u8>>,
+}
+
+impl NetworkView {
+    /// True when the provider must be read for the networking phase: the
+    /// connection is not up here, or this cluster is not authenticated yet
+    /// (the phase ends only when both sides are connected).
+    fn needs_remote(&self, authenticated: bool) -> bool {
+        !self.connected || !authenticated
+    }
+}
+
 /// What the executor observed of the consumer-side peering.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ConsumerView {
     /// `liqo-tenant-<provider>` exists.
     pub tenant_namespace: bool,
+    /// Liqo's networking phase, when this node runs it (`None`: off).
+    pub network: Option<NetworkView>,
     /// The control-plane Identity: absent, or whether Liqo made its kubeconfig.
     pub identity: Option<bool>,
     /// The signed-nonce Secret, if present.
@@ -168,7 +225,12 @@ impl ConsumerView {
             self.slice,
             Some((Some(Verdict::Accepted), Some(Verdict::Accepted)))
         );
-        self.identity.is_none() || (self.identity == Some(true) && !accepted)
+        self.identity.is_none()
+            || (self.identity == Some(true) && !accepted)
+            || self
+                .network
+                .as_ref()
+                .is_some_and(|n| n.needs_remote(self.identity.is_some()))
     }
 }
 
@@ -197,6 +259,18 @@ pub enum Effect {
     CreateIdentity(Box<TenantGrant>),
     /// The ResourceSlice on the consumer.
     CreateResourceSlice,
+    /// The provider's Configuration (its CIDRs) on the consumer.
+    CreateLocalConfiguration(ClusterCidrs),
+    /// This cluster's Configuration (these CIDRs) on the provider.
+    CreateRemoteConfiguration(ClusterCidrs),
+    /// The GatewayServer on the provider.
+    CreateGatewayServer,
+    /// The GatewayClient on the consumer, to this endpoint.
+    CreateGatewayClient(ServerEndpoint),
+    /// The provider's PublicKey (its server's key) on the consumer.
+    CreateLocalPublicKey(Vec<u8>),
+    /// This cluster's PublicKey (its client's key) on the provider.
+    CreateRemotePublicKey(Vec<u8>),
 }
 
 /// What the next reconcile waits for.
@@ -289,6 +363,13 @@ pub fn consumer(
 /// The next step: effects, wait, and `Ok(None)` when done, `Ok(Some(what
 /// it waits for))`, or `Err(why the provider refused)`.
 fn consumer_step(provider: &str, slice: &str, view: &ConsumerView) -> Step {
+    if let Some(step) = view
+        .network
+        .as_ref()
+        .and_then(|n| network_step(provider, view.identity.is_some(), n))
+    {
+        return step;
+    }
     match view.identity {
         // The provider no longer has this cluster's Tenant (it dropped it
         // when the last Contract ended, or its admin did): the Identity's
@@ -440,6 +521,90 @@ fn authentication_step(provider: &str, view: &ConsumerView) -> Step {
     }
 }
 
+/// Liqo's networking phase (`liqoctl network connect`, the server on the
+/// provider): Configurations both ways, the GatewayServer there, the
+/// GatewayClient here, the gateways' keys exchanged as PublicKeys, then
+/// both Connections up. `None` when done (connected here, and there too
+/// until authenticated: afterwards the provider is not read for it).
+fn network_step(provider: &str, authenticated: bool, n: &NetworkView) -> Option<Step> {
+    if n.connected && (authenticated || n.remote.as_ref().is_some_and(|r| r.connected)) {
+        return None;
+    }
+    let Some(local_cidrs) = &n.local_cidrs else {
+        return Some(waiting(
+            vec![],
+            Wait::Local,
+            "waiting for this cluster's Liqo IPAM to publish its pod and external CIDRs".into(),
+        ));
+    };
+    let unknown = RemoteNetwork::default();
+    let r = n.remote.as_ref().unwrap_or(&unknown);
+    let Some(remote_cidrs) = &r.cidrs else {
+        return Some(waiting(
+            vec![],
+            Wait::Remote,
+            format!("waiting for {provider}'s Liqo IPAM to publish its pod and external CIDRs"),
+        ));
+    };
+    let mut effects = Vec::new();
+    if n.configuration.is_none() {
+        effects.push(Effect::CreateLocalConfiguration(remote_cidrs.clone()));
+    }
+    if r.configuration.is_none() {
+        effects.push(Effect::CreateRemoteConfiguration(local_cidrs.clone()));
+    }
+    if !effects.is_empty() || n.configuration != Some(true) || r.configuration != Some(true) {
+        return Some(waiting(
+            effects,
+            Wait::Remote,
+            format!(
+                "networking: waiting for both IPAMs to take in the Configurations with {provider}"
+            ),
+        ));
+    }
+    let Some(server) = &r.server else {
+        return Some(waiting(
+            vec![Effect::CreateGatewayServer],
+            Wait::Remote,
+            format!("networking: waiting for {provider} to expose the gateway server"),
+        ));
+    };
+    let Some(endpoint) = &server.endpoint else {
+        return Some(waiting(
+            vec![],
+            Wait::Remote,
+            format!("networking: waiting for {provider} to expose the gateway server"),
+        ));
+    };
+    let Some(client_key) = &n.client else {
+        return Some(waiting(
+            vec![Effect::CreateGatewayClient(endpoint.clone())],
+            Wait::Remote,
+            "networking: waiting for the gateway client's key".into(),
+        ));
+    };
+    let (Some(client_key), Some(server_key)) = (client_key, &server.key) else {
+        return Some(waiting(
+            vec![],
+            Wait::Remote,
+            "networking: waiting for the gateways' keys".into(),
+        ));
+    };
+    // The provider's key goes last: once it is here, the other is there.
+    let mut effects = Vec::new();
+    if !r.public_key {
+        effects.push(Effect::CreateRemotePublicKey(client_key.clone()));
+    }
+    if !n.public_key {
+        effects.push(Effect::CreateLocalPublicKey(server_key.clone()));
+    }
+    Some(waiting(
+        effects,
+        Wait::Remote,
+        format!("networking: keys exchanged, waiting for the connection with {provider}"),
+    ))
+}
+
 /// The ResourceSlice and the virtual node it yields.
 fn slice_step(provider: &str, slice: &str, view: &ConsumerView) -> Step {
     match &view.slice {
@@ -575,6 +740,155 @@ mod tests {
             identity: Some(true),
             ..Default::default()
         }
+    }
+
+    fn cidrs(pod: &str) -> ClusterCidrs {
+        ClusterCidrs {
+            pod: pod.into(),
+            external: "10.70.0.0/16".into(),
+        }
+    }
+
+    fn endpoint() -> ServerEndpoint {
+        ServerEndpoint {
+            addresses: vec!["192.0.2.1".into()],
+            port: 30_000,
+            tcp: false,
+        }
+    }
+
+    /// Walks the networking phase as Liqo would answer each step: every
+    /// plan's effects are applied to the view, then Liqo's reaction.
+    #[test]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one walk through the whole networking phase reads top to bottom"
+    )]
+    fn networking_runs_before_authentication_step_by_step() {
+        let mut v = ConsumerView {
+            tenant_namespace: true,
+            network: Some(NetworkView::default()),
+            remote: Some(Remote::default()),
+            ..Default::default()
+        };
+        assert!(v.needs_remote());
+        // No local CIDRs yet: wait, nothing sent.
+        let p = peering(&v);
+        assert!(p.effects.is_empty());
+        assert!(
+            p.status
+                .unwrap()
+                .message
+                .contains("this cluster's Liqo IPAM")
+        );
+        let n = v.network.as_mut().unwrap();
+        n.local_cidrs = Some(cidrs("10.1.0.0/16"));
+        // The provider's CIDRs not read (yet, or not allowed): wait on it.
+        let p = peering(&v);
+        assert!(p.effects.is_empty());
+        assert_eq!(p.wait, Wait::Remote);
+        assert!(p.status.unwrap().message.contains("prov's Liqo IPAM"));
+        v.network.as_mut().unwrap().remote = Some(RemoteNetwork {
+            cidrs: Some(cidrs("10.2.0.0/16")),
+            ..Default::default()
+        });
+        // Configurations both ways, each with the other's CIDRs.
+        let p = peering(&v);
+        assert_eq!(
+            p.effects,
+            vec![
+                Effect::CreateLocalConfiguration(cidrs("10.2.0.0/16")),
+                Effect::CreateRemoteConfiguration(cidrs("10.1.0.0/16")),
+            ]
+        );
+        let n = v.network.as_mut().unwrap();
+        n.configuration = Some(false);
+        n.remote.as_mut().unwrap().configuration = Some(true);
+        let p = peering(&v);
+        assert!(p.effects.is_empty(), "waits for this IPAM: {p:?}");
+        let n = v.network.as_mut().unwrap();
+        n.configuration = Some(true);
+        // Then the server on the provider, waited for until exposed.
+        assert_eq!(peering(&v).effects, vec![Effect::CreateGatewayServer]);
+        let r = v.network.as_mut().unwrap().remote.as_mut().unwrap();
+        r.server = Some(GatewayServerView::default());
+        assert!(peering(&v).effects.is_empty());
+        let r = v.network.as_mut().unwrap().remote.as_mut().unwrap();
+        r.server = Some(GatewayServerView {
+            endpoint: Some(endpoint()),
+            key: None,
+        });
+        // The client here, to the server's endpoint.
+        assert_eq!(
+            peering(&v).effects,
+            vec![Effect::CreateGatewayClient(endpoint())]
+        );
+        let n = v.network.as_mut().unwrap();
+        n.client = Some(Some(b"client-key".to_vec()));
+        assert!(
+            peering(&v).effects.is_empty(),
+            "the server's key is missing"
+        );
+        let r = v.network.as_mut().unwrap().remote.as_mut().unwrap();
+        r.server.as_mut().unwrap().key = Some(b"server-key".to_vec());
+        // Keys exchanged: ours there first, then theirs here.
+        assert_eq!(
+            peering(&v).effects,
+            vec![
+                Effect::CreateRemotePublicKey(b"client-key".to_vec()),
+                Effect::CreateLocalPublicKey(b"server-key".to_vec()),
+            ]
+        );
+        let n = v.network.as_mut().unwrap();
+        n.public_key = true;
+        n.remote.as_mut().unwrap().public_key = true;
+        n.connected = true;
+        // Connected here but not there: still waiting, no authentication.
+        let p = peering(&v);
+        assert!(p.effects.is_empty());
+        assert!(
+            p.status
+                .unwrap()
+                .message
+                .contains("waiting for the connection"),
+            "both sides must be connected"
+        );
+        v.network
+            .as_mut()
+            .unwrap()
+            .remote
+            .as_mut()
+            .unwrap()
+            .connected = true;
+        // Both connected: authentication starts.
+        assert_eq!(peering(&v).effects, vec![Effect::CreateRemoteNonce]);
+        // Once authenticated, a connection up here is enough, and the
+        // provider is no longer read for it.
+        let mut done = authenticated();
+        done.network = Some(NetworkView {
+            connected: true,
+            ..v.network.clone().unwrap()
+        });
+        done.network.as_mut().unwrap().remote = None;
+        done.slice = Some((Some(Verdict::Accepted), Some(Verdict::Accepted)));
+        done.node_ready = true;
+        assert!(!done.needs_remote());
+        assert_eq!(peering(&done).status.unwrap().message, MSG_ACTIVE);
+        // A connection that goes down is read again, and waited on.
+        done.network.as_mut().unwrap().connected = false;
+        assert!(done.needs_remote());
+        let p = peering(&done);
+        assert_eq!(p.status.unwrap().state, AllocationState::Peering);
+    }
+
+    #[test]
+    fn without_networking_authentication_starts_at_once() {
+        let v = ConsumerView {
+            tenant_namespace: true,
+            remote: Some(Remote::default()),
+            ..Default::default()
+        };
+        assert_eq!(peering(&v).effects, vec![Effect::CreateRemoteNonce]);
     }
 
     #[test]

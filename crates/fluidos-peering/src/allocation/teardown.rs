@@ -37,6 +37,9 @@ pub struct TeardownView {
     pub signed_nonce: bool,
     /// The Contract (and so credentials for the provider) is still there.
     pub remote: bool,
+    /// Networking objects for the provider are here (GatewayClient,
+    /// PublicKey, Configuration).
+    pub network: bool,
 }
 
 /// The other ResourceSlices of the same provider.
@@ -64,6 +67,10 @@ pub enum TeardownEffect {
     DeleteSignedNonce,
     /// Our Tenant and nonce Secret on the provider.
     DeleteRemoteAuthentication,
+    /// The GatewayClient, PublicKey and Configuration for the provider (here).
+    DeleteNetwork,
+    /// Our GatewayServer, PublicKey and Configuration on the provider.
+    DeleteRemoteNetwork,
 }
 
 /// The decision of one teardown reconcile.
@@ -127,6 +134,18 @@ pub fn teardown(provider: &str, slice: &str, view: &TeardownView) -> Teardown {
             left: Some(format!("unauthenticating from {provider}")),
         };
     }
+    // Then liqoctl's network reset: the gateways, then the Configurations,
+    // there (one-shot, like the Tenant) and here.
+    if view.network {
+        if view.remote {
+            effects.push(TeardownEffect::DeleteRemoteNetwork);
+        }
+        effects.push(TeardownEffect::DeleteNetwork);
+        return Teardown {
+            effects,
+            left: Some(format!("disconnecting the network from {provider}")),
+        };
+    }
     // Nothing local is left; the remote deletions (if any) are one-shot.
     Teardown {
         effects,
@@ -149,6 +168,7 @@ mod tests {
             identity: true,
             signed_nonce: true,
             remote: true,
+            network: false,
         }
     }
 
@@ -229,6 +249,62 @@ mod tests {
                 TeardownEffect::DeleteIdentity,
                 TeardownEffect::DeleteSignedNonce
             ]
+        );
+    }
+
+    #[test]
+    fn the_network_goes_after_the_authentication_and_stays_for_other_contracts() {
+        let v = TeardownView {
+            slice: false,
+            node: false,
+            network: true,
+            ..peered()
+        };
+        let t = teardown(P, S, &v);
+        assert_eq!(
+            t.effects,
+            [
+                TeardownEffect::DeleteIdentity,
+                TeardownEffect::DeleteSignedNonce,
+                TeardownEffect::DeleteRemoteAuthentication
+            ],
+            "unauthenticate first"
+        );
+        let unauthenticated = TeardownView {
+            identity: false,
+            signed_nonce: false,
+            ..v
+        };
+        let t = teardown(P, S, &unauthenticated);
+        assert_eq!(
+            t.effects,
+            [
+                TeardownEffect::DeleteRemoteAuthentication,
+                TeardownEffect::DeleteRemoteNetwork,
+                TeardownEffect::DeleteNetwork
+            ]
+        );
+        assert!(t.left.unwrap().contains("network"));
+        // Credentials revoked: only this side's objects.
+        let revoked = TeardownView {
+            remote: false,
+            ..unauthenticated
+        };
+        assert_eq!(
+            teardown(P, S, &revoked).effects,
+            [TeardownEffect::DeleteNetwork]
+        );
+        // Other Contracts with the provider keep the network.
+        let shared = TeardownView {
+            other_slices: OtherSlices::Live,
+            ..v
+        };
+        assert_eq!(
+            teardown(P, S, &shared),
+            Teardown {
+                effects: vec![],
+                left: None
+            }
         );
     }
 }

@@ -112,8 +112,9 @@ cluster:
     resources: [namespaces]
     verbs: [get, list, watch, create, patch, delete]
   # credentials.rs: the peer Role `fluidos-peer` and its RoleBindings in the
-  # buyers' tenant namespaces (server-side apply), watched everywhere;
-  # revocation deletes the bindings.
+  # buyers' tenant namespaces, and the Role `fluidos-peer-network` and its
+  # RoleBindings in the Liqo namespace (server-side apply), watched
+  # everywhere; revocation deletes the bindings.
   - apiGroups: [rbac.authorization.k8s.io]
     resources: [roles, rolebindings]
     verbs: [list, watch, create, patch, delete]
@@ -240,6 +241,16 @@ namespace:
     verbs: [deletecollection]
   {{- include "fluidos-node.rules.events" . | nindent 2 }}
   {{- include "fluidos-node.rules.leases" (dict "root" . "component" "rear-gateway") | nindent 2 }}
+liqo:
+  {{- if .Values.peering.enabled }}
+  # credentials.rs `grant_liqo_networks`: a K8Slice buyer may read this
+  # cluster's CIDRs (the Role `fluidos-peer-network`, for the consumer's
+  # Liqo networking phase); the gateway holds what it grants (no
+  # `escalate` needed for that Role).
+  - apiGroups: [ipam.liqo.io]
+    resources: [networks]
+    verbs: [get, list]
+  {{- end }}
 {{- end -}}
 
 {{/* rear-manager: crates/fluidos-consumer, the buyer half of crates/fluidos-service-allocation, crates/fluidos-peering. */}}
@@ -300,6 +311,20 @@ cluster:
     resources: [validatingadmissionpolicies, validatingadmissionpolicybindings]
     resourceNames: [fluidos-resourceslice-class]
     verbs: [get, patch]
+  {{- if .Values.peering.networking }}
+  # peering allocation.rs: Liqo's networking phase (peering.networking) in
+  # the provider's tenant namespace here: the Configuration (the provider's
+  # CIDRs), the GatewayClient and the provider's PublicKey are created, and
+  # deleted at unpeering; the Connection and GatewayServers are read. The
+  # GatewayClient's key Secret `gw-<provider ID>` is read with the secrets
+  # rule above.
+  - apiGroups: [networking.liqo.io]
+    resources: [configurations, gatewayclients, publickeies]
+    verbs: [get, list, watch, create, delete]
+  - apiGroups: [networking.liqo.io]
+    resources: [connections, gatewayservers]
+    verbs: [get, list, watch]
+  {{- end }}
   {{- end }}
 namespace:
   # consumer solver.rs: Solvers (status only).
@@ -364,6 +389,14 @@ liqo:
     resources: [secrets]
     resourceNames: [authentication-keys]
     verbs: [get]
+  {{- if .Values.peering.networking }}
+  # peering allocation.rs: Liqo's networking phase: this cluster's pod and
+  # external CIDRs (IPAM Networks, listed by label) for the Configuration
+  # made on the provider.
+  - apiGroups: [ipam.liqo.io]
+    resources: [networks]
+    verbs: [get, list]
+  {{- end }}
   {{- end }}
 {{- end -}}
 
