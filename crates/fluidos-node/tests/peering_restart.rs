@@ -2,8 +2,10 @@
 //! step, converges to exactly one peering once it runs again: with the real
 //! Liqo v1.0.0 on two control planes, the consumer node is killed and
 //! restarted each time its Allocation reports a new peering step, then the
-//! provider node once the peering is up. All peering state lives in the API
-//! servers, so every step is create-or-adopt.
+//! provider node once the peering is up. Liqo's networking module runs on
+//! both (the gateway pods played by the testenv's stand-in), so the
+//! networking steps are among those killed at. All peering state lives in
+//! the API servers, so every step is create-or-adopt.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // in tests a panic is the failure report
 
@@ -90,8 +92,9 @@ async fn nodes_killed_at_every_peering_step_converge_to_one_peering() {
         say(&format!("SKIP: {reason}"));
         return;
     }
-    // Two flavors: one for the first Contract, one for the second.
-    let (stage, mut c_liqo, mut p_liqo) = TwoClusters::start(2).await;
+    // Two flavors: one for the first Contract, one for the second. Liqo's
+    // networking module on both, so the networking steps are killed at too.
+    let (stage, mut c_liqo, mut p_liqo) = TwoClusters::start_with(2, true).await;
     let mut p_node = stage.provider_node();
     let mut c_node = stage.consumer_node();
     stage.wait_serving(&p_node, &c_node, 2).await;
@@ -214,6 +217,23 @@ async fn nodes_killed_at_every_peering_step_converge_to_one_peering() {
         count(&provider.client(), "Tenant", "tenants", &p_tenant).await,
         1
     );
+    // One tunnel: one of each networking object, on each side.
+    for (cp, ns, kind, plural) in [
+        (provider, &p_tenant, "GatewayServer", "gatewayservers"),
+        (provider, &p_tenant, "PublicKey", "publickeies"),
+        (provider, &p_tenant, "Configuration", "configurations"),
+        (consumer, &c_tenant, "GatewayClient", "gatewayclients"),
+        (consumer, &c_tenant, "PublicKey", "publickeies"),
+        (consumer, &c_tenant, "Configuration", "configurations"),
+    ] {
+        let n = dynamic(&cp.client(), "networking.liqo.io", kind, plural, ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len();
+        assert_eq!(n, 1, "{kind}s in {ns}");
+    }
     // The consumer adopts a Tenant it finds; only the restart after the
     // refusal replaces the planted one.
     let tenant = dynamic(
@@ -342,6 +362,9 @@ async fn nothing_sold_removes_the_tenant(
         "RoleBindings",
         "NamespaceMaps",
         "nonce",
+        "GatewayServer",
+        "PublicKey",
+        "Configuration",
     ] {
         assert!(
             before.get(kind).is_some_and(|n| *n > 0),
@@ -378,7 +401,6 @@ async fn nothing_sold_removes_the_tenant(
 async fn consumer_traces(
     provider: &kube::Client,
 ) -> Result<std::collections::BTreeMap<&'static str, usize>, String> {
-    use k8s_openapi::api::core::v1::Secret;
     use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding};
     let ns = format!("liqo-tenant-{CONSUMER_ID}");
     let e = |e: kube::Error| e.to_string();
@@ -388,64 +410,88 @@ async fn consumer_traces(
         .labels(&format!("liqo.io/remote-cluster-id={CONSUMER_ID}"));
     let replicated = all.clone().labels("liqo.io/replicated=true");
     let liqo = |group, kind, plural| dynamic(provider, group, kind, plural, &ns);
-    let count = |present: bool| usize::from(present);
-    Ok([
+    let mut traces = std::collections::BTreeMap::new();
+    // Objects named after the consumer (the nonce Secret: by its name).
+    for (trace, group, kind, plural, name) in [
         (
             "Tenant",
-            count(
-                support::peering::exists(
-                    &liqo("authentication.liqo.io", "Tenant", "tenants"),
-                    CONSUMER_ID,
-                )
-                .await?,
-            ),
+            "authentication.liqo.io",
+            "Tenant",
+            "tenants",
+            CONSUMER_ID,
+        ),
+        ("nonce", "", "Secret", "secrets", "liqo-nonce"),
+        (
+            "GatewayServer",
+            "networking.liqo.io",
+            "GatewayServer",
+            "gatewayservers",
+            CONSUMER_ID,
         ),
         (
-            "nonce",
-            count(
-                support::peering::exists(
-                    &Api::<Secret>::namespaced(provider.clone(), &ns),
-                    "liqo-nonce",
-                )
-                .await?,
-            ),
+            "PublicKey",
+            "networking.liqo.io",
+            "PublicKey",
+            "publickeies",
+            CONSUMER_ID,
         ),
         (
-            "ClusterRoleBindings",
-            Api::<ClusterRoleBinding>::all(provider.clone())
-                .list(&bound)
-                .await
-                .map_err(e)?
-                .items
-                .len(),
+            "Configuration",
+            "networking.liqo.io",
+            "Configuration",
+            "configurations",
+            CONSUMER_ID,
         ),
-        (
-            "RoleBindings",
-            Api::<RoleBinding>::namespaced(provider.clone(), &ns)
-                .list(&bound)
-                .await
-                .map_err(e)?
-                .items
-                .len(),
-        ),
-        (
-            "ResourceSlices",
-            liqo("authentication.liqo.io", "ResourceSlice", "resourceslices")
-                .list(&replicated)
-                .await
-                .map_err(e)?
-                .items
-                .len(),
-        ),
-        (
-            "NamespaceMaps",
-            liqo("offloading.liqo.io", "NamespaceMap", "namespacemaps")
-                .list(&replicated)
-                .await
-                .map_err(e)?
-                .items
-                .len(),
-        ),
-    ]
-    .into())
+    ] {
+        let api = if group.is_empty() {
+            Api::<DynamicObject>::namespaced_with(
+                provider.clone(),
+                &ns,
+                &kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&()),
+            )
+        } else {
+            liqo(group, kind, plural)
+        };
+        traces.insert(
+            trace,
+            usize::from(support::peering::exists(&api, name).await?),
+        );
+    }
+    traces.insert(
+        "ClusterRoleBindings",
+        Api::<ClusterRoleBinding>::all(provider.clone())
+            .list(&bound)
+            .await
+            .map_err(e)?
+            .items
+            .len(),
+    );
+    traces.insert(
+        "RoleBindings",
+        Api::<RoleBinding>::namespaced(provider.clone(), &ns)
+            .list(&bound)
+            .await
+            .map_err(e)?
+            .items
+            .len(),
+    );
+    traces.insert(
+        "ResourceSlices",
+        liqo("authentication.liqo.io", "ResourceSlice", "resourceslices")
+            .list(&replicated)
+            .await
+            .map_err(e)?
+            .items
+            .len(),
+    );
+    traces.insert(
+        "NamespaceMaps",
+        liqo("offloading.liqo.io", "NamespaceMap", "namespacemaps")
+            .list(&replicated)
+            .await
+            .map_err(e)?
+            .items
+            .len(),
+    );
+    Ok(traces)
 }

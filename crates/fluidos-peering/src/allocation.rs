@@ -61,8 +61,13 @@ use teardown::{OtherSlices, TeardownEffect, TeardownView};
 
 /// Controller name in logs and metrics.
 const CONTROLLER: &str = "allocation-k8slice";
-/// How soon an Allocation waiting on the provider is looked at again.
+/// How soon an Allocation waiting on the provider is looked at again; after
+/// [`machine::SLOW_WAIT_SECS`] on the same step, [`REMOTE_POLL_SLOW`].
 pub const REMOTE_POLL: Duration = Duration::from_millis(250);
+/// How soon an Allocation that has waited long on the provider is looked at
+/// again (a LoadBalancer address, a gateway that does not connect): about
+/// fifteen reads a second at [`REMOTE_POLL`] would go on for minutes.
+pub const REMOTE_POLL_SLOW: Duration = Duration::from_secs(5);
 /// Safety net while waiting on a watched local object.
 const LOCAL_RECHECK: Duration = Duration::from_secs(30);
 
@@ -484,6 +489,9 @@ async fn consumer(
         .map(|_| fc_ref);
     write(allocations, a, &plan, resource_ref).await?;
     Ok(match plan.wait {
+        Wait::Remote if machine::waited_long(view.stored_status.as_ref(), plan.status.as_ref()) => {
+            Action::requeue(REMOTE_POLL_SLOW)
+        }
         Wait::Remote => Action::requeue(REMOTE_POLL),
         Wait::Local | Wait::Nothing => Action::requeue(LOCAL_RECHECK),
     })
@@ -899,19 +907,7 @@ async fn apply(
         .await
         .map_err(local("delete_identity")),
         Effect::CreateTenant(signature) => {
-            let p = provider_client.ok_or_else(no_remote)?;
-            let keys_secret = Api::<Secret>::namespaced(c.clone(), objects::LIQO_NAMESPACE)
-                .get(objects::AUTH_KEYS_SECRET)
-                .await
-                .map_err(local("get_authentication_keys"))?;
-            let keys = ClusterKeys::from_secret(&keys_secret).map_err(Error::Build)?;
-            let tenant = objects::tenant(me, &keys, signature).map_err(Error::Build)?;
-            create(
-                &Api::<Tenant>::namespaced(p.clone(), &objects::tenant_namespace(me)),
-                &tenant,
-            )
-            .await
-            .map_err(remote("create_tenant"))
+            create_tenant(c, provider_client.ok_or_else(no_remote)?, me, signature).await
         }
         Effect::CreateIdentity(grant) => create(
             &Api::<Identity>::namespaced(c.clone(), &ns),
@@ -938,9 +934,34 @@ async fn apply(
         | Effect::CreateRemoteConfiguration(_)
         | Effect::CreateGatewayServer
         | Effect::CreateGatewayClient(_)
-        | Effect::CreateLocalPublicKey(_)
-        | Effect::CreateRemotePublicKey(_) => Ok(()),
+        | Effect::UpdateGatewayClientEndpoint(_)
+        | Effect::CreateLocalPublicKey(..)
+        | Effect::CreateRemotePublicKey(..)
+        | Effect::DeleteLocalPublicKey
+        | Effect::DeleteRemotePublicKey => Ok(()),
     }
+}
+
+/// Builds this cluster's Tenant from its Liqo keys and `signature`, and
+/// creates it on the provider `p`.
+async fn create_tenant(
+    c: &kube::Client,
+    p: &kube::Client,
+    me: &str,
+    signature: &[u8],
+) -> Result<(), Error> {
+    let keys_secret = Api::<Secret>::namespaced(c.clone(), objects::LIQO_NAMESPACE)
+        .get(objects::AUTH_KEYS_SECRET)
+        .await
+        .map_err(local("get_authentication_keys"))?;
+    let keys = ClusterKeys::from_secret(&keys_secret).map_err(Error::Build)?;
+    let tenant = objects::tenant(me, &keys, signature).map_err(Error::Build)?;
+    create(
+        &Api::<Tenant>::namespaced(p.clone(), &objects::tenant_namespace(me)),
+        &tenant,
+    )
+    .await
+    .map_err(remote("create_tenant"))
 }
 
 /// Writes the plan's status when it differs from the stored one.
@@ -1214,10 +1235,29 @@ async fn observe_teardown(
             .map_err(local("get_signed_nonce"))?
             .is_some(),
         remote,
-        network: networking::any_left(c, provider)
+        // As `liqoctl unpeer`: a tunnel the provider also consumes through
+        // (it peers with this cluster the other way too) stays.
+        network: !two_way(c, provider)
             .await
-            .map_err(local("get_networking_objects"))?,
+            .map_err(local("get_foreign_cluster"))?
+            && networking::any_left(c, provider)
+                .await
+                .map_err(local("get_networking_objects"))?,
     })
+}
+
+/// Whether this cluster's ForeignCluster of `peer` says the peering goes
+/// both ways (`ConsumerAndProvider`): then the network with it is shared.
+pub(crate) async fn two_way(c: &kube::Client, peer: &str) -> Result<bool, kube::Error> {
+    let fc = match Api::<ForeignCluster>::all(c.clone()).get_opt(peer).await {
+        Ok(fc) => fc,
+        // Without the right to read them: no peering of this node's.
+        Err(e) if api_error::is_forbidden(&e) => None,
+        Err(e) => return Err(e),
+    };
+    Ok(fc
+        .and_then(|fc| fc.status)
+        .is_some_and(|s| s.role == ForeignClusterStatusRole::ConsumerAndProvider))
 }
 
 /// One teardown deletion; a missing object counts as deleted, and a

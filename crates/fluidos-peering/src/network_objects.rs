@@ -149,16 +149,99 @@ pub fn gateway_server(consumer: &str, service_type: GatewayServiceType) -> Gatew
     s
 }
 
-/// The provider's GatewayServer's endpoint, once Liqo published it.
+/// At most this many server addresses are taken from a provider.
+pub const MAX_ADDRESSES: usize = 8;
+
+/// Whether `address` can be a gateway server's address: an IP, or a DNS
+/// name of at most 253 characters.
+fn valid_address(address: &str) -> bool {
+    address.parse::<std::net::IpAddr>().is_ok()
+        || (!address.is_empty()
+            && address.len() <= 253
+            && address.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                    && !label.starts_with('-')
+                    && !label.ends_with('-')
+            }))
+}
+
+/// The provider's GatewayServer's endpoint, once Liqo published it; `None`
+/// also when the provider's status is not a usable endpoint (no address, an
+/// address that is neither an IP nor a DNS name, more than
+/// [`MAX_ADDRESSES`], a port outside 1–65535): the consumer's gateway would
+/// be handed it.
 pub fn server_endpoint(server: &GatewayServer) -> Option<ServerEndpoint> {
     use fluidos_liqo_api::generated::gateway_server::GatewayServerStatusEndpointProtocol as P;
     let e = server.status.as_ref()?.endpoint.as_ref()?;
-    let addresses = e.addresses.clone().filter(|a| !a.is_empty())?;
+    let addresses = e.addresses.clone().filter(|a| {
+        !a.is_empty() && a.len() <= MAX_ADDRESSES && a.iter().all(|x| valid_address(x))
+    })?;
+    let port = e.port.filter(|p| (1..=65_535).contains(p))?;
     Some(ServerEndpoint {
         addresses,
-        port: e.port?,
+        port,
         tcp: matches!(e.protocol, Some(P::Tcp)),
     })
+}
+
+/// The endpoint a GatewayClient is set to connect to (its spec).
+pub fn client_endpoint(client: &GatewayClient) -> Option<ServerEndpoint> {
+    let e = client.spec.endpoint.as_ref()?;
+    Some(ServerEndpoint {
+        addresses: e.addresses.clone()?,
+        port: e.port?,
+        tcp: matches!(e.protocol, Some(GatewayClientEndpointProtocol::Tcp)),
+    })
+}
+
+/// Length of a WireGuard (Curve25519) public key.
+pub const WIREGUARD_KEY_LEN: usize = 32;
+
+/// `bytes` if they can be a WireGuard public key: Liqo's gateway converts a
+/// PublicKey with `wgtypes.Key(...)`, which panics on a shorter slice, so a
+/// provider's key of another length must never reach a PublicKey here.
+pub fn wireguard_key(bytes: &[u8]) -> Option<Vec<u8>> {
+    (bytes.len() == WIREGUARD_KEY_LEN).then(|| bytes.to_vec())
+}
+
+/// The key a PublicKey carries (`spec.publicKey`, base64 in JSON).
+pub fn key_of(k: &PublicKey) -> Option<Vec<u8>> {
+    base64::engine::general_purpose::STANDARD
+        .decode(k.spec.public_key.as_deref()?)
+        .ok()
+}
+
+/// Whether `cidr` is an IPv4 or IPv6 network no broader than /8 (IPv4) or
+/// /16 (IPv6): what a provider names as its pod or external CIDR is routed
+/// to its gateway, so `0.0.0.0/0` or a huge range is refused.
+pub fn valid_cidr(cidr: &str) -> bool {
+    let Some((ip, prefix)) = cidr.split_once('/') else {
+        return false;
+    };
+    let Ok(prefix) = prefix.parse::<u8>() else {
+        return false;
+    };
+    match ip.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(_)) => (8..=32).contains(&prefix),
+        Ok(std::net::IpAddr::V6(_)) => (16..=128).contains(&prefix),
+        Err(_) => false,
+    }
+}
+
+/// The gateway a PublicKey belongs to (its owner, as liqoctl sets it: the
+/// key goes with the gateway).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GatewayOwner {
+    /// `GatewayClient` or `GatewayServer`.
+    pub kind: &'static str,
+    /// Its name.
+    pub name: String,
+    /// Its `metadata.uid`.
+    pub uid: String,
 }
 
 /// The GatewayClient the consumer creates for provider `provider`: name
@@ -193,8 +276,9 @@ pub fn gateway_client(provider: &str, server: &ServerEndpoint) -> GatewayClient 
 }
 
 /// The PublicKey carrying `peer`'s gateway key to the other side: name
-/// `<peer>` in `liqo-tenant-<peer>`; `key` as the key Secret holds it.
-pub fn public_key(peer: &str, key: &[u8]) -> PublicKey {
+/// `<peer>` in `liqo-tenant-<peer>`; `key` as the key Secret holds it;
+/// owned by the gateway of this side, as liqoctl makes it.
+pub fn public_key(peer: &str, key: &[u8], owner: &GatewayOwner) -> PublicKey {
     let mut k = PublicKey::new(
         peer,
         PublicKeySpec {
@@ -206,6 +290,15 @@ pub fn public_key(peer: &str, key: &[u8]) -> PublicKey {
         tenant_namespace(peer),
         &[(REMOTE_CLUSTER_ID, peer), (GATEWAY_RESOURCE_LABEL, "true")],
     );
+    k.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: API_VERSION.to_owned(),
+            kind: owner.kind.to_owned(),
+            name: owner.name.clone(),
+            uid: owner.uid.clone(),
+            ..Default::default()
+        },
+    ]);
     k
 }
 
@@ -216,7 +309,10 @@ pub fn configuration_ready(c: &Configuration) -> bool {
         .as_ref()
         .and_then(|s| s.remote.as_ref())
         .and_then(|r| r.cidr.as_ref())
-        .is_some_and(|cidr| cidr.pod.as_ref().is_some_and(|p| !p.is_empty()))
+        .is_some_and(|cidr| {
+            cidr.pod.as_ref().is_some_and(|p| !p.is_empty())
+                && cidr.external.as_ref().is_some_and(|e| !e.is_empty())
+        })
 }
 
 #[cfg(test)]
@@ -319,14 +415,22 @@ mod tests {
 
     #[test]
     fn public_key_carries_the_secrets_bytes_base64() {
-        let k = public_key("prov", &[1, 2, 3]);
+        let owner = GatewayOwner {
+            kind: "GatewayClient",
+            name: "prov".into(),
+            uid: "u-1".into(),
+        };
+        let k = public_key("prov", &[1, 2, 3], &owner);
+        assert_eq!(key_of(&k), Some(vec![1, 2, 3]));
         assert_eq!(
             json(&k),
             serde_json::json!({
                 "apiVersion": "networking.liqo.io/v1beta1", "kind": "PublicKey",
                 "metadata": {"name": "prov", "namespace": "liqo-tenant-prov",
                     "labels": {"liqo.io/remote-cluster-id": "prov",
-                        "networking.liqo.io/gateway-resource": "true"}},
+                        "networking.liqo.io/gateway-resource": "true"},
+                    "ownerReferences": [{"apiVersion": "networking.liqo.io/v1beta1",
+                        "kind": "GatewayClient", "name": "prov", "uid": "u-1"}]},
                 "spec": {"publicKey": "AQID"},
             })
         );
@@ -350,6 +454,55 @@ mod tests {
             )
             .unwrap(),
         );
+        assert!(!configuration_ready(&c), "Liqo sets both");
+        c.status = Some(
+            serde_json::from_value(serde_json::json!({"remote": {"cidr": {
+                "pod": ["10.9.0.0/16"], "external": ["10.8.0.0/16"]}}}))
+            .unwrap(),
+        );
         assert!(configuration_ready(&c));
+    }
+
+    #[test]
+    fn what_a_provider_says_is_bounded_before_it_reaches_a_gateway() {
+        let mut server = gateway_server("c", GatewayServiceType::NodePort);
+        let mut with = |endpoint: serde_json::Value| {
+            server.status =
+                Some(serde_json::from_value(serde_json::json!({ "endpoint": endpoint })).unwrap());
+            server_endpoint(&server)
+        };
+        assert!(
+            with(serde_json::json!({"addresses": ["gw.example.org"], "port": 51840})).is_some()
+        );
+        assert!(with(serde_json::json!({"addresses": ["2001:db8::1"], "port": 1})).is_some());
+        for bad in [
+            serde_json::json!({"addresses": ["a b"], "port": 51840}),
+            serde_json::json!({"addresses": ["-x.org"], "port": 51840}),
+            serde_json::json!({"addresses": ["10.0.0.1"], "port": 0}),
+            serde_json::json!({"addresses": ["10.0.0.1"], "port": 70000}),
+            serde_json::json!({"addresses": vec!["10.0.0.1"; 9], "port": 51840}),
+            serde_json::json!({"addresses": ["x".repeat(254)], "port": 51840}),
+        ] {
+            assert_eq!(with(bad.clone()), None, "{bad}");
+        }
+        assert!(wireguard_key(&[7; 32]).is_some());
+        assert!(
+            wireguard_key(&[7; 31]).is_none(),
+            "Liqo's gateway would panic"
+        );
+        assert!(wireguard_key(&[7; 33]).is_none());
+        for good in ["10.1.0.0/16", "192.168.0.0/24", "10.0.0.0/8", "fd00::/64"] {
+            assert!(valid_cidr(good), "{good}");
+        }
+        for bad in [
+            "0.0.0.0/0",
+            "10.0.0.0/7",
+            "10.0.0.0",
+            "10.0.0.0/33",
+            "x/16",
+            "::/0",
+        ] {
+            assert!(!valid_cidr(bad), "{bad}");
+        }
     }
 }

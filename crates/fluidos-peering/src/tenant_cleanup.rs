@@ -11,7 +11,9 @@
 //! Liqo drains (`tenantCondition: Drained`: Liqo unbinds the roles it gave
 //! `C`'s certificates, then deletes the ResourceSlices and NamespaceMaps
 //! replicated from `C`, and with them the offloaded namespaces); once Liqo
-//! has, the nonce Secret and the Tenant go. Rights first, so that `C`'s
+//! has, what `C`'s Liqo networking phase made here (its GatewayServer,
+//! PublicKey and Configuration, unless this cluster consumes from `C` too),
+//! the nonce Secret and the Tenant go. Rights first, so that `C`'s
 //! replicator cannot put back what is deleted.
 //! Only tenant namespaces the REAR gateway made for a buyer are looked at: a
 //! Tenant of a peering its admin made by hand is none of our business.
@@ -318,11 +320,18 @@ async fn reconcile(t: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action, Error> {
     }
 }
 
-/// Deletes the nonce, then the Tenant as read (one touched meanwhile is
-/// decided again).
+/// Deletes what the consumer's networking phase made here (unless this
+/// cluster also consumes from it, through the same tunnel), the nonce, then
+/// the Tenant as read (one touched meanwhile is decided again).
 async fn remove(client: &kube::Client, tenants: &Api<Tenant>, t: &Tenant) -> Result<Action, Error> {
     let consumer = t.name_any();
     let ns = t.namespace().unwrap_or_default();
+    if !crate::allocation::two_way(client, &consumer)
+        .await
+        .map_err(kube_step("get_foreign_cluster"))?
+    {
+        delete_network(client, &ns, &consumer).await?;
+    }
     gone(
         Api::<Secret>::namespaced(client.clone(), &ns)
             .delete(objects::NONCE_SECRET, &DeleteParams::default())
@@ -346,6 +355,33 @@ async fn remove(client: &kube::Client, tenants: &Api<Tenant>, t: &Tenant) -> Res
     }
     tracing::info!(%consumer, "nothing is sold to this cluster any more: its Tenant is removed");
     Ok(Action::await_change())
+}
+
+/// Deletes the GatewayServer (Liqo then removes the gateway it runs for
+/// it), the PublicKey and the Configuration named after `consumer` in its
+/// tenant namespace `ns`: a consumer whose credentials were revoked before
+/// it unpeered cannot delete them itself.
+async fn delete_network(client: &kube::Client, ns: &str, consumer: &str) -> Result<(), Error> {
+    use fluidos_liqo_api::{Configuration, GatewayServer, PublicKey};
+    let dp = DeleteParams::background();
+    gone(
+        Api::<GatewayServer>::namespaced(client.clone(), ns)
+            .delete(consumer, &dp)
+            .await,
+    )
+    .map_err(kube_step("delete_gateway_server"))?;
+    gone(
+        Api::<PublicKey>::namespaced(client.clone(), ns)
+            .delete(consumer, &dp)
+            .await,
+    )
+    .map_err(kube_step("delete_public_key"))?;
+    gone(
+        Api::<Configuration>::namespaced(client.clone(), ns)
+            .delete(consumer, &dp)
+            .await,
+    )
+    .map_err(kube_step("delete_configuration"))
 }
 
 /// How many ResourceSlices and NamespaceMaps replicated from the consumer

@@ -524,29 +524,48 @@ async fn our_networking_objects_are_the_ones_liqoctl_peer_creates() {
         .await,
     );
 
-    // The PublicKeys: the server's key here, the client's there.
-    for (client, ns, peer, key) in [
+    // The PublicKeys: the server's key here, the client's there, each
+    // owned by the gateway of its side.
+    let client_gateway = network_objects::GatewayOwner {
+        kind: "GatewayClient",
+        name: PROVIDER_ID.to_owned(),
+        uid: theirs.metadata.uid.clone().unwrap(),
+    };
+    let server_gateway = network_objects::GatewayOwner {
+        kind: "GatewayServer",
+        name: CONSUMER_ID.to_owned(),
+        uid: server.metadata.uid.clone().unwrap(),
+    };
+    for (client, ns, peer, key, owner) in [
         (
             &c,
             &c_tenant,
             PROVIDER_ID,
             gateway_key(&p, &p_tenant, CONSUMER_ID).await,
+            &client_gateway,
         ),
         (
             &p,
             &p_tenant,
             CONSUMER_ID,
             gateway_key(&c, &c_tenant, PROVIDER_ID).await,
+            &server_gateway,
         ),
     ] {
         let theirs = Api::<PublicKey>::namespaced(client.clone(), ns)
             .get(peer)
             .await
             .unwrap();
+        let ours = network_objects::public_key(peer, &key, owner);
+        let with_owners = |k: &PublicKey| {
+            let mut d = decided(k);
+            d["ownerReferences"] = serde_json::to_value(&k.metadata.owner_references).unwrap();
+            d
+        };
         assert_same(
             &format!("PublicKey {ns}/{peer}"),
-            &decided(&theirs),
-            &decided(&network_objects::public_key(peer, &key)),
+            &with_owners(&theirs),
+            &with_owners(&ours),
         );
     }
 

@@ -532,7 +532,25 @@ impl TwoClusters {
         let provider_key = super::prepare(&provider, "provider01", provider_port).await;
         super::prepare(&consumer, "consumer01", consumer_port).await;
         for i in 1..=workers {
-            worker_node(&provider, &format!("worker-{i}")).await;
+            let name = format!("worker-{i}");
+            worker_node(&provider, &name).await;
+            if networking {
+                // The workers are not kwok's (see `worker_node`): a gateway
+                // pod the scheduler put there would never run, and would
+                // count against the worker's flavor. It goes to the
+                // gateway node.
+                Api::<Node>::all(provider.client())
+                    .patch(
+                        &name,
+                        &kube::api::PatchParams::default(),
+                        &kube::api::Patch::Merge(serde_json::json!({"spec": {"taints": [
+                            {"key": "fluidos.eu/test-no-pods", "value": "true",
+                                "effect": "NoSchedule"}
+                        ]}})),
+                    )
+                    .await
+                    .unwrap();
+            }
         }
         Api::<fluidos_api::KnownCluster>::namespaced(consumer.client(), NS)
             .create(

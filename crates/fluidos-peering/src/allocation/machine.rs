@@ -9,7 +9,7 @@
 use fluidos_api::NodeIdentity;
 use fluidos_api::allocation::AllocationState;
 
-use crate::network_objects::{ClusterCidrs, ServerEndpoint};
+use crate::network_objects::{ClusterCidrs, GatewayOwner, ServerEndpoint};
 use crate::objects::TenantGrant;
 
 /// Go: the first status of any Allocation.
@@ -147,11 +147,10 @@ pub struct NetworkView {
     /// The Configuration of the provider here: absent, or whether the local
     /// IPAM took it in.
     pub configuration: Option<bool>,
-    /// The GatewayClient: absent, or its WireGuard public key once Liqo
-    /// made its key Secret.
-    pub client: Option<Option<Vec<u8>>>,
-    /// The provider's PublicKey is here.
-    pub public_key: bool,
+    /// The GatewayClient, if present.
+    pub client: Option<GatewayView>,
+    /// The key in the provider's PublicKey here, if present.
+    pub public_key: Option<Vec<u8>>,
     /// A Connection with the provider here is `Connected`.
     pub connected: bool,
     /// What was read on the provider (while not yet connected, or not yet
@@ -162,24 +161,33 @@ pub struct NetworkView {
 /// What the executor observed of Liqo's networking phase on the provider.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RemoteNetwork {
-    /// The provider's pod and external CIDRs, when its IPAM published them.
+    /// The provider's pod and external CIDRs, when its IPAM published them
+    /// (and they are usable: see `network_objects::valid_cidr`).
     pub cidrs: Option<ClusterCidrs>,
+    /// The provider refuses this cluster the reading of its IPAM Networks.
+    pub cidrs_forbidden: bool,
     /// The Configuration of this cluster there: absent, or taken in.
     pub configuration: Option<bool>,
-    /// The GatewayServer: absent, or its endpoint and key once Liqo made them.
-    pub server: Option<GatewayServerView>,
-    /// This cluster's PublicKey is there.
-    pub public_key: bool,
+    /// The GatewayServer, if present.
+    pub server: Option<GatewayView>,
+    /// The key in this cluster's PublicKey there, if present.
+    pub public_key: Option<Vec<u8>>,
     /// A Connection with this cluster there is `Connected`.
     pub connected: bool,
 }
 
-/// The provider's GatewayServer for this cluster, as read.
+/// A gateway (the provider's server, or this cluster's client), as read.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct GatewayServerView {
-    /// `status.endpoint`, once exposed.
+pub struct GatewayView {
+    /// Its name.
+    pub name: String,
+    /// Its `metadata.uid` (a PublicKey of the other side's key is owned by it).
+    pub uid: String,
+    /// The server's `status.endpoint` once exposed; the client's
+    /// `spec.endpoint`.
     pub endpoint: Option<ServerEndpoint>,
-    /// The WireGuard public key in its key Secret, once made.
+    /// The WireGuard public key in its key Secret, once Liqo made it (and
+    /// it is one: 32 bytes).
     pub key: Option<Vec<u8>>,
 }
 
@@ -267,10 +275,18 @@ pub enum Effect {
     CreateGatewayServer,
     /// The GatewayClient on the consumer, to this endpoint.
     CreateGatewayClient(ServerEndpoint),
-    /// The provider's PublicKey (its server's key) on the consumer.
-    CreateLocalPublicKey(Vec<u8>),
-    /// This cluster's PublicKey (its client's key) on the provider.
-    CreateRemotePublicKey(Vec<u8>),
+    /// Point the GatewayClient at the server's endpoint, which changed.
+    UpdateGatewayClientEndpoint(ServerEndpoint),
+    /// The provider's PublicKey (its server's key) on the consumer, owned by
+    /// the GatewayClient.
+    CreateLocalPublicKey(Vec<u8>, GatewayOwner),
+    /// This cluster's PublicKey (its client's key) on the provider, owned by
+    /// the GatewayServer.
+    CreateRemotePublicKey(Vec<u8>, GatewayOwner),
+    /// The provider's PublicKey here, holding a key its server no longer has.
+    DeleteLocalPublicKey,
+    /// This cluster's PublicKey there, holding a key the client no longer has.
+    DeleteRemotePublicKey,
 }
 
 /// What the next reconcile waits for.
@@ -282,6 +298,21 @@ pub enum Wait {
     Local,
     /// A change on the provider, which is not watched: look again shortly.
     Remote,
+}
+
+/// After how many seconds on the same step a wait on the provider is
+/// polled slowly.
+pub const SLOW_WAIT_SECS: i64 = 10;
+
+/// Whether the Allocation has been waiting on the same step (its stored
+/// message is the one about to be written) for [`SLOW_WAIT_SECS`] or more.
+pub fn waited_long(stored: Option<&StoredStatus>, next: Option<&Status>) -> bool {
+    match (stored, next) {
+        (Some(stored), Some(next)) => {
+            stored.message == next.message && stored.age_secs >= SLOW_WAIT_SECS
+        }
+        _ => false,
+    }
 }
 
 /// The decision of one reconcile.
@@ -540,10 +571,17 @@ fn network_step(provider: &str, authenticated: bool, n: &NetworkView) -> Option<
     let unknown = RemoteNetwork::default();
     let r = n.remote.as_ref().unwrap_or(&unknown);
     let Some(remote_cidrs) = &r.cidrs else {
+        let why = if r.cidrs_forbidden {
+            " (it does not let this cluster read its Liqo IPAM Networks)"
+        } else {
+            ""
+        };
         return Some(waiting(
             vec![],
             Wait::Remote,
-            format!("waiting for {provider}'s Liqo IPAM to publish its pod and external CIDRs"),
+            format!(
+                "waiting for {provider}'s Liqo IPAM to publish its pod and external CIDRs{why}"
+            ),
         ));
     };
     let mut effects = Vec::new();
@@ -562,47 +600,82 @@ fn network_step(provider: &str, authenticated: bool, n: &NetworkView) -> Option<
             ),
         ));
     }
+    let exposing = || format!("networking: waiting for {provider} to expose the gateway server");
     let Some(server) = &r.server else {
         return Some(waiting(
             vec![Effect::CreateGatewayServer],
             Wait::Remote,
-            format!("networking: waiting for {provider} to expose the gateway server"),
+            exposing(),
         ));
     };
     let Some(endpoint) = &server.endpoint else {
-        return Some(waiting(
-            vec![],
-            Wait::Remote,
-            format!("networking: waiting for {provider} to expose the gateway server"),
-        ));
+        return Some(waiting(vec![], Wait::Remote, exposing()));
     };
-    let Some(client_key) = &n.client else {
+    let Some(client) = &n.client else {
         return Some(waiting(
             vec![Effect::CreateGatewayClient(endpoint.clone())],
             Wait::Remote,
             "networking: waiting for the gateway client's key".into(),
         ));
     };
-    let (Some(client_key), Some(server_key)) = (client_key, &server.key) else {
+    // The server was exposed anew (recreated, another address): follow it.
+    if client.endpoint.as_ref() != Some(endpoint) {
         return Some(waiting(
+            vec![Effect::UpdateGatewayClientEndpoint(endpoint.clone())],
+            Wait::Remote,
+            format!("networking: {provider}'s gateway server moved, following it"),
+        ));
+    }
+    Some(key_exchange_step(provider, client, server, n, r))
+}
+
+/// The gateways' keys exchanged as PublicKeys, each owned by the gateway of
+/// its side; a PublicKey holding an older key (its gateway was made anew)
+/// is replaced.
+fn key_exchange_step(
+    provider: &str,
+    client: &GatewayView,
+    server: &GatewayView,
+    n: &NetworkView,
+    r: &RemoteNetwork,
+) -> Step {
+    let (Some(client_key), Some(server_key)) = (&client.key, &server.key) else {
+        return waiting(
             vec![],
             Wait::Remote,
             "networking: waiting for the gateways' keys".into(),
-        ));
+        );
     };
-    // The provider's key goes last: once it is here, the other is there.
     let mut effects = Vec::new();
-    if !r.public_key {
-        effects.push(Effect::CreateRemotePublicKey(client_key.clone()));
+    match &r.public_key {
+        None => effects.push(Effect::CreateRemotePublicKey(
+            client_key.clone(),
+            GatewayOwner {
+                kind: "GatewayServer",
+                name: server.name.clone(),
+                uid: server.uid.clone(),
+            },
+        )),
+        Some(k) if k != client_key => effects.push(Effect::DeleteRemotePublicKey),
+        Some(_) => {}
     }
-    if !n.public_key {
-        effects.push(Effect::CreateLocalPublicKey(server_key.clone()));
+    match &n.public_key {
+        None => effects.push(Effect::CreateLocalPublicKey(
+            server_key.clone(),
+            GatewayOwner {
+                kind: "GatewayClient",
+                name: client.name.clone(),
+                uid: client.uid.clone(),
+            },
+        )),
+        Some(k) if k != server_key => effects.push(Effect::DeleteLocalPublicKey),
+        Some(_) => {}
     }
-    Some(waiting(
+    waiting(
         effects,
         Wait::Remote,
         format!("networking: keys exchanged, waiting for the connection with {provider}"),
-    ))
+    )
 }
 
 /// The ResourceSlice and the virtual node it yields.
@@ -810,38 +883,94 @@ mod tests {
         n.configuration = Some(true);
         // Then the server on the provider, waited for until exposed.
         assert_eq!(peering(&v).effects, vec![Effect::CreateGatewayServer]);
+        let server = |endpoint: Option<ServerEndpoint>, key: Option<&[u8]>| GatewayView {
+            name: "cons".into(),
+            uid: "server-uid".into(),
+            endpoint,
+            key: key.map(<[u8]>::to_vec),
+        };
         let r = v.network.as_mut().unwrap().remote.as_mut().unwrap();
-        r.server = Some(GatewayServerView::default());
+        r.server = Some(server(None, None));
         assert!(peering(&v).effects.is_empty());
         let r = v.network.as_mut().unwrap().remote.as_mut().unwrap();
-        r.server = Some(GatewayServerView {
-            endpoint: Some(endpoint()),
-            key: None,
-        });
+        r.server = Some(server(Some(endpoint()), None));
         // The client here, to the server's endpoint.
         assert_eq!(
             peering(&v).effects,
             vec![Effect::CreateGatewayClient(endpoint())]
         );
         let n = v.network.as_mut().unwrap();
-        n.client = Some(Some(b"client-key".to_vec()));
+        n.client = Some(GatewayView {
+            name: P.into(),
+            uid: "client-uid".into(),
+            endpoint: Some(endpoint()),
+            key: Some(b"client-key".to_vec()),
+        });
         assert!(
             peering(&v).effects.is_empty(),
             "the server's key is missing"
         );
         let r = v.network.as_mut().unwrap().remote.as_mut().unwrap();
-        r.server.as_mut().unwrap().key = Some(b"server-key".to_vec());
-        // Keys exchanged: ours there first, then theirs here.
+        r.server = Some(server(Some(endpoint()), Some(b"server-key")));
+        // Keys exchanged, each owned by the gateway of its side: ours there
+        // first, then theirs here.
+        let owned_by_server = GatewayOwner {
+            kind: "GatewayServer",
+            name: "cons".into(),
+            uid: "server-uid".into(),
+        };
+        let owned_by_client = GatewayOwner {
+            kind: "GatewayClient",
+            name: P.into(),
+            uid: "client-uid".into(),
+        };
         assert_eq!(
             peering(&v).effects,
             vec![
-                Effect::CreateRemotePublicKey(b"client-key".to_vec()),
-                Effect::CreateLocalPublicKey(b"server-key".to_vec()),
+                Effect::CreateRemotePublicKey(b"client-key".to_vec(), owned_by_server),
+                Effect::CreateLocalPublicKey(b"server-key".to_vec(), owned_by_client),
             ]
         );
         let n = v.network.as_mut().unwrap();
-        n.public_key = true;
-        n.remote.as_mut().unwrap().public_key = true;
+        n.public_key = Some(b"server-key".to_vec());
+        n.remote.as_mut().unwrap().public_key = Some(b"client-key".to_vec());
+        // The server made anew elsewhere, with a new key: the client follows
+        // it, and the stale key here is replaced.
+        let mut moved = v.clone();
+        let other = ServerEndpoint {
+            port: 30_001,
+            ..endpoint()
+        };
+        let r = moved.network.as_mut().unwrap().remote.as_mut().unwrap();
+        r.server = Some(server(Some(other.clone()), Some(b"new-server-key")));
+        assert_eq!(
+            peering(&moved).effects,
+            vec![Effect::UpdateGatewayClientEndpoint(other.clone())]
+        );
+        moved
+            .network
+            .as_mut()
+            .unwrap()
+            .client
+            .as_mut()
+            .unwrap()
+            .endpoint = Some(other);
+        assert_eq!(peering(&moved).effects, vec![Effect::DeleteLocalPublicKey]);
+        // And a client key changed: ours there is replaced.
+        let mut rekeyed = v.clone();
+        rekeyed
+            .network
+            .as_mut()
+            .unwrap()
+            .client
+            .as_mut()
+            .unwrap()
+            .key = Some(b"k2".to_vec());
+        assert_eq!(
+            peering(&rekeyed).effects,
+            vec![Effect::DeleteRemotePublicKey]
+        );
+        let n = v.network.as_mut().unwrap();
         n.connected = true;
         // Connected here but not there: still waiting, no authentication.
         let p = peering(&v);
@@ -879,6 +1008,50 @@ mod tests {
         assert!(done.needs_remote());
         let p = peering(&done);
         assert_eq!(p.status.unwrap().state, AllocationState::Peering);
+    }
+
+    #[test]
+    fn a_long_wait_on_the_same_step_is_polled_slowly() {
+        let next = Status {
+            state: AllocationState::Peering,
+            message: "m".into(),
+        };
+        let stored = |message: &str, age_secs| StoredStatus {
+            message: message.into(),
+            age_secs,
+        };
+        assert!(!waited_long(None, Some(&next)));
+        assert!(!waited_long(Some(&stored("m", 3)), Some(&next)));
+        assert!(waited_long(Some(&stored("m", 10)), Some(&next)));
+        assert!(
+            !waited_long(Some(&stored("other", 60)), Some(&next)),
+            "a new step is polled fast"
+        );
+    }
+
+    #[test]
+    fn a_provider_that_hides_its_cidrs_is_named_in_the_status() {
+        let v = ConsumerView {
+            tenant_namespace: true,
+            network: Some(NetworkView {
+                local_cidrs: Some(cidrs("10.1.0.0/16")),
+                remote: Some(RemoteNetwork {
+                    cidrs_forbidden: true,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            remote: Some(Remote::default()),
+            ..Default::default()
+        };
+        let p = peering(&v);
+        assert!(p.effects.is_empty());
+        assert!(
+            p.status
+                .unwrap()
+                .message
+                .ends_with("(it does not let this cluster read its Liqo IPAM Networks)")
+        );
     }
 
     #[test]

@@ -6,12 +6,15 @@ use fluidos_controller::api_error;
 use fluidos_liqo_api::{Configuration, Connection, GatewayClient, GatewayServer, PublicKey};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+};
 
-use super::machine::{Effect, GatewayServerView, NetworkView, RemoteNetwork};
+use super::machine::{Effect, GatewayView, NetworkView, RemoteNetwork};
 use super::{Error, NetworkingConfig, create, local, remote};
 use crate::network_objects::{
-    self, CONNECTED, ClusterCidrs, NETWORK_TYPE_LABEL, PUBLIC_KEY, configuration_ready,
+    self, CONNECTED, ClusterCidrs, NETWORK_TYPE_LABEL, PUBLIC_KEY, configuration_ready, key_of,
+    valid_cidr, wireguard_key,
 };
 use crate::objects::{self, LIQO_NAMESPACE, REMOTE_CLUSTER_ID};
 
@@ -26,7 +29,11 @@ fn ipam_networks() -> ApiResource {
 /// (Liqo's `GetUniqueNetworkByLabel`: none, or several, is no answer).
 async fn cidr_of(c: &kube::Client, network_type: &str) -> Result<Option<String>, kube::Error> {
     let found = Api::<DynamicObject>::namespaced_with(c.clone(), LIQO_NAMESPACE, &ipam_networks())
-        .list(&ListParams::default().labels(&format!("{NETWORK_TYPE_LABEL}={network_type}")))
+        .list(
+            &ListParams::default()
+                .labels(&format!("{NETWORK_TYPE_LABEL}={network_type}"))
+                .limit(2),
+        )
         .await?;
     let [network] = found.items.as_slice() else {
         return Ok(None);
@@ -35,7 +42,13 @@ async fn cidr_of(c: &kube::Client, network_type: &str) -> Result<Option<String>,
         .data
         .pointer("/status/cidr")
         .and_then(serde_json::Value::as_str)
-        .filter(|s| !s.is_empty())
+        .filter(|s| {
+            let usable = valid_cidr(s);
+            if !usable {
+                tracing::warn!(cidr = %s, network_type, "a Liqo IPAM Network's CIDR is not usable");
+            }
+            usable
+        })
         .map(str::to_owned))
 }
 
@@ -48,7 +61,8 @@ async fn cidrs_of(c: &kube::Client) -> Result<Option<ClusterCidrs>, kube::Error>
         .map(|(pod, external)| ClusterCidrs { pod, external }))
 }
 
-/// The WireGuard public key in the key Secret a gateway's status names.
+/// The WireGuard public key in the key Secret a gateway's status names,
+/// if it is one (32 bytes).
 async fn gateway_key(
     c: &kube::Client,
     ns: &str,
@@ -63,14 +77,17 @@ async fn gateway_key(
     Ok(secret
         .as_ref()
         .and_then(|s| objects::secret_value(s, PUBLIC_KEY))
-        .filter(|k| !k.is_empty())
-        .map(<[u8]>::to_vec))
+        .and_then(wireguard_key))
 }
 
 /// Whether a Connection with `peer` in `ns` is `Connected`.
 async fn connected(c: &kube::Client, ns: &str, peer: &str) -> Result<bool, kube::Error> {
     let connections = Api::<Connection>::namespaced(c.clone(), ns)
-        .list(&ListParams::default().labels(&format!("{REMOTE_CLUSTER_ID}={peer}")))
+        .list(
+            &ListParams::default()
+                .labels(&format!("{REMOTE_CLUSTER_ID}={peer}"))
+                .limit(16),
+        )
         .await?;
     Ok(connections.items.iter().any(|c| {
         c.status
@@ -100,18 +117,21 @@ pub(super) async fn observe_local(c: &kube::Client, provider: &str) -> Result<Ne
                 .as_ref()
                 .and_then(|s| s.secret_ref.as_ref())
                 .and_then(|r| r.name.as_deref());
-            Some(
-                gateway_key(c, &ns, secret)
+            Some(GatewayView {
+                name: provider.to_owned(),
+                uid: g.metadata.uid.clone().unwrap_or_default(),
+                endpoint: network_objects::client_endpoint(&g),
+                key: gateway_key(c, &ns, secret)
                     .await
                     .map_err(local("get_gateway_client_key"))?,
-            )
+            })
         }
     };
     let public_key = Api::<PublicKey>::namespaced(c.clone(), &ns)
         .get_opt(provider)
         .await
         .map_err(local("get_public_key"))?
-        .is_some();
+        .map(|k| key_of(&k).unwrap_or_default());
     let connected = connected(c, &ns, provider)
         .await
         .map_err(local("list_connections"))?;
@@ -131,12 +151,10 @@ pub(super) async fn observe_local(c: &kube::Client, provider: &str) -> Result<Ne
 /// waited on, with a warning.
 pub(super) async fn observe_remote(p: &kube::Client, me: &str) -> Result<RemoteNetwork, Error> {
     let ns = objects::tenant_namespace(me);
-    let cidrs = match cidrs_of(p).await {
-        Ok(cidrs) => cidrs,
-        Err(e) if api_error::is_forbidden(&e) => {
-            tracing::warn!(error = %e, "the provider does not let this cluster read its Liqo IPAM Networks");
-            None
-        }
+    let (cidrs, cidrs_forbidden) = match cidrs_of(p).await {
+        Ok(cidrs) => (cidrs, false),
+        // Said in the Allocation's status.
+        Err(e) if api_error::is_forbidden(&e) => (None, true),
         Err(e) => return Err(remote("get_ipam_networks")(e)),
     };
     let configuration = Api::<Configuration>::namespaced(p.clone(), &ns)
@@ -155,7 +173,9 @@ pub(super) async fn observe_remote(p: &kube::Client, me: &str) -> Result<RemoteN
                 .as_ref()
                 .and_then(|st| st.secret_ref.as_ref())
                 .and_then(|r| r.name.as_deref());
-            Some(GatewayServerView {
+            Some(GatewayView {
+                name: me.to_owned(),
+                uid: s.metadata.uid.clone().unwrap_or_default(),
                 endpoint: network_objects::server_endpoint(&s),
                 key: gateway_key(p, &ns, secret)
                     .await
@@ -167,12 +187,13 @@ pub(super) async fn observe_remote(p: &kube::Client, me: &str) -> Result<RemoteN
         .get_opt(me)
         .await
         .map_err(remote("get_public_key"))?
-        .is_some();
+        .map(|k| key_of(&k).unwrap_or_default());
     let connected = connected(p, &ns, me)
         .await
         .map_err(remote("list_connections"))?;
     Ok(RemoteNetwork {
         cidrs,
+        cidrs_forbidden,
         configuration: configuration.as_ref().map(configuration_ready),
         server,
         public_key,
@@ -226,25 +247,58 @@ pub(super) async fn apply(
         )
         .await
         .map_err(local("create_gateway_client"))?,
-        Effect::CreateLocalPublicKey(key) => create(
+        Effect::UpdateGatewayClientEndpoint(endpoint) => {
+            // Locally this node may patch; only the endpoint changes, so
+            // the client keeps its key.
+            let wanted = network_objects::gateway_client(provider, endpoint);
+            Api::<GatewayClient>::namespaced(c.clone(), &here)
+                .patch(
+                    provider,
+                    &PatchParams::default(),
+                    &Patch::Merge(serde_json::json!({"spec": {"endpoint": wanted.spec.endpoint}})),
+                )
+                .await
+                .map(drop)
+                .map_err(local("update_gateway_client"))?;
+        }
+        Effect::CreateLocalPublicKey(key, owner) => create(
             &Api::<PublicKey>::namespaced(c.clone(), &here),
-            &network_objects::public_key(provider, key),
+            &network_objects::public_key(provider, key, owner),
         )
         .await
         .map_err(local("create_public_key"))?,
-        Effect::CreateRemotePublicKey(key) => create(
+        Effect::CreateRemotePublicKey(key, owner) => create(
             &Api::<PublicKey>::namespaced(provider_client()?, &there),
-            &network_objects::public_key(me, key),
+            &network_objects::public_key(me, key, owner),
         )
         .await
         .map_err(remote("create_public_key"))?,
+        Effect::DeleteLocalPublicKey => {
+            delete(Api::<PublicKey>::namespaced(c.clone(), &here), provider)
+                .await
+                .map_err(local("delete_stale_public_key"))?;
+        }
+        Effect::DeleteRemotePublicKey => {
+            delete(Api::<PublicKey>::namespaced(provider_client()?, &there), me)
+                .await
+                .map_err(remote("delete_stale_public_key"))?;
+        }
         _ => return Ok(false),
     }
     Ok(true)
 }
 
-/// Whether any networking object for `provider` is left here.
+/// Whether any networking object for `provider` is left here. A node that
+/// may not read them (deployed without `peering.networking`, whose chart
+/// grants nothing on them) made none: nothing is left of its own.
 pub(super) async fn any_left(c: &kube::Client, provider: &str) -> Result<bool, kube::Error> {
+    match any_left_readable(c, provider).await {
+        Err(e) if api_error::is_forbidden(&e) => Ok(false),
+        other => other,
+    }
+}
+
+async fn any_left_readable(c: &kube::Client, provider: &str) -> Result<bool, kube::Error> {
     let ns = objects::tenant_namespace(provider);
     Ok(Api::<GatewayClient>::namespaced(c.clone(), &ns)
         .get_opt(provider)

@@ -311,19 +311,30 @@ cluster:
     resources: [validatingadmissionpolicies, validatingadmissionpolicybindings]
     resourceNames: [fluidos-resourceslice-class]
     verbs: [get, patch]
+  # peering tenant_cleanup.rs (provider): what a gone consumer's networking
+  # phase made in its tenant namespace here (its GatewayServer, with the
+  # gateway Liqo runs for it, its PublicKey and Configuration) goes with its
+  # Tenant.
+  - apiGroups: [networking.liqo.io]
+    resources: [gatewayservers, publickeies, configurations]
+    verbs: [delete]
   {{- if .Values.peering.networking }}
-  # peering allocation.rs: Liqo's networking phase (peering.networking) in
-  # the provider's tenant namespace here: the Configuration (the provider's
-  # CIDRs), the GatewayClient and the provider's PublicKey are created, and
-  # deleted at unpeering; the Connection and GatewayServers are read. The
-  # GatewayClient's key Secret `gw-<provider ID>` is read with the secrets
-  # rule above.
+  # peering allocation.rs networking.rs: Liqo's networking phase
+  # (peering.networking) in the provider's tenant namespace here: the
+  # Configuration (the provider's CIDRs), the GatewayClient (its endpoint
+  # patched when the server moves) and the provider's PublicKey are read,
+  # created, and deleted at unpeering (a stale PublicKey is replaced); the
+  # Connections are listed by label. The GatewayClient's key Secret
+  # `gw-<provider ID>` is read with the secrets rule above.
   - apiGroups: [networking.liqo.io]
-    resources: [configurations, gatewayclients, publickeies]
-    verbs: [get, list, watch, create, delete]
+    resources: [configurations, publickeies]
+    verbs: [get, create]
   - apiGroups: [networking.liqo.io]
-    resources: [connections, gatewayservers]
-    verbs: [get, list, watch]
+    resources: [gatewayclients]
+    verbs: [get, create, patch, delete]
+  - apiGroups: [networking.liqo.io]
+    resources: [connections]
+    verbs: [list]
   {{- end }}
   {{- end }}
 namespace:
