@@ -1237,7 +1237,7 @@ async fn observe_teardown(
         remote,
         // As `liqoctl unpeer`: a tunnel the provider also consumes through
         // (it peers with this cluster the other way too) stays.
-        network: !two_way(c, provider)
+        network: !peer_has_role(c, provider, PeerRole::ConsumesFromUs)
             .await
             .map_err(local("get_foreign_cluster"))?
             && networking::any_left(c, provider)
@@ -1246,9 +1246,28 @@ async fn observe_teardown(
     })
 }
 
-/// Whether this cluster's ForeignCluster of `peer` says the peering goes
-/// both ways (`ConsumerAndProvider`): then the network with it is shared.
-pub(crate) async fn two_way(c: &kube::Client, peer: &str) -> Result<bool, kube::Error> {
+/// Which way a peering with a cluster goes, as this cluster's ForeignCluster
+/// of it says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PeerRole {
+    /// The peer consumes from this cluster (it has a Tenant here).
+    ConsumesFromUs,
+    /// This cluster consumes from the peer (it has an Identity for it).
+    ProvidesToUs,
+}
+
+/// Whether this cluster's ForeignCluster of `peer` has the peer in `role`
+/// (`ConsumerAndProvider` has both). Liqo derives the role from the
+/// Identities and Tenants there are, so it is read for the side that stays:
+/// on a consumer taking its peering down (its Identity already deleted),
+/// whether the peer still consumes from it; on a provider removing a
+/// consumer's Tenant, whether it consumes from that consumer. Then the
+/// tunnel is shared, and stays.
+pub(crate) async fn peer_has_role(
+    c: &kube::Client,
+    peer: &str,
+    role: PeerRole,
+) -> Result<bool, kube::Error> {
     let fc = match Api::<ForeignCluster>::all(c.clone()).get_opt(peer).await {
         Ok(fc) => fc,
         // Without the right to read them: no peering of this node's.
@@ -1257,7 +1276,51 @@ pub(crate) async fn two_way(c: &kube::Client, peer: &str) -> Result<bool, kube::
     };
     Ok(fc
         .and_then(|fc| fc.status)
-        .is_some_and(|s| s.role == ForeignClusterStatusRole::ConsumerAndProvider))
+        .is_some_and(|s| role_includes(&s.role, role)))
+}
+
+/// Whether a ForeignCluster `role` has the peer in `role` (pure).
+fn role_includes(fc_role: &ForeignClusterStatusRole, role: PeerRole) -> bool {
+    matches!(
+        (role, fc_role),
+        (
+            PeerRole::ConsumesFromUs,
+            ForeignClusterStatusRole::Consumer | ForeignClusterStatusRole::ConsumerAndProvider
+        ) | (
+            PeerRole::ProvidesToUs,
+            ForeignClusterStatusRole::Provider | ForeignClusterStatusRole::ConsumerAndProvider
+        )
+    )
+}
+
+/// A deletion on the provider during teardown: gone is done; refused
+/// credentials (revoked) or a provider unreachable past the patience leave
+/// the object to the provider.
+fn remote_teardown_result(
+    r: Result<(), kube::Error>,
+    provider: &str,
+    patience_over: bool,
+) -> Result<(), Error> {
+    match r {
+        Ok(()) => Ok(()),
+        Err(e) if api_error::is_not_found(&e) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 401 || e.code == 403 => {
+            tracing::info!(
+                provider,
+                "the provider no longer accepts this Contract's credentials: what is left there is left to it"
+            );
+            Ok(())
+        }
+        Err(e) if patience_over => {
+            tracing::warn!(
+                provider,
+                error = %e,
+                "the provider stayed unreachable: what this cluster made there is left there"
+            );
+            Ok(())
+        }
+        Err(e) => Err(remote("delete_on_the_provider")(e)),
+    }
 }
 
 /// One teardown deletion; a missing object counts as deleted, and a
@@ -1337,32 +1400,25 @@ async fn tear(
     }
 }
 
-/// A deletion on the provider during teardown: gone is done; refused
-/// credentials (revoked) or a provider unreachable past the patience leave
-/// the object to the provider.
-fn remote_teardown_result(
-    r: Result<(), kube::Error>,
-    provider: &str,
-    patience_over: bool,
-) -> Result<(), Error> {
-    match r {
-        Ok(()) => Ok(()),
-        Err(e) if api_error::is_not_found(&e) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 401 || e.code == 403 => {
-            tracing::info!(
-                provider,
-                "the provider no longer accepts this Contract's credentials: what is left there is left to it"
-            );
-            Ok(())
-        }
-        Err(e) if patience_over => {
-            tracing::warn!(
-                provider,
-                error = %e,
-                "the provider stayed unreachable: what this cluster made there is left there"
-            );
-            Ok(())
-        }
-        Err(e) => Err(remote("delete_on_the_provider")(e)),
+#[cfg(test)]
+mod role_tests {
+    use super::*;
+
+    #[test]
+    fn a_shared_tunnel_is_told_by_the_side_that_stays() {
+        use ForeignClusterStatusRole as R;
+        // A consumer whose Identity is gone: the provider still consumes
+        // from it (Liqo now says Consumer), so the tunnel stays.
+        assert!(role_includes(&R::Consumer, PeerRole::ConsumesFromUs));
+        assert!(role_includes(
+            &R::ConsumerAndProvider,
+            PeerRole::ConsumesFromUs
+        ));
+        assert!(!role_includes(&R::Provider, PeerRole::ConsumesFromUs));
+        // A provider removing a consumer's Tenant: it consumes from that
+        // consumer too (Provider), so the tunnel stays.
+        assert!(role_includes(&R::Provider, PeerRole::ProvidesToUs));
+        assert!(!role_includes(&R::Consumer, PeerRole::ProvidesToUs));
+        assert!(!role_includes(&R::Unknown, PeerRole::ProvidesToUs));
     }
 }

@@ -326,9 +326,13 @@ async fn reconcile(t: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action, Error> {
 async fn remove(client: &kube::Client, tenants: &Api<Tenant>, t: &Tenant) -> Result<Action, Error> {
     let consumer = t.name_any();
     let ns = t.namespace().unwrap_or_default();
-    if !crate::allocation::two_way(client, &consumer)
-        .await
-        .map_err(kube_step("get_foreign_cluster"))?
+    if !crate::allocation::peer_has_role(
+        client,
+        &consumer,
+        crate::allocation::PeerRole::ProvidesToUs,
+    )
+    .await
+    .map_err(kube_step("get_foreign_cluster"))?
     {
         delete_network(client, &ns, &consumer).await?;
     }

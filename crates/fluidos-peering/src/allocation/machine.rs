@@ -153,6 +153,9 @@ pub struct NetworkView {
     pub public_key: Option<Vec<u8>>,
     /// A Connection with the provider here is `Connected`.
     pub connected: bool,
+    /// A GatewayServer for the provider is here: the provider consumes from
+    /// this cluster through a tunnel it made the other way round.
+    pub reverse_tunnel: bool,
     /// What was read on the provider (while not yet connected, or not yet
     /// authenticated).
     pub remote: Option<RemoteNetwork>,
@@ -174,6 +177,9 @@ pub struct RemoteNetwork {
     pub public_key: Option<Vec<u8>>,
     /// A Connection with this cluster there is `Connected`.
     pub connected: bool,
+    /// A GatewayClient for this cluster is there (the tunnel the other way
+    /// round, seen from the provider).
+    pub reverse_tunnel: bool,
 }
 
 /// A gateway (the provider's server, or this cluster's client), as read.
@@ -559,6 +565,12 @@ fn authentication_step(provider: &str, view: &ConsumerView) -> Step {
 /// until authenticated: afterwards the provider is not read for it).
 fn network_step(provider: &str, authenticated: bool, n: &NetworkView) -> Option<Step> {
     if n.connected && (authenticated || n.remote.as_ref().is_some_and(|r| r.connected)) {
+        return None;
+    }
+    // As `liqoctl network connect`: a tunnel the other way round (the
+    // provider consumes from this cluster) is the one both use; its
+    // objects have the same names as ours would, so nothing is made.
+    if n.reverse_tunnel || n.remote.as_ref().is_some_and(|r| r.reverse_tunnel) {
         return None;
     }
     let Some(local_cidrs) = &n.local_cidrs else {
@@ -1027,6 +1039,32 @@ mod tests {
             !waited_long(Some(&stored("other", 60)), Some(&next)),
             "a new step is polled fast"
         );
+    }
+
+    #[test]
+    fn a_tunnel_the_other_way_round_is_used_as_it_is() {
+        for (here, there) in [(true, false), (false, true)] {
+            let v = ConsumerView {
+                tenant_namespace: true,
+                network: Some(NetworkView {
+                    local_cidrs: Some(cidrs("10.1.0.0/16")),
+                    reverse_tunnel: here,
+                    remote: Some(RemoteNetwork {
+                        cidrs: Some(cidrs("10.2.0.0/16")),
+                        reverse_tunnel: there,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                remote: Some(Remote::default()),
+                ..Default::default()
+            };
+            assert_eq!(
+                peering(&v).effects,
+                vec![Effect::CreateRemoteNonce],
+                "no networking object made; authentication starts"
+            );
+        }
     }
 
     #[test]

@@ -135,7 +135,13 @@ pub(super) async fn observe_local(c: &kube::Client, provider: &str) -> Result<Ne
     let connected = connected(c, &ns, provider)
         .await
         .map_err(local("list_connections"))?;
+    let reverse_tunnel = Api::<GatewayServer>::namespaced(c.clone(), &ns)
+        .get_opt(provider)
+        .await
+        .map_err(local("get_gateway_server"))?
+        .is_some();
     Ok(NetworkView {
+        reverse_tunnel,
         local_cidrs,
         configuration: configuration.as_ref().map(configuration_ready),
         client,
@@ -191,7 +197,13 @@ pub(super) async fn observe_remote(p: &kube::Client, me: &str) -> Result<RemoteN
     let connected = connected(p, &ns, me)
         .await
         .map_err(remote("list_connections"))?;
+    let reverse_tunnel = Api::<GatewayClient>::namespaced(p.clone(), &ns)
+        .get_opt(me)
+        .await
+        .map_err(remote("get_gateway_client"))?
+        .is_some();
     Ok(RemoteNetwork {
+        reverse_tunnel,
         cidrs,
         cidrs_forbidden,
         configuration: configuration.as_ref().map(configuration_ready),

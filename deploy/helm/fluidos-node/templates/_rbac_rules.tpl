@@ -335,6 +335,11 @@ cluster:
   - apiGroups: [networking.liqo.io]
     resources: [connections]
     verbs: [list]
+  # ... and a GatewayServer for the provider is looked for: a tunnel the
+  # other way round (the provider consumes from this cluster) is reused.
+  - apiGroups: [networking.liqo.io]
+    resources: [gatewayservers]
+    verbs: [get]
   {{- end }}
   {{- end }}
 namespace:
