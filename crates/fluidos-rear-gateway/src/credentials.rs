@@ -281,7 +281,7 @@ fn binds(
 }
 
 /// A rule of `verbs` on `resources` of the API `groups`.
-fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
+pub(crate) fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
     PolicyRule {
         api_groups: Some(groups.iter().map(|s| (*s).to_owned()).collect()),
         resources: Some(resources.iter().map(|s| (*s).to_owned()).collect()),
@@ -413,6 +413,14 @@ pub fn service_account_name(buyer_id: &str) -> String {
 
 fn labels() -> Option<std::collections::BTreeMap<String, String>> {
     Some([(MANAGED_LABEL.0.to_owned(), MANAGED_LABEL.1.to_owned())].into())
+}
+
+/// True when `account` records an owner other than `owner` (an account
+/// without one, made by an earlier version, goes to the first that asks).
+fn owned_by_another(account: Option<&ServiceAccount>, owner: &str) -> bool {
+    account
+        .and_then(|a| a.annotations().get(OWNER_ANNOTATION))
+        .is_some_and(|recorded| recorded != owner)
 }
 
 /// A kubeconfig YAML with cluster, user and context named `name`.
@@ -550,7 +558,7 @@ impl Credentials {
         provider_liqo_id: &str,
         grant: Option<PeeringGrant<'_>>,
     ) -> Result<String, CredentialsError> {
-        self.check_owner(buyer_id, owner).await?;
+        let account_exists = self.check_owner(buyer_id, owner).await?;
         let grant = match grant {
             Some(PeeringGrant::GoConsumer(cluster)) if !valid_cluster_id(cluster) => {
                 tracing::warn!(
@@ -596,6 +604,9 @@ impl Credentials {
         {
             apply_grant(sa_uid).await?;
             return Ok(b64);
+        }
+        if !account_exists {
+            self.claim_account(buyer_id, owner).await?;
         }
         let sa_uid = self
             .ensure_rbac(&service_account_name(buyer_id), buyer_id, owner, go_cluster)
@@ -1118,7 +1129,8 @@ impl Credentials {
     /// another peer. Read from the API server when the watch has not seen
     /// the account (a replica may have made it just now); an account of an
     /// earlier version, without an owner, goes to the first peer that asks.
-    async fn check_owner(&self, buyer_id: &str, owner: &str) -> Result<(), CredentialsError> {
+    /// Returns whether the account exists.
+    async fn check_owner(&self, buyer_id: &str, owner: &str) -> Result<bool, CredentialsError> {
         let sa = service_account_name(buyer_id);
         let seen = self
             .accounts
@@ -1134,14 +1146,58 @@ impl Credentials {
                     source,
                 })?,
         };
-        match account
-            .as_ref()
-            .and_then(|a| a.annotations().get(OWNER_ANNOTATION))
-        {
-            Some(recorded) if recorded != owner => Err(CredentialsError::OwnerMismatch {
+        if owned_by_another(account.as_ref(), owner) {
+            return Err(CredentialsError::OwnerMismatch {
                 buyer: buyer_id.to_owned(),
+            });
+        }
+        Ok(account.is_some())
+    }
+
+    /// Creates `buyer_id`'s account owned by `owner`, or, when another sale
+    /// created it first, refuses `owner` unless that sale was its own: of
+    /// two first sales to one buyer ID by different peers, at the same time,
+    /// only one gets the account (the server-side apply that follows would
+    /// let the last writer take it from the first).
+    async fn claim_account(&self, buyer_id: &str, owner: &str) -> Result<(), CredentialsError> {
+        let api = Api::<ServiceAccount>::namespaced(self.client.clone(), &self.cfg.namespace);
+        let sa = ServiceAccount {
+            metadata: ObjectMeta {
+                name: Some(service_account_name(buyer_id)),
+                namespace: Some(self.cfg.namespace.clone()),
+                labels: labels(),
+                annotations: Some(
+                    [
+                        (BUYER_ANNOTATION.to_owned(), buyer_id.to_owned()),
+                        (OWNER_ANNOTATION.to_owned(), owner.to_owned()),
+                    ]
+                    .into(),
+                ),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        match api.create(&PostParams::default(), &sa).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                let first =
+                    api.get_opt(&service_account_name(buyer_id))
+                        .await
+                        .map_err(|source| CredentialsError::Kube {
+                            step: "reading the peer ServiceAccount",
+                            source,
+                        })?;
+                if owned_by_another(first.as_ref(), owner) {
+                    return Err(CredentialsError::OwnerMismatch {
+                        buyer: buyer_id.to_owned(),
+                    });
+                }
+                Ok(())
+            }
+            Err(source) => Err(CredentialsError::Kube {
+                step: "creating the peer ServiceAccount",
+                source,
             }),
-            _ => Ok(()),
         }
     }
 

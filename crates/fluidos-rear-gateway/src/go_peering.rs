@@ -42,12 +42,12 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
     ValidatingAdmissionPolicyBindingSpec, ValidatingAdmissionPolicySpec, Validation, Variable,
 };
-use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
+use k8s_openapi::api::rbac::v1::{ClusterRole, Role};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::ObjectMeta;
 
 use crate::buyer::{Caller, PlainHttpSales};
-use crate::credentials::{BUYER_ANNOTATION, MANAGED_LABEL, SERVICE_ACCOUNT_PREFIX};
+use crate::credentials::{BUYER_ANNOTATION, MANAGED_LABEL, SERVICE_ACCOUNT_PREFIX, rule};
 
 /// Liqo's namespace, where the Go consumer reads Liqo's cluster ID and
 /// CIDRs (it assumes this name, `fluidos-node.md` §4.1).
@@ -126,15 +126,6 @@ impl FromStr for GoPeeringGrant {
 impl fmt::Display for GoPeeringGrant {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)
-    }
-}
-
-fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
-    PolicyRule {
-        api_groups: Some(groups.iter().map(|s| (*s).to_owned()).collect()),
-        resources: Some(resources.iter().map(|s| (*s).to_owned()).collect()),
-        verbs: verbs.iter().map(|s| (*s).to_owned()).collect(),
-        ..Default::default()
     }
 }
 

@@ -12,6 +12,8 @@
 //!   409;
 //! - one key's holds count together against the per-buyer cap whatever IDs
 //!   it writes;
+//! - two keys buying at the same instant with one new buyer ID: one gets
+//!   the buyer ID's credentials, the other 403;
 //! - with plain-HTTP sales on for an address, a Go-style buyer buys, its
 //!   sale cannot be taken over TLS, and it cannot take a keyed sale;
 //! - a connection that opens a TLS handshake and stalls is closed within
@@ -376,5 +378,64 @@ async fn plain_http_sales_for_listed_addresses_stay_plain() {
         text.contains("holds peering credentials of another peer"),
         "{text}"
     );
+    served.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_buyer_id_goes_to_one_key_when_two_buy_with_it_at_once() {
+    let cp = control_plane().await;
+    let kube = cp.client();
+    setup_flavors(&kube).await;
+    let provider_key = NodeKey::generate("provider").unwrap();
+    let alice = Arc::new(NodeKey::generate("alice").unwrap());
+    let mallory = Arc::new(NodeKey::generate("mallory").unwrap());
+    let mut cfg = config(&cp, NS);
+    cfg.plain_http_sales = PlainHttpSales::Off;
+    cfg = cfg.with_node_key(&provider_key).unwrap();
+    let served = serve(&kube, cfg).await;
+    let addr = served.base.trim_start_matches("http://").to_owned();
+    let pinned = ProviderAddress::pinned(addr, provider_key.fingerprint());
+    let (a, m) = (client(Some(&alice)), client(Some(&mallory)));
+    // Each round is a buyer ID neither key used before; before the first
+    // sale made the account, both passed the owner check and the last
+    // writer took the account from the first.
+    for round in 0..6 {
+        let buyer = format!("contested-{round}");
+        let a_tx = a
+            .reserve(
+                &pinned,
+                &reserve_request("fluidos.eu-k8slice-aaaa", &buyer, "1"),
+            )
+            .await
+            .unwrap();
+        let m_tx = m
+            .reserve(
+                &pinned,
+                &reserve_request("fluidos.eu-k8slice-bbbb", &buyer, "1"),
+            )
+            .await
+            .unwrap();
+        let req = PurchaseRequest::default();
+        let (a_got, m_got) = tokio::join!(
+            a.purchase(&pinned, &a_tx.transaction_id, &req),
+            m.purchase(&pinned, &m_tx.transaction_id, &req),
+        );
+        let (won, lost) = match (a_got, m_got) {
+            (Ok(won), lost @ Err(_)) | (lost @ Err(_), Ok(won)) => (won, lost),
+            // Not the contracts themselves: they carry tokens.
+            (a_got, m_got) => panic!(
+                "round {round}: both or neither bought: alice {:?}, mallory {:?}",
+                a_got.map(|c| c.contract_id),
+                m_got.map(|c| c.contract_id)
+            ),
+        };
+        assert!(!won.peering_target_credentials.kubeconfig.is_empty());
+        let (code, text) = status(lost);
+        assert_eq!(code, 403, "round {round}: {text}");
+        assert!(
+            text.contains("holds peering credentials of another peer"),
+            "round {round}: {text}"
+        );
+    }
     served.shutdown().await;
 }

@@ -1,0 +1,413 @@
+//! The image's premise, checked on the static release binary that
+//! `deploy/Containerfile` copies (no container engine runs here, so the
+//! image itself is built elsewhere). Laid out in an otherwise empty root as
+//! the Containerfile lays it out (the binary and the Go binaries' names
+//! linked to it; distroless/static adds no libc), one root per pod, and run
+//! there by `chroot` as the Containerfile's numeric user under the Go
+//! chart's commands (`/usr/bin/local-resource-manager`,
+//! `/usr/bin/rear-controller`), with our chart's arguments and environment,
+//! its ServiceAccounts and the in-cluster configuration a pod gets (token,
+//! CA and namespace files, `KUBERNETES_SERVICE_*`): both become ready, the
+//! gateway creates the node's identity, and the flavor the LRM makes of a
+//! worker is served over REAR. Nothing in a root is writable by that user,
+//! as with the chart's read-only root file system.
+//!
+//! Needs the binary in `FLUIDOS_STATIC_BINARY` (`tools/image/build-static.sh`
+//! prints its path; CI builds it and runs this test), root (for `chroot`)
+//! and `FLUIDOS_HELM_BIN_DIR`; without them it prints `SKIP: ...` and passes
+//! (`.ci/run` fails if its own run of this file, after the build, skips).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // in tests a panic is the failure report
+
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use base64::Engine;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use serde_json::Value;
+use tokio::process::Command;
+
+mod support;
+
+use fluidos_testenv::fixtures;
+use support::helm;
+use support::{NS, NodeProcess, cluster, eventually, free_port};
+
+/// What `deploy/Containerfile` puts in the image, read from the file itself
+/// so that this test follows it.
+#[derive(Debug, PartialEq, Eq)]
+struct ImageLayout {
+    /// Where the build context holds the binary
+    /// (`tools/image/build-static.sh` puts it there).
+    source: String,
+    /// Where the binary lands, e.g. `/usr/bin/fluidos-node`.
+    binary: String,
+    /// The names linked to it in the same directory (the Go binaries').
+    links: Vec<String>,
+    /// `USER`, as `uid:gid`.
+    user: String,
+    /// `ENTRYPOINT`'s program.
+    entrypoint: String,
+}
+
+/// Reads the layout out of the Containerfile's text.
+fn image_layout(containerfile: &str) -> ImageLayout {
+    let lines: Vec<&str> = containerfile
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#'))
+        .collect();
+    let copy: Vec<&str> = lines
+        .iter()
+        .find(|l| l.starts_with("COPY target/"))
+        .expect("a `COPY target/... /out/...` line")
+        .split_whitespace()
+        .collect();
+    let source = copy[1].to_owned();
+    let binary = copy[2]
+        .strip_prefix("/out")
+        .expect("the links stage copies into /out")
+        .to_owned();
+    let links = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("for name in "))
+        .and_then(|rest| rest.split(';').next())
+        .expect("a `for name in ...;` line")
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    let user = lines
+        .iter()
+        .rev()
+        .find_map(|l| l.strip_prefix("USER "))
+        .expect("a USER line")
+        .trim()
+        .to_owned();
+    let entrypoint = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("ENTRYPOINT "))
+        .and_then(|json| serde_json::from_str::<Vec<String>>(json).ok())
+        .and_then(|argv| argv.into_iter().next())
+        .expect("an ENTRYPOINT in exec form");
+    ImageLayout {
+        source,
+        binary,
+        links,
+        user,
+        entrypoint,
+    }
+}
+
+/// Whether an ELF file asks for a program interpreter (a dynamic loader),
+/// which an image without libc does not have.
+fn has_interpreter(elf: &[u8]) -> bool {
+    const PT_INTERP: u32 = 3;
+    assert_eq!(&elf[..4], b"\x7fELF", "not an ELF file");
+    assert_eq!(elf[4], 2, "not a 64-bit ELF file");
+    let u16_at = |o: usize| u16::from_le_bytes([elf[o], elf[o + 1]]);
+    let u32_at = |o: usize| u32::from_le_bytes(elf[o..o + 4].try_into().unwrap());
+    let u64_at = |o: usize| u64::from_le_bytes(elf[o..o + 8].try_into().unwrap());
+    let phoff = usize::try_from(u64_at(0x20)).unwrap();
+    let (phentsize, phnum) = (usize::from(u16_at(0x36)), usize::from(u16_at(0x38)));
+    (0..phnum).any(|i| u32_at(phoff + i * phentsize) == PT_INTERP)
+}
+
+/// The static binary to check, or why this run cannot.
+fn static_binary() -> Result<PathBuf, String> {
+    // CI runs this file a second time once the binary is built, and checks
+    // that it did not skip then.
+    let Some(bin) = std::env::var_os("FLUIDOS_STATIC_BINARY") else {
+        return Err(
+            "FLUIDOS_STATIC_BINARY is unset (tools/image/build-static.sh prints the path)".into(),
+        );
+    };
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let root = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().nth(1))
+        == Some("0");
+    if !root {
+        return Err("chroot needs root".into());
+    }
+    Ok(PathBuf::from(bin))
+}
+
+/// Creates `path` (and its parents) in the root, owned by root and
+/// readable by anyone, as an image layer's directories are.
+fn dir(root: &Path, path: &str) -> PathBuf {
+    let p = root.join(path.trim_start_matches('/'));
+    std::fs::create_dir_all(&p).unwrap();
+    let mut d = p.as_path();
+    while d != root {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        d = d.parent().unwrap();
+    }
+    p
+}
+
+/// Writes a read-only file into the root.
+fn file(root: &Path, path: &str, contents: &[u8], mode: u32) {
+    let p = root.join(path.trim_start_matches('/'));
+    dir(
+        root,
+        p.parent()
+            .unwrap()
+            .strip_prefix(root)
+            .unwrap()
+            .to_str()
+            .unwrap(),
+    );
+    std::fs::write(&p, contents).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[test]
+fn the_containerfile_layout_is_read_from_the_file() {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/Containerfile"),
+    )
+    .unwrap();
+    let layout = image_layout(&text);
+    assert_eq!(
+        layout,
+        ImageLayout {
+            source: "target/static/x86_64-unknown-linux-musl/release/fluidos-node".into(),
+            binary: "/usr/bin/fluidos-node".into(),
+            links: [
+                "local-resource-manager",
+                "rear-controller",
+                "rear-manager",
+                "network-manager"
+            ]
+            .map(String::from)
+            .to_vec(),
+            user: "65532:65532".into(),
+            entrypoint: "/usr/bin/fluidos-node".into(),
+        }
+    );
+}
+
+#[tokio::test]
+async fn the_static_binary_runs_the_chart_from_an_empty_root_as_the_image_user() {
+    let bin = match static_binary() {
+        Ok(bin) => bin,
+        Err(why) => return eprintln!("SKIP: {why}"),
+    };
+    let Some(helm_bin) = helm::helm_bin() else {
+        return;
+    };
+    let (elf, layout) = read_image(&bin);
+    let cp = cluster().await;
+    fixtures::worker_node(&cp, "worker-1", "8", "16Gi")
+        .await
+        .unwrap();
+    let rear_port = free_port();
+    let objects = helm::template(
+        &helm_bin,
+        &[
+            "peering.enabled=false".to_owned(),
+            "common.configMaps.nodeIdentity.ip=127.0.0.1".to_owned(),
+            "common.configMaps.nodeIdentity.nodeID=imagenode1".to_owned(),
+            "rearController.service.gateway.type=ClusterIP".to_owned(),
+            format!("rearController.service.gateway.port={rear_port}"),
+            format!("rearController.service.gateway.targetPort={rear_port}"),
+        ],
+        &[],
+    );
+    fixtures::namespace(&cp, NS).await.unwrap();
+    helm::apply(&cp.client(), &objects, false).await;
+    let server = url_host_port(cp.server_url());
+    // One root per pod: each holds its own ServiceAccount's token.
+    let mut roots = Vec::new();
+    let mut nodes = Vec::new();
+    for (component, go_name) in [
+        ("local-resource-manager", "local-resource-manager"),
+        ("rear-gateway", "rear-controller"),
+    ] {
+        let root = pod_root(&cp, &layout, &elf, &objects, component).await;
+        nodes.push(spawn_in_root(
+            root.path(),
+            &layout,
+            &objects,
+            (component, go_name),
+            &server,
+            rear_port,
+        ));
+        roots.push(root);
+    }
+    let running: Vec<&NodeProcess> = nodes.iter().map(|(n, _)| n).collect();
+    for (_, health_port) in &nodes {
+        eventually("/readyz", Duration::from_secs(60), &running, || async {
+            helm::ready(*health_port).await.then_some(())
+        })
+        .await;
+    }
+    // The gateway made its identity key with its in-cluster credentials,
+    // and serves the flavor the LRM made of the worker.
+    Api::<Secret>::namespaced(cp.client(), NS)
+        .get("fluidos-node-identity")
+        .await
+        .unwrap();
+    let list = format!("http://127.0.0.1:{rear_port}/api/v2/flavors");
+    let flavors: Value = eventually(
+        "a flavor over REAR",
+        Duration::from_secs(30),
+        &running,
+        || async {
+            let r = reqwest::get(&list).await.ok()?;
+            if r.status() != 200 {
+                return None;
+            }
+            r.json::<Value>().await.ok()
+        },
+    )
+    .await;
+    assert_eq!(flavors.as_array().map(Vec::len), Some(1), "{flavors}");
+    for node in &running {
+        let log = node.log();
+        assert!(
+            !log.contains("panicked")
+                && !log.contains("Read-only")
+                && !log.contains("ermission denied"),
+            "{log}"
+        );
+    }
+    for (node, _) in nodes {
+        node.kill().await;
+    }
+}
+
+/// The binary, checked static, and the Containerfile's layout.
+fn read_image(bin: &Path) -> (Vec<u8>, ImageLayout) {
+    let elf = std::fs::read(bin).unwrap();
+    assert!(
+        !has_interpreter(&elf),
+        "{} asks for a dynamic loader: not a static binary",
+        bin.display()
+    );
+    println!(
+        "static binary: {} bytes ({} MiB)",
+        elf.len(),
+        elf.len() >> 20
+    );
+    let containerfile = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/Containerfile"),
+    )
+    .unwrap();
+    let layout = image_layout(&containerfile);
+    // The glibc fallback (no musl here) lands elsewhere, and says so.
+    if !bin.ends_with(&layout.source) {
+        println!(
+            "NOTE: {} is not the Containerfile's {}",
+            bin.display(),
+            layout.source
+        );
+    }
+
+    (elf, layout)
+}
+
+/// A pod's root for `component`: the image's files laid out as the
+/// Containerfile says, and what Kubernetes mounts into a pod of the chart's
+/// ServiceAccount for it (a token, the cluster's CA, the namespace).
+/// Everything is root's, so the image's user can write nowhere.
+async fn pod_root(
+    cp: &fluidos_testenv::ControlPlane,
+    layout: &ImageLayout,
+    elf: &[u8],
+    objects: &[Value],
+    component: &str,
+) -> tempfile::TempDir {
+    let root_dir = tempfile::tempdir().unwrap();
+    let root = root_dir.path();
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    file(root, &layout.binary, elf, 0o755);
+    let binary = Path::new(&layout.binary);
+    let bin_dir = dir(root, binary.parent().unwrap().to_str().unwrap());
+    for name in &layout.links {
+        symlink(binary.file_name().unwrap(), bin_dir.join(name)).unwrap();
+    }
+    let account = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let sa = helm::service_account(objects, component);
+    let token = helm::service_account_token(&cp.client(), NS, &sa).await;
+    let ca = cp.kubeconfig().clusters[0]
+        .cluster
+        .as_ref()
+        .and_then(|c| c.certificate_authority_data.clone())
+        .unwrap();
+    let ca = base64::engine::general_purpose::STANDARD
+        .decode(ca)
+        .unwrap();
+    file(root, &format!("{account}/token"), token.as_bytes(), 0o644);
+    file(root, &format!("{account}/ca.crt"), &ca, 0o644);
+    file(root, &format!("{account}/namespace"), NS.as_bytes(), 0o644);
+    root_dir
+}
+
+/// `https://host:port` → (`host`, `port`).
+fn url_host_port(url: &str) -> (String, String) {
+    let rest = url.trim_start_matches("https://").trim_end_matches('/');
+    let (host, port) = rest.rsplit_once(':').unwrap();
+    (host.to_owned(), port.to_owned())
+}
+
+/// Runs the chart's container of `component` in `root` as the image's user:
+/// the Go chart's command (`/usr/bin/<go_name>`), our chart's arguments
+/// (but `--components`, which that name stands for) and environment,
+/// in-cluster configuration; only the listening addresses are loopback
+/// ones. Returns the process and its health port.
+fn spawn_in_root(
+    root: &Path,
+    layout: &ImageLayout,
+    objects: &[Value],
+    (component, go_name): (&str, &str),
+    (host, port): &(String, String),
+    rear_port: u16,
+) -> (NodeProcess, u16) {
+    let c = helm::container(objects, component);
+    let health_port = free_port();
+    // `--components` goes too: the Go command's name stands for it.
+    let own = [
+        "--components",
+        "--health-probe-bind-address",
+        "--metrics-bind-address",
+        "--http-port",
+    ];
+    let args = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .filter(|a| !own.iter().any(|o| a.starts_with(o)));
+    let command = format!(
+        "{}/{go_name}",
+        Path::new(&layout.binary).parent().unwrap().display()
+    );
+    // Found on this PATH: the node gets an empty environment.
+    let chroot = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|d| d.join("chroot"))
+        .find(|p| p.is_file())
+        .expect("chroot on PATH (coreutils)");
+    let mut cmd = Command::new(chroot);
+    cmd.env_clear()
+        .arg(format!("--userspec={}", layout.user))
+        .arg(root)
+        .arg(command)
+        .args(args)
+        .args([
+            "--health-probe-bind-address",
+            &format!("127.0.0.1:{health_port}"),
+        ])
+        .args(["--metrics-bind-address", "0"])
+        .args(["--rear-bind-address", "127.0.0.1"])
+        .args(["--http-port", &rear_port.to_string()]);
+    for e in c["env"].as_array().into_iter().flatten() {
+        cmd.env(e["name"].as_str().unwrap(), e["value"].as_str().unwrap());
+    }
+    cmd.env("KUBERNETES_SERVICE_HOST", host)
+        .env("KUBERNETES_SERVICE_PORT", port);
+    (NodeProcess::start(cmd), health_port)
+}
