@@ -384,14 +384,6 @@ async fn peer_client_of_contract(provider: &ControlPlane, tenant: &str) -> kube:
     kube::Client::try_from(config).unwrap()
 }
 
-/// Installs the chart's objects (dry run first) on `cp`.
-async fn install(cp: &ControlPlane, objects: &[Value]) {
-    fixtures::namespace(cp, NS).await.unwrap();
-    // CRDs come from crds/ (installed by the control plane, as `helm install` would).
-    helm::apply(&cp.client(), objects, true).await;
-    helm::apply(&cp.client(), objects, false).await;
-}
-
 /// The one refusal expected with `peering.enabled=false`: every component
 /// still tries Liqo's cluster-ID ConfigMap first (`identity.rs`
 /// `liqo_cluster_id`, so that a services-only node on a cluster with Liqo
@@ -405,39 +397,6 @@ fn liqo_id_read() -> helm::Access {
         verb: "get".into(),
         dry_run: false,
     }
-}
-
-/// A component run as the chart runs it, through its own recording proxy.
-struct Running {
-    component: &'static str,
-    calls: Calls,
-    node: NodeProcess,
-    health_port: u16,
-}
-
-async fn run_component(
-    cp: &ControlPlane,
-    objects: &[Value],
-    component: &'static str,
-    rear_port: u16,
-    dir: &std::path::Path,
-) -> (Running, String) {
-    let sa = helm::service_account(objects, component);
-    let token = helm::service_account_token(&cp.client(), NS, &sa).await;
-    let calls = Calls::default();
-    let proxy = helm::recording_proxy(cp, calls.clone()).await;
-    let kubeconfig = helm::token_kubeconfig(dir, component, &proxy, &token);
-    let (node, health_port) =
-        helm::spawn_as_chart(objects, component, &kubeconfig, rear_port, cp.server_url());
-    (
-        Running {
-            component,
-            calls,
-            node,
-            health_port,
-        },
-        token,
-    )
 }
 
 #[tokio::test]
@@ -460,8 +419,8 @@ async fn chart_rbac_suffices_for_a_full_sale_and_refuses_the_rest() {
     let (pport, cport) = (free_port(), free_port());
     let provider_objects = render(&bin, "provider01", pport);
     let consumer_objects = render(&bin, "consumer01", cport);
-    install(&provider, &provider_objects).await;
-    install(&consumer, &consumer_objects).await;
+    helm::install(&provider, &provider_objects).await;
+    helm::install(&consumer, &consumer_objects).await;
     fixtures::worker_node(&provider, "worker-1", "8", "16Gi")
         .await
         .unwrap();
@@ -495,7 +454,7 @@ async fn chart_rbac_suffices_for_a_full_sale_and_refuses_the_rest() {
         );
     }
     let dir = tempfile::tempdir().unwrap();
-    let (lrm, _) = run_component(
+    let (lrm, _) = helm::run_component(
         &provider,
         &provider_objects,
         "local-resource-manager",
@@ -503,7 +462,7 @@ async fn chart_rbac_suffices_for_a_full_sale_and_refuses_the_rest() {
         dir.path(),
     )
     .await;
-    let (gateway, gateway_token) = run_component(
+    let (gateway, gateway_token) = helm::run_component(
         &provider,
         &provider_objects,
         "rear-gateway",
@@ -511,7 +470,7 @@ async fn chart_rbac_suffices_for_a_full_sale_and_refuses_the_rest() {
         dir.path(),
     )
     .await;
-    let (manager, _) = run_component(
+    let (manager, _) = helm::run_component(
         &consumer,
         &consumer_objects,
         "rear-manager",
@@ -519,7 +478,7 @@ async fn chart_rbac_suffices_for_a_full_sale_and_refuses_the_rest() {
         dir.path(),
     )
     .await;
-    let (network, _) = run_component(
+    let (network, _) = helm::run_component(
         &provider,
         &provider_objects,
         "network-manager",
@@ -801,13 +760,13 @@ async fn chart_rbac_suffices_for_the_go_peering_grant() {
         ],
     );
     assert!(args_of(&objects, "rear-gateway").contains(&"--rear-go-peering-grant=all".to_owned()));
-    install(&provider, &objects).await;
+    helm::install(&provider, &objects).await;
     fixtures::namespace(&provider, "liqo").await.unwrap();
     fixtures::worker_node(&provider, "worker-1", "8", "16Gi")
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let (lrm, _) = run_component(
+    let (lrm, _) = helm::run_component(
         &provider,
         &objects,
         "local-resource-manager",
@@ -815,7 +774,8 @@ async fn chart_rbac_suffices_for_the_go_peering_grant() {
         dir.path(),
     )
     .await;
-    let (gateway, _) = run_component(&provider, &objects, "rear-gateway", port, dir.path()).await;
+    let (gateway, _) =
+        helm::run_component(&provider, &objects, "rear-gateway", port, dir.path()).await;
     let logs = [&lrm.node, &gateway.node];
     for r in [&lrm, &gateway] {
         eventually(
@@ -1027,7 +987,7 @@ async fn chart_rbac_lets_the_gateway_grant_the_cidrs_in_liqo() {
     let objects = helm::template(&bin, &[], &[]);
     // The chart's Roles in the Liqo namespace need it first.
     fixtures::namespace(&provider, "liqo").await.unwrap();
-    install(&provider, &objects).await;
+    helm::install(&provider, &objects).await;
     let sa = helm::service_account(&objects, "rear-gateway");
     let token = helm::service_account_token(&admin, NS, &sa).await;
     let mut config =

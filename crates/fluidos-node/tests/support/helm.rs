@@ -540,3 +540,99 @@ pub fn grants(objects: &[Value]) -> Vec<Grant> {
     out.sort();
     out
 }
+
+/// Installs the chart's objects (dry run first) on `cp`.
+pub async fn install(cp: &ControlPlane, objects: &[Value]) {
+    fluidos_testenv::fixtures::namespace(cp, super::NS)
+        .await
+        .unwrap();
+    // CRDs come from crds/ (installed by the control plane, as `helm install` would).
+    apply(&cp.client(), objects, true).await;
+    apply(&cp.client(), objects, false).await;
+}
+
+/// A component run as the chart runs it, through its own recording proxy.
+pub struct Running {
+    /// The component, as `--components` names it.
+    pub component: &'static str,
+    /// What it asked the API server, and the answers.
+    pub calls: Calls,
+    /// The `fluidos-node` process.
+    pub node: NodeProcess,
+    /// The port of its `/healthz` and `/readyz`.
+    pub health_port: u16,
+}
+
+/// Runs `component` of the rendered chart `objects` on `cp` as its chart
+/// ServiceAccount (a TokenRequest token), through a recording proxy of its
+/// own; returns it and the token.
+pub async fn run_component(
+    cp: &ControlPlane,
+    objects: &[Value],
+    component: &'static str,
+    rear_port: u16,
+    dir: &Path,
+) -> (Running, String) {
+    run_component_with(cp, objects, component, rear_port, dir, false).await
+}
+
+/// [`run_component`]; with `api_server_ca`, its kubeconfig also names the
+/// API server's CA (as an in-cluster one does), although it talks to the
+/// plain-HTTP proxy: the REAR gateway hands that CA out in the peering
+/// kubeconfigs it sells, which the buyer's node and Liqo then use against
+/// the API server itself (`--api-server-url`).
+pub async fn run_component_with(
+    cp: &ControlPlane,
+    objects: &[Value],
+    component: &'static str,
+    rear_port: u16,
+    dir: &Path,
+    api_server_ca: bool,
+) -> (Running, String) {
+    let sa = service_account(objects, component);
+    let token = service_account_token(&cp.client(), super::NS, &sa).await;
+    let calls = Calls::default();
+    let proxy = recording_proxy(cp, calls.clone()).await;
+    let kubeconfig = if api_server_ca {
+        let ca = cp
+            .kubeconfig()
+            .clusters
+            .first()
+            .and_then(|c| c.cluster.as_ref())
+            .and_then(|c| c.certificate_authority_data.clone())
+            .expect("the admin kubeconfig has the API server's CA");
+        token_kubeconfig_with_ca(dir, component, &proxy, &token, &ca)
+    } else {
+        token_kubeconfig(dir, component, &proxy, &token)
+    };
+    let (node, health_port) =
+        spawn_as_chart(objects, component, &kubeconfig, rear_port, cp.server_url());
+    (
+        Running {
+            component,
+            calls,
+            node,
+            health_port,
+        },
+        token,
+    )
+}
+
+/// [`token_kubeconfig`] that also names a CA (`ca_data`: base64 of its PEM).
+pub fn token_kubeconfig_with_ca(
+    dir: &Path,
+    name: &str,
+    server: &str,
+    token: &str,
+    ca_data: &str,
+) -> PathBuf {
+    let yaml = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n\
+         \x20   certificate-authority-data: {ca_data}\n\
+         users:\n- name: {name}\n  user:\n    token: {token}\ncontexts:\n- name: c\n  context:\n    \
+         cluster: c\n    user: {name}\ncurrent-context: c\n"
+    );
+    let path = dir.join(format!("{name}.kubeconfig"));
+    std::fs::write(&path, yaml).unwrap();
+    path
+}

@@ -579,6 +579,17 @@ impl TwoClusters {
         )
     }
 
+    /// The provider's REAR port (in its node identity, and the consumer's
+    /// KnownCluster).
+    pub fn provider_port(&self) -> u16 {
+        self.provider_port
+    }
+
+    /// The consumer's REAR port (in its node identity).
+    pub fn consumer_port(&self) -> u16 {
+        self.consumer_port
+    }
+
     /// The provider's `fluidos-node` (LRM, REAR gateway, REAR manager).
     pub fn provider_node(&self) -> NodeProcess {
         NodeProcess::spawn(
