@@ -23,21 +23,32 @@ target=x86_64-unknown-linux-musl
 # What the musl build needs: rustup's musl standard library and Debian's
 # musl-gcc. `--prepare` installs them (apt needs root) and builds nothing; CI
 # runs it in the foreground, as apt must not race another apt (RabbitMQ's).
-have_musl() {
-  rustup target list --installed 2>/dev/null | grep -qx "$target" && command -v musl-gcc >/dev/null
+# (The list is read whole: `grep -q` on a pipe could stop rustup mid-write.)
+have_target() {
+  local installed
+  installed=$(rustup target list --installed 2>/dev/null) || return 1
+  grep -qx "$target" <<<"$installed"
+}
+have_musl() { have_target && command -v musl-gcc >/dev/null; }
+# In CI the image's binary is required: no glibc fallback there.
+no_musl() {
+  if [ -n "${CI:-}" ]; then
+    echo "no musl build here (rustup's $target or Debian's musl-tools missing): CI needs the image's binary" >&2
+    exit 1
+  fi
+  echo "no musl build here: the build falls back to glibc" >&2
 }
 if [ "${1:-}" = --prepare ]; then
-  rustup target list --installed 2>/dev/null | grep -qx "$target" ||
-    rustup target add "$target" >&2 || true
+  have_target || rustup target add "$target" >&2 || true
   if ! command -v musl-gcc >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -q --no-install-recommends musl-tools >&2 ||
-      { apt-get update -q >&2 && apt-get install -y -q --no-install-recommends musl-tools >&2; } || true
+    apt=(apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends musl-tools)
+    "${apt[@]}" >&2 || { apt-get -o DPkg::Lock::Timeout=300 update -q >&2 && "${apt[@]}" >&2; } || true
   fi
-  have_musl && echo "musl build ready" >&2 || echo "no musl build here: the build falls back to glibc" >&2
+  if have_musl; then echo "musl build ready" >&2; else no_musl; fi
   exit 0
 fi
-have_musl || target=
+have_musl || { no_musl; target=; }
 
 start=$SECONDS
 if [ -n "$target" ]; then

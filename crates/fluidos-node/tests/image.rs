@@ -5,11 +5,12 @@
 //! linked to it; distroless/static adds no libc), one root per pod, and run
 //! there by `chroot` as the Containerfile's numeric user under the Go
 //! chart's commands (`/usr/bin/local-resource-manager`,
-//! `/usr/bin/rear-controller`), with our chart's arguments and environment,
-//! its ServiceAccounts and the in-cluster configuration a pod gets (token,
-//! CA and namespace files, `KUBERNETES_SERVICE_*`): both become ready, the
-//! gateway creates the node's identity, and the flavor the LRM makes of a
-//! worker is served over REAR. Nothing in a root is writable by that user,
+//! `/usr/bin/rear-controller`) and, for the REAR manager, as our chart runs
+//! it (the entrypoint with `--components`), with our chart's arguments and
+//! environment, its ServiceAccounts and the in-cluster configuration a pod
+//! gets (token, CA and namespace files, `KUBERNETES_SERVICE_*`): all three
+//! become ready, the gateway creates the node's identity, and the flavor the
+//! LRM makes of a worker is served over REAR. Nothing in a root is writable by that user,
 //! as with the chart's read-only root file system.
 //!
 //! Needs the binary in `FLUIDOS_STATIC_BINARY` (`tools/image/build-static.sh`
@@ -132,7 +133,11 @@ fn static_binary() -> Result<PathBuf, String> {
     if !root {
         return Err("chroot needs root".into());
     }
-    Ok(PathBuf::from(bin))
+    // Relative to the workspace, where CI and the docs run it from (a test
+    // runs in its package's directory).
+    Ok(Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(bin))
 }
 
 /// Creates `path` (and its parents) in the root, owned by root and
@@ -223,9 +228,11 @@ async fn the_static_binary_runs_the_chart_from_an_empty_root_as_the_image_user()
     // One root per pod: each holds its own ServiceAccount's token.
     let mut roots = Vec::new();
     let mut nodes = Vec::new();
+    // Two as the Go chart runs them (by name), one as ours (the entrypoint).
     for (component, go_name) in [
-        ("local-resource-manager", "local-resource-manager"),
-        ("rear-gateway", "rear-controller"),
+        ("local-resource-manager", Some("local-resource-manager")),
+        ("rear-gateway", Some("rear-controller")),
+        ("rear-manager", None),
     ] {
         let root = pod_root(&cp, &layout, &elf, &objects, component).await;
         nodes.push(spawn_in_root(
@@ -298,8 +305,15 @@ fn read_image(bin: &Path) -> (Vec<u8>, ImageLayout) {
     )
     .unwrap();
     let layout = image_layout(&containerfile);
-    // The glibc fallback (no musl here) lands elsewhere, and says so.
+    // The glibc fallback (no musl build on this machine) lands elsewhere:
+    // noted by hand, refused in CI, which must check the image's binary.
     if !bin.ends_with(&layout.source) {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{} is not the Containerfile's {}",
+            bin.display(),
+            layout.source
+        );
         println!(
             "NOTE: {} is not the Containerfile's {}",
             bin.display(),
@@ -354,38 +368,44 @@ fn url_host_port(url: &str) -> (String, String) {
     (host.to_owned(), port.to_owned())
 }
 
-/// Runs the chart's container of `component` in `root` as the image's user:
-/// the Go chart's command (`/usr/bin/<go_name>`), our chart's arguments
-/// (but `--components`, which that name stands for) and environment,
-/// in-cluster configuration; only the listening addresses are loopback
-/// ones. Returns the process and its health port.
+/// Runs the chart's container of `component` in `root` as the image's user,
+/// with our chart's arguments and environment and in-cluster
+/// configuration: as the Go chart does, by the Go binary's name
+/// (`/usr/bin/<go_name>`, which stands for `--components`), or as our chart
+/// does, by the image's entrypoint. Only the listening addresses are
+/// loopback ones. Returns the process and its health port.
 fn spawn_in_root(
     root: &Path,
     layout: &ImageLayout,
     objects: &[Value],
-    (component, go_name): (&str, &str),
+    (component, go_name): (&str, Option<&str>),
     (host, port): &(String, String),
     rear_port: u16,
 ) -> (NodeProcess, u16) {
     let c = helm::container(objects, component);
     let health_port = free_port();
-    // `--components` goes too: the Go command's name stands for it.
-    let own = [
-        "--components",
+    let mut own = vec![
         "--health-probe-bind-address",
         "--metrics-bind-address",
         "--http-port",
     ];
+    let command = match go_name {
+        Some(name) => {
+            // The Go command's name stands for `--components`.
+            own.push("--components");
+            format!(
+                "{}/{name}",
+                Path::new(&layout.binary).parent().unwrap().display()
+            )
+        }
+        None => layout.entrypoint.clone(),
+    };
     let args = c["args"]
         .as_array()
         .unwrap()
         .iter()
         .map(|a| a.as_str().unwrap().to_owned())
         .filter(|a| !own.iter().any(|o| a.starts_with(o)));
-    let command = format!(
-        "{}/{go_name}",
-        Path::new(&layout.binary).parent().unwrap().display()
-    );
     // Found on this PATH: the node gets an empty environment.
     let chroot = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
         .map(|d| d.join("chroot"))

@@ -129,6 +129,39 @@ pub enum CredentialsError {
         /// The buyer ID.
         buyer: String,
     },
+    /// The buyer ID's account was deleted, made again or claimed while
+    /// this sale checked it: the buyer retries, and the check is made anew.
+    #[error(
+        "the peering account of buyer ID {buyer} changed during this sale (revoked or claimed at the same time); retry"
+    )]
+    AccountChanged {
+        /// The buyer ID.
+        buyer: String,
+    },
+}
+
+/// A buyer ID's account as a sale checked it: whose it is decides nothing
+/// after this point; writes to it are conditioned on it being this one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct CheckedAccount {
+    /// UID of the account: a write names it, so that an account deleted and
+    /// made again (by another owner) meanwhile is not written.
+    uid: String,
+    /// `resourceVersion` as checked.
+    resource_version: String,
+    /// Whether it records the caller as its owner (false: an account of an
+    /// earlier version, without an owner, which the caller may claim).
+    owned: bool,
+}
+
+impl CheckedAccount {
+    fn of(sa: &ServiceAccount) -> Option<CheckedAccount> {
+        Some(CheckedAccount {
+            uid: sa.metadata.uid.clone()?,
+            resource_version: sa.metadata.resource_version.clone()?,
+            owned: sa.annotations().contains_key(OWNER_ANNOTATION),
+        })
+    }
 }
 
 /// What a K8Slice sale grants the buyer in Liqo's objects on this cluster.
@@ -558,7 +591,7 @@ impl Credentials {
         provider_liqo_id: &str,
         grant: Option<PeeringGrant<'_>>,
     ) -> Result<String, CredentialsError> {
-        let account_exists = self.check_owner(buyer_id, owner).await?;
+        let checked = self.check_owner(buyer_id, owner).await?;
         let grant = match grant {
             Some(PeeringGrant::GoConsumer(cluster)) if !valid_cluster_id(cluster) => {
                 tracing::warn!(
@@ -605,11 +638,19 @@ impl Credentials {
             apply_grant(sa_uid).await?;
             return Ok(b64);
         }
-        if !account_exists {
-            self.claim_account(buyer_id, owner).await?;
-        }
+        let checked = match checked {
+            Some(a) if a.owned => a,
+            Some(unowned) => self.claim_unowned(buyer_id, owner, &unowned).await?,
+            None => self.claim_account(buyer_id, owner).await?,
+        };
         let sa_uid = self
-            .ensure_rbac(&service_account_name(buyer_id), buyer_id, owner, go_cluster)
+            .ensure_rbac(
+                &service_account_name(buyer_id),
+                buyer_id,
+                owner,
+                go_cluster,
+                &checked.uid,
+            )
             .await?;
         if let Some((b64, _)) = self.cached(buyer_id, owner, provider_liqo_id).await {
             apply_grant(sa_uid).await?;
@@ -675,13 +716,16 @@ impl Credentials {
     /// cluster ID its Go consumer may peer as (without, a claim it has stays),
     /// and, in the compatibility namespace if one is
     /// configured, the peer Role and the buyer's RoleBinding; returns the
-    /// ServiceAccount's UID.
+    /// ServiceAccount's UID. The account must still be the one of UID `uid`
+    /// whose owner the sale checked: one deleted meanwhile (a revocation)
+    /// is not made again, and one made again by another sale not written.
     async fn ensure_rbac(
         &self,
         sa: &str,
         buyer_id: &str,
         owner: &str,
         go_cluster: Option<&str>,
+        uid: &str,
     ) -> Result<String, CredentialsError> {
         let pp = PatchParams::apply(FIELD_MANAGER).force();
         let mut annotations: std::collections::BTreeMap<String, String> = [
@@ -708,6 +752,10 @@ impl Credentials {
             metadata: ObjectMeta {
                 name: Some(sa.to_owned()),
                 namespace: Some(self.cfg.namespace.clone()),
+                // A precondition: the API server refuses the apply (409 when
+                // the account is gone, 422 when it is another) rather than
+                // make or take over an account whose owner was not checked.
+                uid: Some(uid.to_owned()),
                 labels: labels(),
                 annotations: Some(annotations),
                 ..Default::default()
@@ -721,9 +769,16 @@ impl Credentials {
                 &Patch::Apply(with_type(&sa_obj, "v1", "ServiceAccount")),
             )
             .await
-            .map_err(|source| CredentialsError::Kube {
-                step: "applying the peer ServiceAccount",
-                source,
+            .map_err(|source| match api_error::classify(&source) {
+                api_error::ApiErrorKind::Conflict | api_error::ApiErrorKind::Invalid => {
+                    CredentialsError::AccountChanged {
+                        buyer: buyer_id.to_owned(),
+                    }
+                }
+                _ => CredentialsError::Kube {
+                    step: "applying the peer ServiceAccount",
+                    source,
+                },
             })?;
         if let Some(extra) = &self.cfg.role_namespace {
             let uid = applied.uid().unwrap_or_default();
@@ -1129,8 +1184,12 @@ impl Credentials {
     /// another peer. Read from the API server when the watch has not seen
     /// the account (a replica may have made it just now); an account of an
     /// earlier version, without an owner, goes to the first peer that asks.
-    /// Returns whether the account exists.
-    async fn check_owner(&self, buyer_id: &str, owner: &str) -> Result<bool, CredentialsError> {
+    /// Returns the account as checked, if there is one.
+    async fn check_owner(
+        &self,
+        buyer_id: &str,
+        owner: &str,
+    ) -> Result<Option<CheckedAccount>, CredentialsError> {
         let sa = service_account_name(buyer_id);
         let seen = self
             .accounts
@@ -1151,19 +1210,23 @@ impl Credentials {
                 buyer: buyer_id.to_owned(),
             });
         }
-        Ok(account.is_some())
+        Ok(account.as_ref().and_then(CheckedAccount::of))
     }
 
     /// Creates `buyer_id`'s account owned by `owner`, or, when another sale
     /// created it first, refuses `owner` unless that sale was its own: of
-    /// two first sales to one buyer ID by different peers, at the same time,
-    /// only one gets the account (the server-side apply that follows would
-    /// let the last writer take it from the first).
-    async fn claim_account(&self, buyer_id: &str, owner: &str) -> Result<(), CredentialsError> {
+    /// two first sales to one buyer ID by different peers at the same time,
+    /// only one gets the account.
+    async fn claim_account(
+        &self,
+        buyer_id: &str,
+        owner: &str,
+    ) -> Result<CheckedAccount, CredentialsError> {
         let api = Api::<ServiceAccount>::namespaced(self.client.clone(), &self.cfg.namespace);
+        let name = service_account_name(buyer_id);
         let sa = ServiceAccount {
             metadata: ObjectMeta {
-                name: Some(service_account_name(buyer_id)),
+                name: Some(name.clone()),
                 namespace: Some(self.cfg.namespace.clone()),
                 labels: labels(),
                 annotations: Some(
@@ -1177,25 +1240,86 @@ impl Credentials {
             },
             ..Default::default()
         };
-        match api.create(&PostParams::default(), &sa).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 409 => {
-                let first =
-                    api.get_opt(&service_account_name(buyer_id))
-                        .await
-                        .map_err(|source| CredentialsError::Kube {
-                            step: "reading the peer ServiceAccount",
-                            source,
-                        })?;
-                if owned_by_another(first.as_ref(), owner) {
-                    return Err(CredentialsError::OwnerMismatch {
+        let changed = || CredentialsError::AccountChanged {
+            buyer: buyer_id.to_owned(),
+        };
+        let existing = match api.create(&PostParams::default(), &sa).await {
+            Ok(created) => return CheckedAccount::of(&created).ok_or_else(changed),
+            Err(e) if api_error::is_already_exists(&e) => {
+                api.get_opt(&name)
+                    .await
+                    .map_err(|source| CredentialsError::Kube {
+                        step: "reading the peer ServiceAccount",
+                        source,
+                    })?
+            }
+            Err(source) => {
+                return Err(CredentialsError::Kube {
+                    step: "creating the peer ServiceAccount",
+                    source,
+                });
+            }
+        };
+        if owned_by_another(existing.as_ref(), owner) {
+            return Err(CredentialsError::OwnerMismatch {
+                buyer: buyer_id.to_owned(),
+            });
+        }
+        match existing.as_ref().and_then(CheckedAccount::of) {
+            Some(a) if a.owned => Ok(a),
+            Some(unowned) => self.claim_unowned(buyer_id, owner, &unowned).await,
+            // Gone again already (revoked): the buyer's retry starts over.
+            None => Err(changed()),
+        }
+    }
+
+    /// Records `owner` on `buyer_id`'s account of an earlier version, which
+    /// has none, if it is still as `checked` saw it: of two peers claiming
+    /// it at once, the second is refused.
+    async fn claim_unowned(
+        &self,
+        buyer_id: &str,
+        owner: &str,
+        checked: &CheckedAccount,
+    ) -> Result<CheckedAccount, CredentialsError> {
+        let api = Api::<ServiceAccount>::namespaced(self.client.clone(), &self.cfg.namespace);
+        let name = service_account_name(buyer_id);
+        let patch = serde_json::json!({"metadata": {
+            "resourceVersion": checked.resource_version,
+            "annotations": {OWNER_ANNOTATION: owner},
+        }});
+        match api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(claimed) if claimed.metadata.uid.as_deref() == Some(checked.uid.as_str()) => {
+                CheckedAccount::of(&claimed).ok_or_else(|| CredentialsError::AccountChanged {
+                    buyer: buyer_id.to_owned(),
+                })
+            }
+            Ok(_) => Err(CredentialsError::AccountChanged {
+                buyer: buyer_id.to_owned(),
+            }),
+            Err(e) if api_error::is_conflict(&e) => {
+                let now = api
+                    .get_opt(&name)
+                    .await
+                    .map_err(|source| CredentialsError::Kube {
+                        step: "reading the peer ServiceAccount",
+                        source,
+                    })?;
+                Err(if owned_by_another(now.as_ref(), owner) {
+                    CredentialsError::OwnerMismatch {
                         buyer: buyer_id.to_owned(),
-                    });
-                }
-                Ok(())
+                    }
+                } else {
+                    CredentialsError::AccountChanged {
+                        buyer: buyer_id.to_owned(),
+                    }
+                })
             }
             Err(source) => Err(CredentialsError::Kube {
-                step: "creating the peer ServiceAccount",
+                step: "claiming the peer ServiceAccount",
                 source,
             }),
         }

@@ -173,7 +173,9 @@ impl From<CredentialsError> for ApiError {
         if let CredentialsError::TenantTaken { .. } = e {
             return ApiError::conflict(e.to_string());
         }
-        if let CredentialsError::GoPeeringGuardNotReady = e {
+        if let CredentialsError::GoPeeringGuardNotReady | CredentialsError::AccountChanged { .. } =
+            e
+        {
             return ApiError::unavailable(e.to_string());
         }
         if let CredentialsError::OwnerMismatch { .. } = e {

@@ -32,12 +32,16 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use fluidos_api::flavor::FlavorType;
+use fluidos_api::ledger::LedgerState;
 use fluidos_api::rear::{PurchaseRequest, ReserveRequest};
 use fluidos_api::{Contract, Flavor, Transaction};
 use fluidos_rear_client::{ClientConfig, ProviderAddress, RearClient, RearError};
 use fluidos_rear_gateway::PlainHttpSales;
+use fluidos_rear_gateway::credentials::{OWNER_ANNOTATION, service_account_name};
 use fluidos_rear_gateway::labels::BUYER_KEY;
 use fluidos_rear_identity::NodeKey;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -420,8 +424,9 @@ async fn a_new_buyer_id_goes_to_one_key_when_two_buy_with_it_at_once() {
             a.purchase(&pinned, &a_tx.transaction_id, &req),
             m.purchase(&pinned, &m_tx.transaction_id, &req),
         );
-        let (won, lost) = match (a_got, m_got) {
-            (Ok(won), lost @ Err(_)) | (lost @ Err(_), Ok(won)) => (won, lost),
+        let (won, lost, winner, lost_tx) = match (a_got, m_got) {
+            (Ok(won), lost @ Err(_)) => (won, lost, &alice, &m_tx.transaction_id),
+            (lost @ Err(_), Ok(won)) => (won, lost, &mallory, &a_tx.transaction_id),
             // Not the contracts themselves: they carry tokens.
             (a_got, m_got) => panic!(
                 "round {round}: both or neither bought: alice {:?}, mallory {:?}",
@@ -436,6 +441,106 @@ async fn a_new_buyer_id_goes_to_one_key_when_two_buy_with_it_at_once() {
             text.contains("holds peering credentials of another peer"),
             "round {round}: {text}"
         );
+        // The account is the winner's; the loser bought nothing: no
+        // Contract, and its hold is still only a hold.
+        let account = Api::<ServiceAccount>::namespaced(kube.clone(), NS)
+            .get(&service_account_name(&buyer))
+            .await
+            .unwrap();
+        assert_eq!(
+            account.annotations().get(OWNER_ANNOTATION),
+            Some(&winner.fingerprint().to_string()),
+            "round {round}"
+        );
+        let contracts = Api::<Contract>::namespaced(kube.clone(), NS)
+            .list(&Default::default())
+            .await
+            .unwrap();
+        assert!(
+            contracts
+                .items
+                .iter()
+                .all(|c| &c.spec.transaction_id != lost_tx),
+            "round {round}: the loser got a Contract"
+        );
+        let flavors = Api::<Flavor>::namespaced(kube.clone(), NS)
+            .list(&Default::default())
+            .await
+            .unwrap();
+        let entry = flavors
+            .items
+            .iter()
+            .filter_map(|f| f.status.as_ref()?.ledger.as_ref())
+            .flatten()
+            .find(|e| &e.transaction_id == lost_tx)
+            .unwrap();
+        assert_eq!(entry.state, LedgerState::Held, "round {round}");
     }
     served.shutdown().await;
+}
+
+/// What the credentials code relies on to never make or take over an
+/// account whose owner a sale did not check: a server-side apply naming an
+/// account's UID is refused once that account is gone (not made again), and
+/// once another account of the same name replaced it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apply_naming_an_accounts_uid_neither_makes_nor_takes_another() {
+    let cp = control_plane().await;
+    let kube = cp.client();
+    namespace(&kube, NS).await;
+    let api = Api::<ServiceAccount>::namespaced(kube.clone(), NS);
+    let named = |uid: &str, owner: &str| {
+        serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {
+            "name": "uid-checked", "namespace": NS, "uid": uid,
+            "annotations": {OWNER_ANNOTATION: owner}}})
+    };
+    let pp = PatchParams::apply("uid-test").force();
+    let first = api
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "uid-checked", "annotations": {OWNER_ANNOTATION: "a"}}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let uid = first.uid().unwrap();
+    // The account checked: applied.
+    api.patch("uid-checked", &pp, &Patch::Apply(named(&uid, "a")))
+        .await
+        .unwrap();
+    api.delete("uid-checked", &Default::default())
+        .await
+        .unwrap();
+    // Gone: not made again.
+    let gone = api
+        .patch("uid-checked", &pp, &Patch::Apply(named(&uid, "a")))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&gone, kube::Error::Api(e) if e.code == 409),
+        "{gone:?}"
+    );
+    assert!(api.get_opt("uid-checked").await.unwrap().is_none());
+    // Made again by another owner: not taken over.
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "uid-checked", "annotations": {OWNER_ANNOTATION: "b"}}
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let other = api
+        .patch("uid-checked", &pp, &Patch::Apply(named(&uid, "a")))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&other, kube::Error::Api(e) if e.code == 409 || e.code == 422),
+        "{other:?}"
+    );
+    let now = api.get("uid-checked").await.unwrap();
+    assert_eq!(now.annotations().get(OWNER_ANNOTATION).unwrap(), "b");
 }

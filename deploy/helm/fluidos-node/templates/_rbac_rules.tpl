@@ -221,10 +221,12 @@ namespace:
     resources: [serviceblueprints]
     verbs: [get]
   # credentials.rs: one ServiceAccount per buyer (`fluidos-peer-<buyer>`),
-  # a bounded token for it (TokenRequest), revocation; contract_end.rs lists them.
+  # created with its owner on a buyer ID's first sale (claim_account), then
+  # applied; a bounded token for it (TokenRequest), revocation;
+  # contract_end.rs lists them.
   - apiGroups: [""]
     resources: [serviceaccounts]
-    verbs: [get, list, watch, patch, delete]
+    verbs: [get, list, watch, create, patch, delete]
   - apiGroups: [""]
     resources: [serviceaccounts/token]
     verbs: [create]
