@@ -563,11 +563,14 @@ async fn bench() {
         .await;
         list.print();
         let (r, p) = (rear.clone(), provider.clone());
+        // Buyer IDs of their own per transport: a buyer ID stays with the
+        // owner (plain HTTP, or a key) that first bought with it.
+        let prefix = transport.to_ascii_lowercase();
         let mut sales = load(sale_name, 200, 1, move |i| {
-            let (r, p) = (r.clone(), p.clone());
+            let (r, p, prefix) = (r.clone(), p.clone(), prefix.clone());
             async move {
                 let request: fluidos_api::rear::ReserveRequest = serde_json::from_value(
-                    reserve_body((i * 7 + 3) % FLAVORS, &format!("tls-buyer-{}", i % 10)),
+                    reserve_body((i * 7 + 3) % FLAVORS, &format!("{prefix}-buyer-{}", i % 10)),
                 )
                 .unwrap();
                 let tx = r.reserve(&p, &request).await.unwrap();

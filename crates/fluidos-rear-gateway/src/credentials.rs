@@ -22,7 +22,7 @@ use base64::Engine;
 use fluidos_controller::api_error;
 use futures::StreamExt;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
 };
@@ -843,7 +843,6 @@ impl Credentials {
         buyer_id: &str,
         buyer_cluster_id: &str,
     ) -> Result<(), CredentialsError> {
-        use k8s_openapi::api::core::v1::Namespace;
         let api = Api::<Namespace>::all(self.client.clone());
         let ours = |n: &Namespace| namespace_buyer(n) == Some(buyer_id);
         let taken = || CredentialsError::TenantTaken {
@@ -991,6 +990,22 @@ impl Credentials {
         {
             return Ok(());
         }
+        // Asked first when the Role is not there yet: a write into a
+        // namespace that does not exist waits 50 ms in the API server's
+        // namespace admission before it is refused, a read does not.
+        if self
+            .roles
+            .get(&ObjectRef::new(PEER_NETWORK_ROLE).within(ns))
+            .is_none()
+            && !self.namespace_may_exist(ns).await?
+        {
+            tracing::info!(
+                buyer = buyer_id,
+                namespace = ns,
+                "no Liqo namespace on this cluster: the buyer is not granted its CIDRs"
+            );
+            return Ok(());
+        }
         let role = Role {
             metadata: ObjectMeta {
                 name: Some(PEER_NETWORK_ROLE.to_owned()),
@@ -1035,6 +1050,19 @@ impl Credentials {
         }
         self.bind_account(Some(ns), ("Role", PEER_NETWORK_ROLE), sa, sa_uid, buyer_id)
             .await
+    }
+
+    /// False when the namespace `ns` does not exist; true when it does, or
+    /// when this gateway may not read it (the write that follows says).
+    async fn namespace_may_exist(&self, ns: &str) -> Result<bool, CredentialsError> {
+        match Api::<Namespace>::all(self.client.clone()).get_opt(ns).await {
+            Ok(found) => Ok(found.is_some()),
+            Err(e) if api_error::is_forbidden(&e) => Ok(true),
+            Err(source) => Err(CredentialsError::Kube {
+                step: "reading Liqo's namespace",
+                source,
+            }),
+        }
     }
 
     /// Deletes this gateway's binding named `sa` to [`PEER_NETWORK_ROLE`] in
