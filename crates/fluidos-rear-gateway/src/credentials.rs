@@ -456,6 +456,39 @@ fn owned_by_another(account: Option<&ServiceAccount>, owner: &str) -> bool {
         .is_some_and(|recorded| recorded != owner)
 }
 
+/// Refuses `owner` credentials of `buyer_id` when `account` belongs to
+/// another peer.
+fn refuse_another_owner(
+    account: Option<&ServiceAccount>,
+    buyer_id: &str,
+    owner: &str,
+) -> Result<(), CredentialsError> {
+    if owned_by_another(account, owner) {
+        return Err(CredentialsError::OwnerMismatch {
+            buyer: buyer_id.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// True when a write naming an account's UID was refused because the
+/// account is not that one any more: 409 (gone, or changed since the
+/// `resourceVersion` it named) or 422 on `metadata.uid` (another account of
+/// that name). Any other refusal is the API server's to explain.
+fn account_changed(e: &kube::Error) -> bool {
+    let kube::Error::Api(status) = e else {
+        return false;
+    };
+    match status.code {
+        409 => status.reason != "AlreadyExists",
+        422 => status
+            .details
+            .as_ref()
+            .is_some_and(|d| d.causes.iter().any(|c| c.field == "metadata.uid")),
+        _ => false,
+    }
+}
+
 /// A kubeconfig YAML with cluster, user and context named `name`.
 pub fn kubeconfig_yaml(
     name: &str,
@@ -638,20 +671,24 @@ impl Credentials {
             apply_grant(sa_uid).await?;
             return Ok(b64);
         }
-        let checked = match checked {
-            Some(a) if a.owned => a,
-            Some(unowned) => self.claim_unowned(buyer_id, owner, &unowned).await?,
-            None => self.claim_account(buyer_id, owner).await?,
+        let sa = service_account_name(buyer_id);
+        let checked = self.claim(buyer_id, owner, checked).await?;
+        let sa_uid = match self
+            .ensure_rbac(&sa, buyer_id, owner, go_cluster, &checked.uid)
+            .await
+        {
+            // The watch may lag behind a revocation: once more, as the API
+            // server has the account now.
+            Err(CredentialsError::AccountChanged { .. }) => {
+                let live = self.read_owned_account(buyer_id, owner).await?;
+                let checked = self
+                    .claim(buyer_id, owner, live.as_ref().and_then(CheckedAccount::of))
+                    .await?;
+                self.ensure_rbac(&sa, buyer_id, owner, go_cluster, &checked.uid)
+                    .await?
+            }
+            other => other?,
         };
-        let sa_uid = self
-            .ensure_rbac(
-                &service_account_name(buyer_id),
-                buyer_id,
-                owner,
-                go_cluster,
-                &checked.uid,
-            )
-            .await?;
         if let Some((b64, _)) = self.cached(buyer_id, owner, provider_liqo_id).await {
             apply_grant(sa_uid).await?;
             return Ok(b64);
@@ -769,16 +806,17 @@ impl Credentials {
                 &Patch::Apply(with_type(&sa_obj, "v1", "ServiceAccount")),
             )
             .await
-            .map_err(|source| match api_error::classify(&source) {
-                api_error::ApiErrorKind::Conflict | api_error::ApiErrorKind::Invalid => {
+            .map_err(|source| {
+                if account_changed(&source) {
                     CredentialsError::AccountChanged {
                         buyer: buyer_id.to_owned(),
                     }
+                } else {
+                    CredentialsError::Kube {
+                        step: "applying the peer ServiceAccount",
+                        source,
+                    }
                 }
-                _ => CredentialsError::Kube {
-                    step: "applying the peer ServiceAccount",
-                    source,
-                },
             })?;
         if let Some(extra) = &self.cfg.role_namespace {
             let uid = applied.uid().unwrap_or_default();
@@ -787,11 +825,28 @@ impl Credentials {
         if applied.annotations().contains_key(REVOKING_ANNOTATION) {
             // Issuing cancels a pending revocation; the write also changes
             // the resourceVersion the revoker's delete is conditioned on.
-            self.set_revoking(buyer_id, None, None)
+            // The UID again: the revoker may have won meanwhile.
+            Api::<ServiceAccount>::namespaced(self.client.clone(), &self.cfg.namespace)
+                .patch(
+                    sa,
+                    &PatchParams::default(),
+                    &Patch::Merge(serde_json::json!({"metadata": {
+                        "uid": uid,
+                        "annotations": {REVOKING_ANNOTATION: null},
+                    }})),
+                )
                 .await
-                .map_err(|source| CredentialsError::Kube {
-                    step: "cancelling a pending revocation of the peer ServiceAccount",
-                    source,
+                .map_err(|source| {
+                    if account_changed(&source) || api_error::is_not_found(&source) {
+                        CredentialsError::AccountChanged {
+                            buyer: buyer_id.to_owned(),
+                        }
+                    } else {
+                        CredentialsError::Kube {
+                            step: "cancelling a pending revocation of the peer ServiceAccount",
+                            source,
+                        }
+                    }
                 })?;
         }
         Ok(applied.uid().unwrap_or_default())
@@ -1052,11 +1107,12 @@ impl Credentials {
             .await
     }
 
-    /// False when the namespace `ns` does not exist; true when it does, or
-    /// when this gateway may not read it (the write that follows says).
+    /// False when the namespace `ns` does not exist or is being deleted;
+    /// true when it does, or when this gateway may not read it (the write
+    /// that follows says).
     async fn namespace_may_exist(&self, ns: &str) -> Result<bool, CredentialsError> {
         match Api::<Namespace>::all(self.client.clone()).get_opt(ns).await {
-            Ok(found) => Ok(found.is_some()),
+            Ok(found) => Ok(found.is_some_and(|n| n.metadata.deletion_timestamp.is_none())),
             Err(e) if api_error::is_forbidden(&e) => Ok(true),
             Err(source) => Err(CredentialsError::Kube {
                 step: "reading Liqo's namespace",
@@ -1218,27 +1274,51 @@ impl Credentials {
         buyer_id: &str,
         owner: &str,
     ) -> Result<Option<CheckedAccount>, CredentialsError> {
-        let sa = service_account_name(buyer_id);
         let seen = self
             .accounts
-            .get(&ObjectRef::new(&sa).within(&self.cfg.namespace))
+            .get(&ObjectRef::new(&service_account_name(buyer_id)).within(&self.cfg.namespace))
             .map(|a| (*a).clone());
         let account = match seen {
-            Some(a) => Some(a),
-            None => Api::<ServiceAccount>::namespaced(self.client.clone(), &self.cfg.namespace)
-                .get_opt(&sa)
-                .await
-                .map_err(|source| CredentialsError::Kube {
-                    step: "reading the peer ServiceAccount",
-                    source,
-                })?,
+            Some(a) => {
+                refuse_another_owner(Some(&a), buyer_id, owner)?;
+                Some(a)
+            }
+            None => self.read_owned_account(buyer_id, owner).await?,
         };
-        if owned_by_another(account.as_ref(), owner) {
-            return Err(CredentialsError::OwnerMismatch {
-                buyer: buyer_id.to_owned(),
-            });
-        }
         Ok(account.as_ref().and_then(CheckedAccount::of))
+    }
+
+    /// `buyer_id`'s account as the API server has it, refused when another
+    /// peer owns it.
+    async fn read_owned_account(
+        &self,
+        buyer_id: &str,
+        owner: &str,
+    ) -> Result<Option<ServiceAccount>, CredentialsError> {
+        let account = Api::<ServiceAccount>::namespaced(self.client.clone(), &self.cfg.namespace)
+            .get_opt(&service_account_name(buyer_id))
+            .await
+            .map_err(|source| CredentialsError::Kube {
+                step: "reading the peer ServiceAccount",
+                source,
+            })?;
+        refuse_another_owner(account.as_ref(), buyer_id, owner)?;
+        Ok(account)
+    }
+
+    /// The account `checked` found, owned by `owner`: as it is when it
+    /// already is, claimed when it has no owner, created when there is none.
+    async fn claim(
+        &self,
+        buyer_id: &str,
+        owner: &str,
+        checked: Option<CheckedAccount>,
+    ) -> Result<CheckedAccount, CredentialsError> {
+        match checked {
+            Some(a) if a.owned => Ok(a),
+            Some(unowned) => self.claim_unowned(buyer_id, owner, &unowned).await,
+            None => self.claim_account(buyer_id, owner).await,
+        }
     }
 
     /// Creates `buyer_id`'s account owned by `owner`, or, when another sale
@@ -1274,12 +1354,7 @@ impl Credentials {
         let existing = match api.create(&PostParams::default(), &sa).await {
             Ok(created) => return CheckedAccount::of(&created).ok_or_else(changed),
             Err(e) if api_error::is_already_exists(&e) => {
-                api.get_opt(&name)
-                    .await
-                    .map_err(|source| CredentialsError::Kube {
-                        step: "reading the peer ServiceAccount",
-                        source,
-                    })?
+                self.read_owned_account(buyer_id, owner).await?
             }
             Err(source) => {
                 return Err(CredentialsError::Kube {
@@ -1288,11 +1363,6 @@ impl Credentials {
                 });
             }
         };
-        if owned_by_another(existing.as_ref(), owner) {
-            return Err(CredentialsError::OwnerMismatch {
-                buyer: buyer_id.to_owned(),
-            });
-        }
         match existing.as_ref().and_then(CheckedAccount::of) {
             Some(a) if a.owned => Ok(a),
             Some(unowned) => self.claim_unowned(buyer_id, owner, &unowned).await,
@@ -1312,45 +1382,44 @@ impl Credentials {
     ) -> Result<CheckedAccount, CredentialsError> {
         let api = Api::<ServiceAccount>::namespaced(self.client.clone(), &self.cfg.namespace);
         let name = service_account_name(buyer_id);
-        let patch = serde_json::json!({"metadata": {
-            "resourceVersion": checked.resource_version,
-            "annotations": {OWNER_ANNOTATION: owner},
-        }});
-        match api
-            .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-            .await
-        {
-            Ok(claimed) if claimed.metadata.uid.as_deref() == Some(checked.uid.as_str()) => {
-                CheckedAccount::of(&claimed).ok_or_else(|| CredentialsError::AccountChanged {
-                    buyer: buyer_id.to_owned(),
-                })
-            }
-            Ok(_) => Err(CredentialsError::AccountChanged {
-                buyer: buyer_id.to_owned(),
-            }),
-            Err(e) if api_error::is_conflict(&e) => {
-                let now = api
-                    .get_opt(&name)
-                    .await
-                    .map_err(|source| CredentialsError::Kube {
-                        step: "reading the peer ServiceAccount",
+        let changed = || CredentialsError::AccountChanged {
+            buyer: buyer_id.to_owned(),
+        };
+        let mut checked = checked.clone();
+        // Twice at most: a stale read, or a revocation mark written
+        // meanwhile, moves the resourceVersion without a claim.
+        for _ in 0..2 {
+            let patch = serde_json::json!({"metadata": {
+                "uid": checked.uid,
+                "resourceVersion": checked.resource_version,
+                "annotations": {OWNER_ANNOTATION: owner},
+            }});
+            match api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+            {
+                Ok(claimed) => return CheckedAccount::of(&claimed).ok_or_else(changed),
+                Err(e) if api_error::is_conflict(&e) => {
+                    let now = self.read_owned_account(buyer_id, owner).await?;
+                    match now.as_ref().and_then(CheckedAccount::of) {
+                        // Claimed by a sale of this same owner.
+                        Some(a) if a.owned && a.uid == checked.uid => return Ok(a),
+                        Some(a) if !a.owned && a.uid == checked.uid => checked = a,
+                        _ => return Err(changed()),
+                    }
+                }
+                Err(e) if account_changed(&e) || api_error::is_not_found(&e) => {
+                    return Err(changed());
+                }
+                Err(source) => {
+                    return Err(CredentialsError::Kube {
+                        step: "claiming the peer ServiceAccount",
                         source,
-                    })?;
-                Err(if owned_by_another(now.as_ref(), owner) {
-                    CredentialsError::OwnerMismatch {
-                        buyer: buyer_id.to_owned(),
-                    }
-                } else {
-                    CredentialsError::AccountChanged {
-                        buyer: buyer_id.to_owned(),
-                    }
-                })
+                    });
+                }
             }
-            Err(source) => Err(CredentialsError::Kube {
-                step: "claiming the peer ServiceAccount",
-                source,
-            }),
         }
+        Err(changed())
     }
 
     /// The Go consumers' claims, as the watch of the peer accounts sees them.
@@ -2114,5 +2183,34 @@ mod tests {
             assert!(!r.verbs.iter().any(|v| v == "patch" || v == "*"));
             assert!(!r.resources.unwrap().iter().any(|x| x == "*"));
         }
+    }
+
+    fn api_status(code: u16, reason: &str, uid_cause: bool) -> kube::Error {
+        let causes = if uid_cause {
+            serde_json::json!([{"field": "metadata.uid", "reason": "FieldValueInvalid"}])
+        } else {
+            serde_json::json!([])
+        };
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "code": code, "reason": reason, "message": "refused",
+            "details": {"causes": causes},
+        }))
+        .unwrap();
+        kube::Error::Api(Box::new(status))
+    }
+
+    #[test]
+    fn only_a_refusal_about_the_account_itself_says_it_changed() {
+        // Gone (uid mismatch on apply) or changed since its resourceVersion.
+        assert!(account_changed(&api_status(409, "Conflict", false)));
+        // Another account of that name (metadata.uid is immutable).
+        assert!(account_changed(&api_status(422, "Invalid", true)));
+        // A name taken is not a change; an admission policy's 422 or a 400
+        // is the API server's to explain, as is anything else.
+        assert!(!account_changed(&api_status(409, "AlreadyExists", false)));
+        assert!(!account_changed(&api_status(422, "Invalid", false)));
+        assert!(!account_changed(&api_status(400, "BadRequest", false)));
+        assert!(!account_changed(&api_status(403, "Forbidden", false)));
+        assert!(!account_changed(&api_status(404, "NotFound", false)));
     }
 }
