@@ -465,16 +465,10 @@ async fn consumer(
     {
         tracing::warn!(%provider, restarts = view.tenant_restarts, "authenticating with the provider again");
     }
-    for effect in &plan.effects {
-        make(
-            ctx,
-            allocations,
-            a,
-            remote_client.as_ref(),
-            contract,
-            effect,
-        )
-        .await?;
+    if let Some(refused) =
+        make_all(ctx, allocations, a, remote_client.as_ref(), contract, &plan).await?
+    {
+        return Ok(refused);
     }
     let fc_ref = GenericRef {
         name: Some(provider.clone()),
@@ -495,6 +489,37 @@ async fn consumer(
         Wait::Remote => Action::requeue(REMOTE_POLL),
         Wait::Local | Wait::Nothing => Action::requeue(LOCAL_RECHECK),
     })
+}
+
+/// Makes the plan's effects in order; `Some` (after saying so on the
+/// Allocation) when this cluster's Liqo key is one a provider refuses.
+async fn make_all(
+    ctx: &Context,
+    allocations: &Api<Allocation>,
+    a: &Allocation,
+    remote_client: Option<&kube::Client>,
+    contract: &Contract,
+    plan: &Plan,
+) -> Result<Option<Action>, Error> {
+    for effect in &plan.effects {
+        let made = make(ctx, allocations, a, remote_client, contract, effect).await;
+        if let Err(e @ Error::Build(BuildError::KeyRefusedByLiqo)) = made {
+            // Not transient: say so on the Allocation, and look again now
+            // and then (the key is not watched) in case it was replaced.
+            let refused = Plan {
+                effects: Vec::new(),
+                status: Some(machine::Status {
+                    state: fluidos_api::allocation::AllocationState::Peering,
+                    message: format!("{}: {e}", machine::MSG_PEERING),
+                }),
+                wait: Wait::Nothing,
+            };
+            write(allocations, a, &refused, None).await?;
+            return Ok(Some(Action::requeue(REMOTE_POLL_SLOW)));
+        }
+        made?;
+    }
+    Ok(None)
 }
 
 /// Puts the teardown finalizer on `a`, with the provider it peers with.

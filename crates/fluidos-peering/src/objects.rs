@@ -92,6 +92,15 @@ pub enum BuildError {
     /// The Contract's flavor or configuration does not describe a K8Slice.
     #[error("the Contract does not describe a K8Slice: {0}")]
     NotK8Slice(String),
+    /// The cluster's public key ends in a zero byte, which Liqo refuses.
+    #[error(
+        "this cluster's Liqo authentication key cannot peer as a consumer: its public key ends \
+         in a zero byte, which Liqo v1.0.0 providers refuse (\"Invalid CSR for the Tenant: \
+         invalid public key\": their CSR check drops a trailing zero from the key). Delete \
+         Secret liqo/{AUTH_KEYS_SECRET} and restart liqo-controller-manager to make a new key \
+         pair; peering then resumes by itself"
+    )]
+    KeyRefusedByLiqo,
 }
 
 /// `liqo-tenant-<peer>`, the tenant namespace each side keeps for the other.
@@ -191,6 +200,14 @@ impl ClusterKeys {
         self.0.public_key_raw()
     }
 
+    /// Whether a Liqo v1.0.0 provider accepts this key in a Tenant or a
+    /// ResourceSlice: its `checkCSR` drops a trailing zero byte from the key
+    /// it is given before comparing it with the CSR's, so one key in 256
+    /// never matches (`pkg/liqo-controller-manager/authentication/csr.go`).
+    pub fn liqo_accepts(&self) -> bool {
+        liqo_accepts_public_key(self.public_key_raw())
+    }
+
     /// The PEM CSR of the control-plane certificate: CN = the cluster ID,
     /// O = `liqo.io`, signed with the cluster's key (Liqo's
     /// `GenerateCSRForControlPlane`), encoded as Go's `crypto/x509` encodes
@@ -218,6 +235,12 @@ impl ClusterKeys {
     }
 }
 
+/// Whether Liqo v1.0.0 accepts the raw Ed25519 public key `raw` from a
+/// consumer (see [`ClusterKeys::liqo_accepts`]).
+pub fn liqo_accepts_public_key(raw: &[u8]) -> bool {
+    raw.last().is_some_and(|b| *b != 0)
+}
+
 fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
@@ -230,6 +253,9 @@ pub fn tenant(
     keys: &ClusterKeys,
     signature: &[u8],
 ) -> Result<Tenant, BuildError> {
+    if !keys.liqo_accepts() {
+        return Err(BuildError::KeyRefusedByLiqo);
+    }
     let csr = keys.control_plane_csr(consumer_id)?;
     let mut tenant = Tenant::new(
         consumer_id,
@@ -383,10 +409,20 @@ pub(crate) mod tests {
     use fluidos_api::flavor::{FlavorType, K8Slice, K8SliceCharacteristics};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-    /// A fixed Ed25519 PKCS#8 key, as Liqo stores it.
+    /// A new Ed25519 PKCS#8 key, as Liqo stores it, that Liqo accepts (or
+    /// refuses) in a Tenant.
+    fn keys_liqo(accepts: bool) -> ClusterKeys {
+        loop {
+            let kp = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+            let k = ClusterKeys::from_pem(&kp.serialize_pem()).unwrap();
+            if k.liqo_accepts() == accepts {
+                return k;
+            }
+        }
+    }
+
     fn keys() -> ClusterKeys {
-        let kp = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
-        ClusterKeys::from_pem(&kp.serialize_pem()).unwrap()
+        keys_liqo(true)
     }
 
     fn label<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
@@ -442,6 +478,20 @@ pub(crate) mod tests {
         );
         // No authz policy and no tenant condition: Liqo's defaults apply.
         assert!(t.spec.authz_policy.is_none() && t.spec.tenant_condition.is_none());
+    }
+
+    #[test]
+    fn a_key_ending_in_zero_makes_no_tenant_and_says_why() {
+        assert!(liqo_accepts_public_key(&[0, 1]));
+        assert!(!liqo_accepts_public_key(&[1, 0]));
+        assert!(!liqo_accepts_public_key(&[]));
+        let err = tenant("cons", &keys_liqo(false), &[7u8; 64]).unwrap_err();
+        assert!(matches!(err, BuildError::KeyRefusedByLiqo));
+        let message = err.to_string();
+        assert!(
+            message.contains("zero byte") && message.contains("liqo/authentication-keys"),
+            "{message}"
+        );
     }
 
     #[test]

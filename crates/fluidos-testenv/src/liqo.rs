@@ -63,6 +63,10 @@ const CRD_REPLICATOR: &str = "crd-replicator";
 const WEBHOOK: &str = "webhook";
 const LIQOCTL: &str = "liqoctl";
 const VIRTUAL_KUBELET: &str = "virtual-kubelet";
+/// The Secret holding the cluster's Ed25519 key pair (Liqo's `AuthKeysSecretName`).
+const AUTH_KEYS_SECRET: &str = "authentication-keys";
+/// Liqo key pairs made before giving up on one it accepts from consumers.
+const MAX_KEY_ATTEMPTS: u32 = 8;
 
 /// Upper bound for each Liqo process to serve; a healthy start takes seconds.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -415,34 +419,24 @@ impl Liqo {
             phase("webhook serving and registered", &mut phases);
         }
 
-        let health_port = free_port()?;
-        let args = controller_manager_args(&cluster_id, &opts, health_port, control_plane)?;
-        liqo.spawn(
-            CONTROLLER_MANAGER,
-            &binaries.require(CONTROLLER_MANAGER)?,
-            &args,
-            kubeconfig,
-            logs,
-            &[],
-        )?;
-        liqo.wait_ready("liqo-controller-manager /readyz", || {
-            http_ok(health_port, "/readyz")
-        })
-        .await?;
-        // /readyz is a bare ping; the authentication module creating the
-        // cluster's key pair shows that its controllers really run.
-        let secrets: Api<Secret> = Api::namespaced(client.clone(), LIQO_NAMESPACE);
-        liqo.wait_ready("Secret liqo/authentication-keys", || {
-            let secrets = secrets.clone();
-            async move {
-                match secrets.get_opt("authentication-keys").await {
-                    Ok(Some(_)) => Ok(()),
-                    Ok(None) => Err("not created yet".to_owned()),
-                    Err(e) => Err(e.to_string()),
-                }
+        // Liqo v1.0.0 providers refuse a consumer whose public key ends in a
+        // zero byte (`checkCSR` drops it before comparing; fluidos-peering's
+        // `ClusterKeys::liqo_accepts`). Liqo makes the key at random, so a
+        // cluster with such a key (1 in 256) is given a new one the way an
+        // operator would: its Secret deleted, liqo-controller-manager
+        // restarted.
+        let mut attempts = 0;
+        while !liqo
+            .start_controller_manager(control_plane, binaries, &opts)
+            .await?
+        {
+            attempts += 1;
+            if attempts == MAX_KEY_ATTEMPTS {
+                return Err(Error::Fixture(format!(
+                    "Liqo made {attempts} authentication keys ending in a zero byte"
+                )));
             }
-        })
-        .await?;
+        }
         phase("liqo-controller-manager ready", &mut phases);
 
         let metrics_port = free_port()?;
@@ -627,6 +621,66 @@ impl Liqo {
         }
     }
 
+    /// Starts liqo-controller-manager and waits until it has made the
+    /// cluster's key pair; `false` (after stopping it and deleting the
+    /// Secret) when Liqo would refuse that key from a consumer.
+    async fn start_controller_manager(
+        &mut self,
+        control_plane: &ControlPlane,
+        binaries: &LiqoBinaries,
+        opts: &LiqoOptions,
+    ) -> Result<bool, Error> {
+        let client = control_plane.client();
+        let kubeconfig = control_plane.kubeconfig_path();
+        let logs = control_plane.log_dir();
+        let cluster_id = self.cluster_id.clone();
+        let health_port = free_port()?;
+        let args = controller_manager_args(&cluster_id, opts, health_port, control_plane)?;
+        self.spawn(
+            CONTROLLER_MANAGER,
+            &binaries.require(CONTROLLER_MANAGER)?,
+            &args,
+            kubeconfig,
+            logs,
+            &[],
+        )?;
+        self.wait_ready("liqo-controller-manager /readyz", || {
+            http_ok(health_port, "/readyz")
+        })
+        .await?;
+        // /readyz is a bare ping; the authentication module creating the
+        // cluster's key pair shows that its controllers really run.
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), LIQO_NAMESPACE);
+        self.wait_ready("Secret liqo/authentication-keys", || {
+            let secrets = secrets.clone();
+            async move {
+                match secrets.get_opt(AUTH_KEYS_SECRET).await {
+                    Ok(Some(_)) => Ok(()),
+                    Ok(None) => Err("not created yet".to_owned()),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        })
+        .await?;
+        let secret = secrets.get(AUTH_KEYS_SECRET).await?;
+        if !auth_key_ends_in_zero(&secret)? {
+            return Ok(true);
+        }
+        eprintln!("Liqo of {cluster_id} made a key it refuses from consumers; making another");
+        if let Some(i) = self
+            .processes
+            .iter()
+            .position(|p| p.name() == CONTROLLER_MANAGER)
+        {
+            let mut process = self.processes.remove(i);
+            process.terminate(STOP_GRACE).await;
+        }
+        secrets
+            .delete(AUTH_KEYS_SECRET, &kube::api::DeleteParams::default())
+            .await?;
+        Ok(false)
+    }
+
     fn spawn(
         &mut self,
         name: &str,
@@ -694,6 +748,21 @@ impl std::fmt::Debug for Liqo {
             )
             .finish_non_exhaustive()
     }
+}
+
+/// Whether the public key in Liqo's key-pair Secret ends in a zero byte,
+/// read from its PKCS#8 `privateKey` as Liqo reads it.
+fn auth_key_ends_in_zero(secret: &Secret) -> Result<bool, Error> {
+    let pem = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get("privateKey"))
+        .and_then(|b| std::str::from_utf8(&b.0).ok())
+        .ok_or_else(|| {
+            Error::Fixture(format!("Secret liqo/{AUTH_KEYS_SECRET} has no privateKey"))
+        })?;
+    let key = KeyPair::from_pem(pem)?;
+    Ok(key.public_key_raw().last() == Some(&0))
 }
 
 /// The CA PEM of the control plane's admin kubeconfig.
