@@ -425,6 +425,23 @@ async fn reflect_forever<K>(
     }
 }
 
+/// The ServiceAccount UID a token from the TokenRequest API is bound to
+/// (its JWT's `kubernetes.io.serviceaccount.uid` claim); `None` when the
+/// token carries none. The token comes from our API server: its signature
+/// is that server's business, only its claims are read.
+fn token_account_uid(token: &str) -> Option<String> {
+    use base64::Engine as _;
+    let payload = token.split('.').nth(1)?;
+    let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&claims).ok()?;
+    claims
+        .pointer("/kubernetes.io/serviceaccount/uid")
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_owned)
+}
+
 /// `fluidos-peer-<buyer>` as a valid object name (DNS label, ≤ 63 characters).
 pub fn service_account_name(buyer_id: &str) -> String {
     let clean: String = buyer_id
@@ -730,6 +747,15 @@ impl Credentials {
         // earlier, so half its lifetime from here never overshoots.
         let (issued, issued_at) = (Instant::now(), jiff::Timestamp::now());
         let (token, expiration) = self.token(&service_account_name(buyer_id)).await?;
+        // A token is for whichever account has the name when it is minted:
+        // one deleted and made again by another sale since the check gets a
+        // token bound to the other account's UID, which this buyer must not
+        // be handed.
+        if token_account_uid(&token).is_some_and(|uid| uid != sa_uid) {
+            return Err(CredentialsError::AccountChanged {
+                buyer: buyer_id.to_owned(),
+            });
+        }
         let reuse = reuse_for(issued_at, expiration.as_deref(), self.cfg.token_ttl);
         let yaml = kubeconfig_yaml(
             provider_liqo_id,
@@ -1943,6 +1969,28 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    #[test]
+    fn a_tokens_account_uid_is_read_from_its_claims() {
+        use base64::Engine as _;
+        let jwt = |claims: &serde_json::Value| {
+            let b = |s: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+            format!(
+                "{}.{}.{}",
+                b(br#"{"alg":"RS256"}"#),
+                b(claims.to_string().as_bytes()),
+                b(b"sig")
+            )
+        };
+        let claims = serde_json::json!({"kubernetes.io": {"serviceaccount": {"name": "fluidos-peer-a", "uid": "u-1"}}});
+        assert_eq!(token_account_uid(&jwt(&claims)).as_deref(), Some("u-1"));
+        assert_eq!(
+            token_account_uid(&jwt(&serde_json::json!({"sub": "x"}))),
+            None
+        );
+        assert_eq!(token_account_uid("not-a-jwt"), None);
+        assert_eq!(token_account_uid("a.%%%.c"), None);
+    }
 
     #[test]
     fn a_namespace_is_a_buyers_only_with_this_gateways_label_and_annotation() {

@@ -17,7 +17,7 @@ use common::*;
 use fluidos_api::flavor::FlavorType;
 use fluidos_api::{Contract, Transaction};
 use fluidos_testenv::{ControlPlane, ControlPlaneOptions};
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 
@@ -36,6 +36,18 @@ fn token_of(kubeconfig_b64: &str) -> String {
         .unwrap();
     let kc: serde_yaml::Value = serde_yaml::from_slice(&yaml).unwrap();
     kc["users"][0]["user"]["token"].as_str().unwrap().to_owned()
+}
+
+/// The ServiceAccount UID in a token's JWT claims.
+fn account_uid_of(token: &str) -> String {
+    let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token.split('.').nth(1).unwrap())
+        .unwrap();
+    let claims: serde_json::Value = serde_json::from_slice(&claims).unwrap();
+    claims["kubernetes.io"]["serviceaccount"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned()
 }
 
 /// A namespace selling one 2-CPU flavor `f` (1 CPU partitions).
@@ -117,6 +129,16 @@ async fn peering_tokens_live_in_secrets_owned_by_their_contracts() {
     let (name, sold_with) = purchase(&c, &g, &tx).await;
     let token = token_of(&sold_with);
     let secret_name = format!("peering-credentials-{name}");
+
+    // The token names the buyer's account by UID: the gateway checks that
+    // UID against the account the sale checked (credentials.rs, `mint`).
+    let account = Api::<ServiceAccount>::namespaced(client.clone(), ns)
+        .get(&fluidos_rear_gateway::credentials::service_account_name(
+            "buyer-a",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(Some(account_uid_of(&token)), account.metadata.uid);
 
     // The Contract names its Secret and carries no token.
     let contract = contracts.get(&name).await.unwrap();
