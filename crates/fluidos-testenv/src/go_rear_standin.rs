@@ -98,6 +98,9 @@ impl GoRearStandIn {
             .route("/api/v2/flavors/{kind}", get(list))
             .route("/api/v2/reservations", post(reserve))
             .route("/api/v2/transactions/{id}/purchase", post(purchase))
+            // gorilla/mux's answer to a path it does not route
+            // (`http.NotFound`): a Go node has no service route.
+            .fallback(|| async { (axum::http::StatusCode::NOT_FOUND, "404 page not found\n") })
             .with_state(shared.clone());
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! (none) ─ provider: not ready (409/404/unreachable) ─▶ Provisioning "Waiting for the provider: …"
-//!   │ provider: 200                                    │ 410 / 403 / 400
+//!   │ provider: 200                                    │ 410 / 403 / 400, or a Go node's unrouted 404
 //!   ▼                                                  ▼
 //! Active "Credentials secret found…" (Secret written)  Error "<provider's reason>"
 //!   │ Contract gone / Allocation deleted
@@ -27,6 +27,15 @@ use crate::{CONSUMER_FINALIZER, Next};
 
 /// The Go node's message once the credentials are there.
 pub const ACTIVE_MESSAGE: &str = "Credentials secret found, Allocation is now Active";
+/// The body of the Go REAR gateway's 404 for a path it has no route for
+/// (gorilla/mux's `http.NotFound`, trimmed); ours always answers JSON.
+pub const GO_UNROUTED: &str = "404 page not found";
+/// Why a Service bought from a Go node is not delivered.
+pub const NOT_A_FLUIDOS_RS_SELLER: &str = "The provider has no route for the service's endpoints \
+     (GET /api/v2/contracts/{contractID}/service answered \"404 page not found\"): it is a Go \
+     FLUIDOS node, which delivers a Service only by a Liqo peering the buyer drives with \
+     near-cluster-admin rights on the provider; this node does not, see \
+     docs/service-offloading.md. Buy the Service from a fluidos-rs provider, or end the Contract";
 /// How often the provider is asked while the service is not ready.
 pub const POLL: Duration = Duration::from_secs(1);
 /// How often the provider is asked when it could not be reached.
@@ -210,6 +219,20 @@ impl Machine<'_> {
                 }
                 self.set(AllocationState::Provisioning, message);
                 Next::Requeue(UNREACHABLE_POLL)
+            }
+            // gorilla/mux's answer to a path it does not route: the seller
+            // is a Go node, which never serves this route (it delivers a
+            // Service only through a peering the buyer drives). Final, as a
+            // refusal: waiting would only run out the Solver's timeout.
+            Err(RearError::Rejected {
+                status: 404,
+                message,
+                ..
+            }) if message == GO_UNROUTED => {
+                let message = NOT_A_FLUIDOS_RS_SELLER.to_owned();
+                self.event(true, "AllocationFailed", message.clone());
+                self.set(AllocationState::Error, message);
+                Next::AwaitChange
             }
             Err(e) => match e.status() {
                 Some(400 | 403 | 410) => {
@@ -432,6 +455,31 @@ mod tests {
             Some(Ok(access())),
         );
         assert!(p.effects.is_empty(), "{:?}", p.effects);
+    }
+
+    #[test]
+    fn a_go_sellers_unrouted_404_is_final_and_says_why() {
+        let a = allocation(None, true);
+        let go = RearError::Rejected {
+            address: "p:3004".into(),
+            status: 404,
+            message: GO_UNROUTED.into(),
+            retry_after: None,
+        };
+        let p = run(&a, true, None, Some(Err(go)));
+        assert_eq!(
+            state_of(&p),
+            (Some(AllocationState::Error), NOT_A_FLUIDOS_RS_SELLER.into())
+        );
+        assert_eq!(p.next, Next::AwaitChange);
+        assert!(matches!(
+            &p.effects[..],
+            [Effect::Event {
+                warning: true,
+                reason: "AllocationFailed",
+                ..
+            }]
+        ));
     }
 
     #[test]
