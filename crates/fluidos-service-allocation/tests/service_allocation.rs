@@ -5,7 +5,8 @@
 //! credentials to the buyer only, the buyer's controller writes them into a
 //! Secret, a forbidden kind ends in Error with nothing created, and deleting
 //! the Allocations leaves nothing behind. The upstream message-queue
-//! blueprint likewise; a configuration failing the schema ends in Error.
+//! blueprint likewise, ended by the provider (the buyer removes its
+//! credentials); a configuration failing the schema ends in Error.
 //!
 //! Provider (namespace `fluidos`) and buyer (namespace `buyer`) share one
 //! control plane: each controller only handles contracts where its node is
@@ -25,7 +26,7 @@ use fluidos_service_allocation::{consumer, provider};
 use fluidos_testenv::{ControlPlane, ControlPlaneOptions, fixtures};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 const PROVIDER: &str = "fluidos";
@@ -506,6 +507,46 @@ async fn database_service_end_to_end_without_liqo() {
     assert!(
         warned.note.unwrap_or_default().contains("Consumer"),
         "the warning names the policy"
+    );
+
+    // The provider ends the Contract (as its expiry does, deleting it): the
+    // buyer, asking again, is told 404, removes the dead credentials and is
+    // Released. An Active service is asked about every 30 s; a change to
+    // the Allocation makes the buyer ask now.
+    Api::<Contract>::namespaced(client.clone(), PROVIDER)
+        .delete(mq_c, &DeleteParams::default())
+        .await
+        .unwrap();
+    buyer_allocs
+        .patch(
+            "alloc-mq",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"test.fluidos.eu/ask": "now"}}})),
+        )
+        .await
+        .unwrap();
+    let released = eventually(
+        "buyer MQ Allocation Released",
+        Duration::from_secs(60),
+        || async {
+            match state(&buyer_allocs, "alloc-mq").await? {
+                (AllocationState::Released, m) => Ok(m),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(
+        released.starts_with("The provider ended the service of Contract contract-mq"),
+        "{released}"
+    );
+    assert!(
+        secrets
+            .get_opt("credentials-contract-mq")
+            .await
+            .unwrap()
+            .is_none(),
+        "the dead credentials are removed"
     );
 
     // A configuration that fails the flavor's schema: Error naming the

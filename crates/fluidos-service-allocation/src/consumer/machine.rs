@@ -2,11 +2,11 @@
 //! was read and what the provider answered.
 //!
 //! ```text
-//! (none) ─ provider: not ready (409/404/unreachable) ─▶ Provisioning "Waiting for the provider: …"
-//!   │ provider: 200                                    │ 410 / 403 / 400, or a Go node's unrouted 404
+//! (none) ─ provider: not ready (409/429/5xx/unreachable) ─▶ Provisioning "Waiting for the provider: …"
+//!   │ provider: 200                                    │ 404 / 410 / 403 / 400 (a Go node's unrouted 404 too)
 //!   ▼                                                  ▼
 //! Active "Credentials secret found…" (Secret written)  Error "<provider's reason>"
-//!   │ Contract gone / Allocation deleted
+//!   │ Contract gone here, Allocation deleted, or 404 / 410 from the provider
 //!   ▼
 //! Secret deleted; Released (or finalizer removed)
 //! ```
@@ -234,8 +234,32 @@ impl Machine<'_> {
                 self.set(AllocationState::Error, message);
                 Next::AwaitChange
             }
+            // The provider reads its Contract from its API server: a 404 is
+            // a Contract it no longer has (ended there: expiry, release),
+            // a 410 a service it removed. Once delivered, the credentials
+            // are dead: removed, and the Allocation is Released.
+            Err(
+                e @ RearError::Rejected {
+                    status: 404 | 410,
+                    message,
+                    ..
+                },
+            ) if self.input.secret.is_some() => {
+                self.remove_secret();
+                self.status.resource_ref = None;
+                let message = format!(
+                    "The provider ended the service of Contract {} ({}: {message}): credentials Secret removed",
+                    self.input.contract_name,
+                    e.status().unwrap_or_default()
+                );
+                if self.status.message.as_deref() != Some(message.as_str()) {
+                    self.event(true, "ServiceRemoved", message.clone());
+                }
+                self.set(AllocationState::Released, message);
+                Next::AwaitChange
+            }
             Err(e) => match e.status() {
-                Some(400 | 403 | 410) => {
+                Some(400 | 403 | 404 | 410) => {
                     let message = match e {
                         RearError::Rejected { message, .. } => message.clone(),
                         other => other.to_string(),
@@ -246,15 +270,21 @@ impl Machine<'_> {
                     Next::AwaitChange
                 }
                 Some(_) => {
-                    let message = match e {
-                        RearError::Rejected { message, .. } => message.clone(),
-                        other => other.to_string(),
+                    let (message, retry_after) = match e {
+                        RearError::Rejected {
+                            message,
+                            retry_after,
+                            ..
+                        } => (message.clone(), *retry_after),
+                        other => (other.to_string(), None),
                     };
                     self.set(
                         AllocationState::Provisioning,
                         format!("Waiting for the provider: {message}"),
                     );
-                    Next::Requeue(POLL)
+                    // A provider's Retry-After (429, 503) is honoured; the
+                    // client caps it.
+                    Next::Requeue(retry_after.map_or(POLL, |r| r.max(POLL)))
                 }
                 None => {
                     self.set(
@@ -458,6 +488,53 @@ mod tests {
     }
 
     #[test]
+    fn a_service_the_provider_ended_is_released_and_its_credentials_removed() {
+        let secret: Secret =
+            serde_json::from_value(json!({"metadata": {"name": "credentials-contract-x"}}))
+                .unwrap();
+        let mut active = allocation(Some(AllocationState::Active), true);
+        active.status.as_mut().unwrap().resource_ref = Some(GenericRef::named("fluidos", "s"));
+        for code in [404, 410] {
+            let p = run(&active, true, Some(&secret), Some(Err(rejected(code))));
+            let (state, message) = state_of(&p);
+            assert_eq!(state, Some(AllocationState::Released));
+            assert_eq!(
+                message,
+                format!(
+                    "The provider ended the service of Contract {C} ({code}: why): credentials Secret removed"
+                )
+            );
+            assert!(p.status.resource_ref.is_none());
+            assert!(
+                p.effects
+                    .contains(&Effect::DeleteSecret("credentials-contract-x".into())),
+                "{:?}",
+                p.effects
+            );
+            assert_eq!(p.next, Next::AwaitChange);
+            // Released is not asked again.
+            let mut released = active.clone();
+            released.status = Some(p.status.clone());
+            assert!(!needs_fetch(&released, true));
+        }
+    }
+
+    #[test]
+    fn a_providers_retry_after_is_honoured() {
+        let a = allocation(None, true);
+        let busy = RearError::Rejected {
+            address: "p:3004".into(),
+            status: 429,
+            message: "slow down".into(),
+            retry_after: Some(Duration::from_secs(7)),
+        };
+        assert_eq!(
+            run(&a, true, None, Some(Err(busy))).next,
+            Next::Requeue(Duration::from_secs(7))
+        );
+    }
+
+    #[test]
     fn a_go_sellers_unrouted_404_is_final_and_says_why() {
         let a = allocation(None, true);
         let go = RearError::Rejected {
@@ -485,7 +562,7 @@ mod tests {
     #[test]
     fn not_ready_waits_and_refusals_fail() {
         let a = allocation(None, true);
-        for code in [409, 404, 503] {
+        for code in [409, 429, 503] {
             let p = run(&a, true, None, Some(Err(rejected(code))));
             assert_eq!(
                 state_of(&p),
@@ -504,7 +581,7 @@ mod tests {
         let p = run(&a, true, None, Some(Err(unreachable)));
         assert_eq!(p.status.status, Some(AllocationState::Provisioning));
         assert_eq!(p.next, Next::Requeue(UNREACHABLE_POLL));
-        for code in [400, 403, 410] {
+        for code in [400, 403, 404, 410] {
             let p = run(&a, true, None, Some(Err(rejected(code))));
             assert_eq!(
                 state_of(&p),
