@@ -67,7 +67,7 @@ pub use random::{OsRandom, RandomSource, RandomUnavailable, RepeatingBytes};
 pub use render::{RenderError, RenderedObject, Stage, TemplateLocation, render};
 pub use service_instance::{
     CredentialsError, DATABASE, InstantiateError, MESSAGE_QUEUE, ServiceInstance, credential_keys,
-    credentials_secret, endpoint_service, endpoints, instantiate,
+    credentials_secret, endpoint_service, endpoints, instantiate, is_secret_key,
 };
 pub use sprig::{MAX_GENERATED_CHARS, SPRIG_FUNCTIONS};
 pub use validate::{

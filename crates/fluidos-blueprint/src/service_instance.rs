@@ -202,7 +202,7 @@ pub fn credentials_secret(
 }
 
 /// A valid Secret data key: `[-._a-zA-Z0-9]+`, at most 253 characters.
-fn is_secret_key(key: &str) -> bool {
+pub fn is_secret_key(key: &str) -> bool {
     !key.is_empty()
         && key.len() <= 253
         && key

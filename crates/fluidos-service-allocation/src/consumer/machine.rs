@@ -115,8 +115,15 @@ pub fn secret_name(contract: &str) -> String {
 /// The consumer's credentials Secret: `endpoints` (reachable from here) and
 /// the credentials, owned by the Allocation, labelled like the provider's.
 pub fn secret_object(allocation: &Allocation, contract: &str, access: &ServiceAccess) -> Value {
+    use base64::Engine as _;
     let mut data: BTreeMap<String, String> = access.credentials.clone();
     data.insert("endpoints".to_owned(), access.endpoints.clone());
+    // `data`, not `stringData`: an apply prunes the keys it no longer
+    // names only from the fields it owns, and `stringData` is not kept.
+    let data: BTreeMap<String, String> = data
+        .into_iter()
+        .map(|(k, v)| (k, base64::engine::general_purpose::STANDARD.encode(v)))
+        .collect();
     let owner = allocation.controller_owner_ref(&());
     json!({
         "apiVersion": "v1",
@@ -128,8 +135,51 @@ pub fn secret_object(allocation: &Allocation, contract: &str, access: &ServiceAc
             "ownerReferences": owner.into_iter().collect::<Vec<_>>(),
         },
         "type": "Opaque",
-        "stringData": data,
+        "data": data,
     })
+}
+
+/// The most a provider's answer may put into the buyer's Secret (keys and
+/// values); a Secret holds at most 1 MiB, and credentials are small.
+pub const MAX_CREDENTIALS_BYTES: usize = 64 * 1024;
+
+/// Why the provider's answer cannot go into a Secret, if it cannot (pure).
+pub fn unstorable(access: &ServiceAccess) -> Option<String> {
+    if let Some(key) = access
+        .credentials
+        .keys()
+        .find(|k| !fluidos_blueprint::is_secret_key(k))
+    {
+        let shown: String = key.chars().take(64).collect();
+        return Some(format!(
+            "credential key {shown:?} is not a valid Secret key ([-._a-zA-Z0-9]+, at most 253 characters)"
+        ));
+    }
+    let size = access.endpoints.len()
+        + access
+            .credentials
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>();
+    (size > MAX_CREDENTIALS_BYTES).then(|| {
+        format!("the credentials take {size} bytes, over the {MAX_CREDENTIALS_BYTES} a buyer keeps")
+    })
+}
+
+/// True when `secret` is this Allocation's: labelled with its Contract and
+/// controlled by it. Another Secret of that name is never written nor deleted.
+fn is_ours(secret: &Secret, allocation: &Allocation, contract: &str) -> bool {
+    let labelled = secret
+        .labels()
+        .get(CONTRACT_LABEL)
+        .is_some_and(|c| c == contract);
+    let owned = allocation.metadata.uid.as_deref().is_some_and(|uid| {
+        secret
+            .owner_references()
+            .iter()
+            .any(|o| o.uid == uid && o.controller == Some(true))
+    });
+    labelled && owned
 }
 
 /// True when `secret` already holds exactly `access`.
@@ -163,6 +213,14 @@ impl Machine<'_> {
         }
     }
 
+    /// A warning Event, unless the status already says `message`.
+    fn warn_once(&mut self, reason: &'static str, message: &str) {
+        let was = self.input.allocation.status.as_ref();
+        if was.and_then(|s| s.message.as_deref()) != Some(message) {
+            self.event(true, reason, message.to_owned());
+        }
+    }
+
     fn event(&mut self, warning: bool, reason: &'static str, note: String) {
         self.effects.push(Effect::Event {
             warning,
@@ -171,40 +229,66 @@ impl Machine<'_> {
         });
     }
 
+    /// The Secret read, when it is this Allocation's.
+    fn own_secret(&self) -> Option<&Secret> {
+        self.input
+            .secret
+            .filter(|s| is_ours(s, self.input.allocation, self.input.contract_name))
+    }
+
     fn remove_secret(&mut self) {
-        if self.input.secret.is_some() {
+        if self.own_secret().is_some() {
             self.effects
                 .push(Effect::DeleteSecret(secret_name(self.input.contract_name)));
         }
     }
 
-    fn fetched(&mut self, answer: &Result<ServiceAccess, RearError>) -> Next {
+    /// The provider answered: the Secret written (if ours to write), Active.
+    fn delivered(&mut self, access: &ServiceAccess) -> Next {
         let was_active = state(self.input.allocation) == Some(AllocationState::Active);
+        if self.input.secret.is_some() && self.own_secret().is_none() {
+            let message = format!(
+                "Secret {} exists and is not this Allocation's (it lacks the {CONTRACT_LABEL} label or this Allocation as its controller): not overwritten; delete or rename it",
+                secret_name(self.input.contract_name)
+            );
+            self.warn_once("SecretConflict", &message);
+            self.set(AllocationState::Provisioning, message);
+            return Next::Requeue(UNREACHABLE_POLL);
+        }
+        // A peer's answer: checked before anything is written.
+        if let Some(why) = unstorable(access) {
+            let message = format!("Cannot use the provider's answer: {why}");
+            self.warn_once("ProviderAnswerInvalid", &message);
+            self.set(AllocationState::Provisioning, message);
+            return Next::Requeue(UNREACHABLE_POLL);
+        }
+        if !self.input.secret.is_some_and(|s| holds(s, access)) {
+            self.effects.push(Effect::ApplySecret(secret_object(
+                self.input.allocation,
+                self.input.contract_name,
+                access,
+            )));
+        }
+        if !was_active {
+            self.event(
+                false,
+                "ServiceReady",
+                format!("service reachable at {}", access.endpoints),
+            );
+        }
+        self.status.resource_ref = Some(GenericRef {
+            name: Some(secret_name(self.input.contract_name)),
+            namespace: self.input.allocation.namespace(),
+            api_version: Some("v1".into()),
+            kind: Some("Secret".into()),
+        });
+        self.set(AllocationState::Active, ACTIVE_MESSAGE);
+        Next::Requeue(ACTIVE_POLL)
+    }
+
+    fn fetched(&mut self, answer: &Result<ServiceAccess, RearError>) -> Next {
         match answer {
-            Ok(access) => {
-                if !self.input.secret.is_some_and(|s| holds(s, access)) {
-                    self.effects.push(Effect::ApplySecret(secret_object(
-                        self.input.allocation,
-                        self.input.contract_name,
-                        access,
-                    )));
-                }
-                if !was_active {
-                    self.event(
-                        false,
-                        "ServiceReady",
-                        format!("service reachable at {}", access.endpoints),
-                    );
-                }
-                self.status.resource_ref = Some(GenericRef {
-                    name: Some(secret_name(self.input.contract_name)),
-                    namespace: self.input.allocation.namespace(),
-                    api_version: Some("v1".into()),
-                    kind: Some("Secret".into()),
-                });
-                self.set(AllocationState::Active, ACTIVE_MESSAGE);
-                Next::Requeue(ACTIVE_POLL)
-            }
+            Ok(access) => self.delivered(access),
             // Not the provider that sold it (another key answers there), or
             // a Contract that says nothing callable: said as such, with a
             // warning Event when it starts, not as a plain wait. Not an
@@ -390,6 +474,17 @@ mod tests {
         }
     }
 
+    /// The buyer's Secret as this Allocation (UID `uid-1`) writes it, with `data`.
+    fn own_secret(data: Value) -> Secret {
+        serde_json::from_value(json!({
+            "metadata": {"name": "credentials-contract-x", "labels": {CONTRACT_LABEL: C},
+                "ownerReferences": [{"apiVersion": "reservation.fluidos.eu/v1alpha1", "kind": "Allocation",
+                    "name": "allocation-x", "uid": "uid-1", "controller": true}]},
+            "data": data
+        }))
+        .unwrap()
+    }
+
     fn rejected(status: u16) -> RearError {
         RearError::Rejected {
             address: "p:3004".into(),
@@ -457,8 +552,8 @@ mod tests {
         assert_eq!(s["metadata"]["labels"][CONTRACT_LABEL], C);
         assert_eq!(s["metadata"]["ownerReferences"][0]["uid"], "uid-1");
         assert_eq!(
-            s["stringData"],
-            json!({"endpoints": "192.0.2.10:31000", "username": "admin", "password": "admin", "database": "mydb"})
+            s["data"],
+            json!({"endpoints": "MTkyLjAuMi4xMDozMTAwMA==", "username": "YWRtaW4=", "password": "YWRtaW4=", "database": "bXlkYg=="})
         );
         assert_eq!(
             state_of(&p),
@@ -475,9 +570,9 @@ mod tests {
         );
         assert_eq!(p.next, Next::Requeue(ACTIVE_POLL));
         // Already written: nothing to apply.
-        let secret: Secret = serde_json::from_value(json!({"metadata": {"name": "credentials-contract-x"},
-            "data": {"endpoints": "MTkyLjAuMi4xMDozMTAwMA==", "username": "YWRtaW4=", "password": "YWRtaW4=", "database": "bXlkYg=="}}))
-        .unwrap();
+        let secret = own_secret(
+            json!({"endpoints": "MTkyLjAuMi4xMDozMTAwMA==", "username": "YWRtaW4=", "password": "YWRtaW4=", "database": "bXlkYg=="}),
+        );
         let p = run(
             &allocation(Some(AllocationState::Active), true),
             true,
@@ -489,9 +584,7 @@ mod tests {
 
     #[test]
     fn a_service_the_provider_ended_is_released_and_its_credentials_removed() {
-        let secret: Secret =
-            serde_json::from_value(json!({"metadata": {"name": "credentials-contract-x"}}))
-                .unwrap();
+        let secret: Secret = own_secret(json!({}));
         let mut active = allocation(Some(AllocationState::Active), true);
         active.status.as_mut().unwrap().resource_ref = Some(GenericRef::named("fluidos", "s"));
         for code in [404, 410] {
@@ -516,6 +609,65 @@ mod tests {
             let mut released = active.clone();
             released.status = Some(p.status.clone());
             assert!(!needs_fetch(&released, true));
+        }
+    }
+
+    #[test]
+    fn a_secret_of_that_name_not_ours_is_neither_written_nor_deleted() {
+        let theirs: Secret = serde_json::from_value(
+            json!({"metadata": {"name": "credentials-contract-x"}, "data": {"k": "dg=="}}),
+        )
+        .unwrap();
+        let a = allocation(Some(AllocationState::Provisioning), true);
+        let p = run(&a, true, Some(&theirs), Some(Ok(access())));
+        assert!(
+            !p.effects
+                .iter()
+                .any(|e| matches!(e, Effect::ApplySecret(_) | Effect::DeleteSecret(_))),
+            "{:?}",
+            p.effects
+        );
+        let (state, message) = state_of(&p);
+        assert_eq!(state, Some(AllocationState::Provisioning));
+        assert!(message.contains("is not this Allocation's"), "{message}");
+        // Nor deleted when the Contract ends.
+        let p = run(&a, false, Some(&theirs), None);
+        assert!(
+            !p.effects
+                .iter()
+                .any(|e| matches!(e, Effect::DeleteSecret(_))),
+            "{:?}",
+            p.effects
+        );
+    }
+
+    #[test]
+    fn an_answer_that_cannot_be_a_secret_is_not_written() {
+        let a = allocation(None, true);
+        let mut bad_key = access();
+        bad_key.credentials.insert("a/b".into(), "x".into());
+        let mut too_big = access();
+        too_big
+            .credentials
+            .insert("big".into(), "x".repeat(MAX_CREDENTIALS_BYTES));
+        for (answer, says) in [
+            (bad_key, "\"a/b\" is not a valid Secret key"),
+            (too_big, "bytes, over the 65536"),
+        ] {
+            let p = run(&a, true, None, Some(Ok(answer)));
+            assert!(
+                !p.effects
+                    .iter()
+                    .any(|e| matches!(e, Effect::ApplySecret(_))),
+                "{:?}",
+                p.effects
+            );
+            let (state, message) = state_of(&p);
+            assert_eq!(state, Some(AllocationState::Provisioning));
+            assert!(
+                message.starts_with("Cannot use the provider's answer: ") && message.contains(says),
+                "{message}"
+            );
         }
     }
 
@@ -656,7 +808,7 @@ mod tests {
 
     #[test]
     fn contract_end_and_deletion_remove_the_secret() {
-        let secret = Secret::default();
+        let secret = own_secret(json!({}));
         let p = run(
             &allocation(Some(AllocationState::Active), true),
             false,
