@@ -1,7 +1,8 @@
 //! The Allocation controller for K8Slice Contracts, both sides.
 //!
-//! Consumer: peers with the Contract's provider through Liqo, networking
-//! off, as `liqoctl peer --networking-disabled` does (see [`crate::objects`]):
+//! Consumer: peers with the Contract's provider through Liqo as `liqoctl
+//! peer` does, with networking (`--liqo-networking`, `allocation/networking.rs`) or
+//! without, as `--networking-disabled` (see [`crate::objects`]):
 //! authentication with the Contract's kubeconfig (nonce, signed nonce,
 //! Tenant, control-plane Identity), then a ResourceSlice named after the
 //! Contract carrying exactly the contracted resources, then the wait for the
@@ -301,8 +302,12 @@ async fn reconcile(a: Arc<Allocation>, ctx: Arc<Context>) -> Result<Action, Erro
     }
     let Some(contract) = contract else {
         // Not knowing the flavor type, do not claim the Allocation for K8Slice
-        // unless it is still fresh: the Go node calls this an error.
-        if current.is_some() {
+        // unless it is still fresh: the Go node calls this an error. A
+        // Released one stays so: its Contract going later is no error.
+        if current
+            .as_ref()
+            .is_some_and(|s| *s != fluidos_api::allocation::AllocationState::Released)
+        {
             write(
                 &allocations,
                 &a,
@@ -1056,9 +1061,16 @@ async fn release(
     let (slice, provider) = find_peering(c, a, slice_name, contract).await?;
     let view_and_plan = match &provider {
         Some(provider) => {
-            let view =
+            let mut view =
                 observe_teardown(c, provider, slice_name, slice.is_some(), contract.is_some())
                     .await?;
+            // Another Contract with the same provider still peering (no
+            // slice of its own yet) uses the same authentication and tunnel.
+            if view.other_slices != OtherSlices::Live
+                && sibling_still_peering(ctx, allocations, a, provider).await?
+            {
+                view.other_slices = OtherSlices::Live;
+            }
             Some((
                 provider.clone(),
                 teardown::teardown(provider, slice_name, &view),
@@ -1206,6 +1218,62 @@ fn remote_patience_over(a: &Allocation, contract: Option<&Contract>) -> bool {
     since.is_some_and(|t| {
         jiff::Timestamp::now().duration_since(t).unsigned_abs() > REMOTE_TEARDOWN_PATIENCE
     })
+}
+
+/// True when `b`, another Allocation than `me`, is a consumer Allocation
+/// peering with `provider` that is not being released (its Contract is
+/// live): it needs the authentication and the tunnel `me` would take down.
+fn peers_with(b: &Allocation, me: &Allocation, provider: &str, contract_live: bool) -> bool {
+    b.metadata.uid != me.metadata.uid
+        && b.metadata.deletion_timestamp.is_none()
+        && b.finalizers().iter().any(|f| f == teardown::FINALIZER)
+        && b.annotations()
+            .get(teardown::PROVIDER_ANNOTATION)
+            .is_some_and(|p| p == provider)
+        && contract_live
+}
+
+/// Whether another consumer Allocation of this node still peers with
+/// `provider` (see [`peers_with`]); its Contract is read only for the
+/// Allocations that could.
+async fn sibling_still_peering(
+    ctx: &Context,
+    allocations: &Api<Allocation>,
+    me: &Allocation,
+    provider: &str,
+) -> Result<bool, Error> {
+    let all = allocations
+        .list(&ListParams::default())
+        .await
+        .map_err(local("list_allocations"))?;
+    for b in &all.items {
+        if !peers_with(b, me, provider, true) {
+            continue;
+        }
+        let Some(name) = b.spec.contract.as_ref().and_then(|c| c.name.clone()) else {
+            continue;
+        };
+        let ns = b
+            .spec
+            .contract
+            .as_ref()
+            .and_then(|c| c.namespace.clone())
+            .unwrap_or_else(|| ctx.cfg.namespace.clone());
+        let contract = Api::<Contract>::namespaced(ctx.client.clone(), &ns)
+            .get_opt(&name)
+            .await
+            .map_err(local("get_sibling_contract"))?;
+        let live = contract.is_some_and(|c| {
+            !c.spec
+                .expiration_time
+                .as_deref()
+                .is_some_and(fluidos_controller::time::is_past)
+        });
+        if peers_with(b, me, provider, live) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// What is left of the peering of `slice_name` with `provider`.
@@ -1445,5 +1513,45 @@ mod role_tests {
         assert!(role_includes(&R::Provider, PeerRole::ProvidesToUs));
         assert!(!role_includes(&R::Consumer, PeerRole::ProvidesToUs));
         assert!(!role_includes(&R::Unknown, PeerRole::ProvidesToUs));
+    }
+}
+
+#[cfg(test)]
+mod sibling_tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn allocation(uid: &str, provider: &str) -> Allocation {
+        let mut a: Allocation = serde_json::from_value(json!({
+            "apiVersion": "reservation.fluidos.eu/v1alpha1", "kind": "Allocation",
+            "metadata": {"name": uid, "namespace": "fluidos", "uid": uid,
+                "finalizers": [teardown::FINALIZER],
+                "annotations": {teardown::PROVIDER_ANNOTATION: provider}},
+            "spec": {"contract": {"name": format!("contract-{uid}"), "namespace": "fluidos"}}
+        }))
+        .unwrap();
+        a.metadata.namespace = Some("fluidos".into());
+        a
+    }
+
+    #[test]
+    fn a_sibling_still_peering_with_the_provider_keeps_the_authentication() {
+        let me = allocation("a", "p");
+        let b = allocation("b", "p");
+        assert!(peers_with(&b, &me, "p", true));
+        // Not itself, another provider, a Contract that ended, one being
+        // deleted, or one whose peering never started (no finalizer).
+        assert!(!peers_with(&me, &me, "p", true));
+        assert!(!peers_with(&allocation("b", "q"), &me, "p", true));
+        assert!(!peers_with(&b, &me, "p", false));
+        let mut deleting = b.clone();
+        deleting.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
+        );
+        assert!(!peers_with(&deleting, &me, "p", true));
+        let mut unstarted = b.clone();
+        unstarted.metadata.finalizers = None;
+        assert!(!peers_with(&unstarted, &me, "p", true));
     }
 }

@@ -8,9 +8,10 @@
 //! the same provider is left: unauthenticate, deleting the control-plane
 //! Identity here and the Tenant on the provider (while the Contract's
 //! credentials still work: once the provider revoked them, its Tenant of
-//! this consumer stays there, granting nothing; the provider does not yet
-//! delete it by itself), and the nonce Secrets of both sides. The tenant namespaces stay,
-//! as `liqoctl unpeer` leaves them by default.
+//! this consumer stays there, granting nothing, until the provider's
+//! `tenant_cleanup` drains and removes it), and the nonce Secrets of both
+//! sides. The tenant namespaces stay, as `liqoctl unpeer` leaves them by
+//! default.
 
 /// Finalizer of a consumer K8Slice Allocation whose peering this node drives.
 pub const FINALIZER: &str = "fluidos.eu/peering-consumer";
