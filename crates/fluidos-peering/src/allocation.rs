@@ -456,7 +456,9 @@ async fn consumer(
                 return Ok(Action::await_change());
             }
         };
-        view.remote = Some(observe_remote(&client, &ctx.cfg.local_cluster_id).await?);
+        let own_key = own_public_key(&ctx.client).await;
+        view.remote =
+            Some(observe_remote(&client, &ctx.cfg.local_cluster_id, own_key.as_deref()).await?);
         remote_client = Some(client);
     }
     if let (Some(network), Some(p)) = (view.network.as_mut(), remote_client.as_ref()) {
@@ -642,7 +644,8 @@ impl Context {
                 return None;
             }
         };
-        match observe_remote(&client, &self.cfg.local_cluster_id).await {
+        let own_key = own_public_key(&self.client).await;
+        match observe_remote(&client, &self.cfg.local_cluster_id, own_key.as_deref()).await {
             Ok(remote) => view.remote = Some(remote),
             Err(e) => tracing::debug!(error = %e, "provider's Tenant not read"),
         }
@@ -790,7 +793,11 @@ fn node_is_ready(node: &Node) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-async fn observe_remote(p: &kube::Client, consumer_id: &str) -> Result<Remote, Error> {
+async fn observe_remote(
+    p: &kube::Client,
+    consumer_id: &str,
+    own_key: Option<&[u8]>,
+) -> Result<Remote, Error> {
     let ns = objects::tenant_namespace(consumer_id);
     let nonce = Api::<Secret>::namespaced(p.clone(), &ns)
         .get_opt(objects::NONCE_SECRET)
@@ -821,7 +828,31 @@ async fn observe_remote(p: &kube::Client, consumer_id: &str) -> Result<Remote, E
             })
         }),
         tenant_deleting: deleting,
+        tenant_other_key: match (&tenant, own_key) {
+            (Some(t), Some(own)) => t
+                .spec
+                .public_key
+                .as_deref()
+                .and_then(|k| {
+                    use base64::Engine as _;
+                    base64::engine::general_purpose::STANDARD.decode(k).ok()
+                })
+                .is_some_and(|k| k != own),
+            _ => false,
+        },
     })
+}
+
+/// This cluster's raw Liqo public key, when its key Secret can be read
+/// (without it, a Tenant's key is not compared).
+async fn own_public_key(c: &kube::Client) -> Option<Vec<u8>> {
+    let secret = Api::<Secret>::namespaced(c.clone(), objects::LIQO_NAMESPACE)
+        .get_opt(objects::AUTH_KEYS_SECRET)
+        .await
+        .ok()??;
+    ClusterKeys::from_secret(&secret)
+        .ok()
+        .map(|k| k.public_key_raw().to_vec())
 }
 
 /// Creates `obj`; an existing one is adopted as it is.

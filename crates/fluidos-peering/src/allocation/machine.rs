@@ -117,6 +117,9 @@ pub struct Remote {
     pub tenant_version: Option<ObjectVersion>,
     /// The Tenant is being deleted (Liqo's finalizer has not let it go).
     pub tenant_deleting: bool,
+    /// The Tenant carries another public key than this cluster's (its Liqo
+    /// was reinstalled, or its keys replaced): its certificate is of no use.
+    pub tenant_other_key: bool,
 }
 
 /// An object's `uid` and `resourceVersion`: a delete preconditioned on
@@ -416,7 +419,7 @@ fn consumer_step(provider: &str, slice: &str, view: &ConsumerView) -> Step {
             if view
                 .remote
                 .as_ref()
-                .is_some_and(|r| r.tenant.is_none() || r.tenant_deleting) =>
+                .is_some_and(|r| r.tenant.is_none() || r.tenant_deleting || r.tenant_other_key) =>
         {
             return waiting(
                 vec![Effect::DeleteIdentity, Effect::DeleteSignedNonce],
@@ -478,6 +481,21 @@ fn authentication_step(provider: &str, view: &ConsumerView) -> Step {
             format!("waiting for {provider} to remove the previous Tenant"),
         );
     }
+    // As `liqoctl authenticate` updates it: a Tenant made with another key
+    // of this cluster gives a certificate this cluster cannot use.
+    if let (true, Some(version)) = (remote.tenant_other_key, &remote.tenant_version) {
+        return waiting(
+            vec![
+                Effect::DeleteRemoteTenant(version.clone()),
+                Effect::DeleteRemoteNonce,
+                Effect::DeleteSignedNonce,
+            ],
+            Wait::Remote,
+            format!(
+                "the Tenant on {provider} was made with another key of this cluster: authenticating again"
+            ),
+        );
+    }
     match (&remote.tenant, &view.signed_nonce, &remote.nonce) {
         (Some(Some(grant)), _, _) => waiting(
             vec![Effect::CreateIdentity(Box::new(grant.clone()))],
@@ -514,22 +532,26 @@ fn authentication_step(provider: &str, view: &ConsumerView) -> Step {
                 _ => waiting(vec![], Wait::Remote, accepting),
             }
         }
-        (None, Some(signed), Some(Some(nonce)))
-            if signed.nonce.as_ref().is_some_and(|n| n != nonce) =>
-        {
-            waiting(
-                vec![Effect::DeleteSignedNonce],
-                Wait::Local,
-                "replacing a signed nonce of an earlier attempt".into(),
-            )
-        }
+        (None, Some(signed), Some(Some(nonce))) if signed.nonce.as_ref() != Some(nonce) => waiting(
+            vec![Effect::DeleteSignedNonce],
+            Wait::Local,
+            "replacing a signed nonce of an earlier attempt".into(),
+        ),
+        // A signed nonce whose nonce the provider no longer has (a restart
+        // stopped between deleting the two): a Tenant made with it would
+        // never verify, and nothing would issue a new nonce.
+        (None, Some(_), None | Some(None)) if view.remote.is_some() => waiting(
+            vec![Effect::DeleteSignedNonce],
+            Wait::Local,
+            format!("replacing a signed nonce whose nonce {provider} no longer has"),
+        ),
         (
             None,
             Some(SignedNonce {
                 signature: Some(sig),
                 ..
             }),
-            _,
+            Some(Some(_)),
         ) => waiting(
             vec![Effect::CreateTenant(sig.clone())],
             Wait::Remote,
@@ -1225,6 +1247,67 @@ mod tests {
     }
 
     #[test]
+    fn a_tenant_made_with_another_key_is_replaced() {
+        let version = ObjectVersion {
+            uid: "u".into(),
+            resource_version: "1".into(),
+        };
+        let remote = Remote {
+            nonce: Some(Some(b"n1".to_vec())),
+            tenant: Some(Some(TenantGrant {
+                auth_params: TenantStatusAuthParams::default(),
+                tenant_namespace: "liqo-tenant-c".into(),
+            })),
+            tenant_version: Some(version.clone()),
+            tenant_other_key: true,
+            ..Default::default()
+        };
+        let mut v = ConsumerView {
+            tenant_namespace: true,
+            remote: Some(remote),
+            ..Default::default()
+        };
+        let p = peering(&v);
+        assert_eq!(
+            p.effects,
+            vec![
+                Effect::DeleteRemoteTenant(version),
+                Effect::DeleteRemoteNonce,
+                Effect::DeleteSignedNonce
+            ]
+        );
+        // Authenticated with it already: the Identity goes too.
+        v.identity = Some(true);
+        let p = peering(&v);
+        assert_eq!(
+            p.effects,
+            vec![Effect::DeleteIdentity, Effect::DeleteSignedNonce]
+        );
+    }
+
+    #[test]
+    fn a_signed_nonce_whose_nonce_is_gone_is_replaced_not_sent() {
+        // A restart stopped after deleting the provider's nonce: no Tenant
+        // from the old signature; the signed nonce goes, then a new nonce.
+        for nonce in [None, Some(None)] {
+            let p = peering(&ConsumerView {
+                tenant_namespace: true,
+                signed_nonce: Some(SignedNonce {
+                    nonce: Some(b"old".to_vec()),
+                    signature: Some(b"sig".to_vec()),
+                }),
+                remote: Some(Remote {
+                    nonce: nonce.clone(),
+                    tenant: None,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+            assert_eq!(p.effects, vec![Effect::DeleteSignedNonce], "{nonce:?}");
+        }
+    }
+
+    #[test]
     fn the_signature_goes_into_the_tenant_and_its_grant_into_the_identity() {
         let signed = Some(SignedNonce {
             nonce: Some(b"n1".to_vec()),
@@ -1281,6 +1364,7 @@ mod tests {
                 tenant: Some(None),
                 tenant_version: Some(version.clone()),
                 tenant_deleting: false,
+                tenant_other_key: false,
             }),
             stored_status: Some(stored(&waiting, TENANT_PATIENCE_SECS - 1)),
             ..Default::default()
@@ -1328,6 +1412,7 @@ mod tests {
             tenant: Some(None),
             tenant_version: None,
             tenant_deleting: true,
+            tenant_other_key: false,
         });
         v.stored_status = Some(stored(&restarted, 600));
         let p = peering(&v);
@@ -1349,6 +1434,7 @@ mod tests {
                 tenant: Some(Some(grant())),
                 tenant_version: None,
                 tenant_deleting: true,
+                tenant_other_key: false,
             }),
             ..Default::default()
         };
