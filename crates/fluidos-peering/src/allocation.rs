@@ -443,9 +443,18 @@ async fn consumer(
         let kubeconfig = match ctx.kubeconfig(contract).await? {
             Ok(kubeconfig) => kubeconfig,
             Err(message) => {
-                write(allocations, a, &plan_error(&message), None).await?;
-                // The Secret is not watched: look again now and then, in
-                // case it is put back.
+                // Not an Error, which is final: the Secret is not watched,
+                // so it is looked for again now and then, in case it is
+                // put back, and the peering then goes on.
+                let missing = Plan {
+                    effects: Vec::new(),
+                    status: Some(machine::Status {
+                        state: fluidos_api::allocation::AllocationState::Peering,
+                        message: format!("{}: {message}", machine::MSG_PEERING),
+                    }),
+                    wait: Wait::Nothing,
+                };
+                write(allocations, a, &missing, None).await?;
                 return Ok(Action::requeue(LOCAL_RECHECK));
             }
         };
