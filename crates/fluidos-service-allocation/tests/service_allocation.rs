@@ -258,6 +258,7 @@ async fn database_service_end_to_end_without_liqo() {
     let crashed: Namespace = serde_json::from_value(provider::machine::namespace_object(
         c,
         &format!("{PROVIDER}/alloc-db"),
+        "Deployment/db",
     ))
     .unwrap();
     Api::<Namespace>::all(client.clone())
@@ -408,6 +409,41 @@ async fn database_service_end_to_end_without_liqo() {
             "same answer as an unknown contract"
         );
     }
+
+    // The Deployment deleted by hand (drift): the provider makes it again
+    // from the same render (same password) and is Active again, not Active
+    // with nothing running.
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), c);
+    let old_uid = deployments.get("db").await.unwrap().metadata.uid;
+    deployments
+        .delete("db", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        "the deleted Deployment made again, Active",
+        Duration::from_secs(90),
+        || async {
+            let d = deployments
+                .get_opt("db")
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "Deployment not made again yet".to_owned())?;
+            if d.metadata.uid == old_uid {
+                return Err("the old Deployment is still there".into());
+            }
+            match state(&provider_allocs, "alloc-db").await? {
+                (AllocationState::Active, _) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    let again = Api::<Secret>::namespaced(client.clone(), c)
+        .get("db-credentials")
+        .await
+        .unwrap();
+    assert_eq!(again.data.unwrap()["password"].0, b"admin");
 
     // The upstream message-queue blueprint, bought with the Solver's default
     // configuration: its hosting policy (Consumer) needs Liqo offloading, so

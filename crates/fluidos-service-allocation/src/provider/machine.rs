@@ -41,6 +41,10 @@ pub const ACTIVE_RECHECK: Duration = Duration::from_secs(60);
 /// Annotation on the service namespace naming the Allocation that made it
 /// (`<namespace>/<name>`): only that Allocation deletes it.
 pub const ALLOCATION_ANNOTATION: &str = "fluidos.eu/service-allocation";
+/// Annotation on the service namespace listing what the render made that
+/// must stay (`Deployment/<name>`, `StatefulSet/<name>`, comma-separated):
+/// one found missing is made again (or, if it cannot be, reported).
+pub const PARTS_ANNOTATION: &str = "fluidos.eu/service-workloads";
 /// Secret in the service namespace keeping the random bytes drawn to render
 /// the blueprint (key [`RANDOM_KEY`]): a render retried after a failure or
 /// a crash replays them, so generated passwords never change once applied.
@@ -149,8 +153,12 @@ pub fn needs_instance(allocation: &Allocation, contract_exists: bool, observed: 
     }
     match state(allocation) {
         Some(AllocationState::Error | AllocationState::Released) => false,
+        // Made already: again only if the namespace or a part of it is
+        // gone, and never without the random bytes of the first render
+        // (generated passwords would change).
         Some(AllocationState::Active | AllocationState::ResourceCreation) => {
             observed.namespace.is_none()
+                || (!missing_parts(observed).is_empty() && observed.random.is_some())
         }
         _ => true,
     }
@@ -191,16 +199,62 @@ pub fn replayed_random(observed: &Observed, contract: &str, owner: &str) -> Vec<
     }
 }
 
+/// What the render made that is no longer in the service namespace: the
+/// workloads its [`PARTS_ANNOTATION`] lists, and the credentials Secret
+/// (pure; empty without a namespace, or for one made by an earlier
+/// version, which lists nothing).
+pub fn missing_parts(observed: &Observed) -> Vec<String> {
+    let Some(ns) = &observed.namespace else {
+        return Vec::new();
+    };
+    let Some(parts) = ns.annotations().get(PARTS_ANNOTATION) else {
+        return Vec::new();
+    };
+    let present = |kind: &str, name: &str| match kind {
+        "Deployment" => observed.deployments.iter().any(|d| d.name_any() == name),
+        "StatefulSet" => observed.statefulsets.iter().any(|d| d.name_any() == name),
+        _ => true,
+    };
+    let mut missing: Vec<String> = parts
+        .split(',')
+        .filter(|p| !p.is_empty())
+        .filter(|p| {
+            p.split_once('/')
+                .is_some_and(|(kind, name)| !present(kind, name))
+        })
+        .map(str::to_owned)
+        .collect();
+    if observed.credentials.is_none() {
+        missing.push(format!(
+            "Secret/{}",
+            fluidos_api::naming::credentials_secret_name(&ns.name_any())
+        ));
+    }
+    missing
+}
+
+/// The workloads of `instance` as [`PARTS_ANNOTATION`] lists them.
+fn parts_of(instance: &ServiceInstance) -> String {
+    instance
+        .objects
+        .iter()
+        .filter(|o| matches!(o.kind(), Some("Deployment" | "StatefulSet")))
+        .filter_map(|o| Some(format!("{}/{}", o.kind()?, o.name()?)))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// The namespace object: named after the contract, labelled with it,
-/// annotated with the Allocation `owner` making it.
-pub fn namespace_object(contract: &str, owner: &str) -> Value {
+/// annotated with the Allocation `owner` making it and the workloads
+/// `parts` it must keep.
+pub fn namespace_object(contract: &str, owner: &str, parts: &str) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "Namespace",
         "metadata": {
             "name": contract,
             "labels": {CONTRACT_LABEL: contract},
-            "annotations": {ALLOCATION_ANNOTATION: owner},
+            "annotations": {ALLOCATION_ANNOTATION: owner, PARTS_ANNOTATION: parts},
         },
     })
 }
@@ -247,7 +301,7 @@ pub fn objects_to_apply(
     let endpoint = fluidos_blueprint::endpoint_service(&instance.objects)
         .map(|o| (o.kind().map(str::to_owned), o.name().map(str::to_owned)));
     let mut out = vec![
-        namespace_object(contract, owner),
+        namespace_object(contract, owner, &parts_of(instance)),
         random_secret_object(contract, drawn),
     ];
     for o in &instance.objects {
@@ -434,6 +488,21 @@ impl Machine<'_> {
                     self.input.exposure,
                 );
                 self.effects.push(Effect::Apply(objects));
+                let gone = missing_parts(self.observed);
+                let applied_before = matches!(
+                    state(self.input.allocation),
+                    Some(AllocationState::Active | AllocationState::ResourceCreation)
+                );
+                if applied_before && !gone.is_empty() {
+                    // Made before, partly removed since: made again, said.
+                    self.event(
+                        true,
+                        "ServiceRepaired",
+                        format!("{} had been removed: applied again", gone.join(", ")),
+                    );
+                    self.set(AllocationState::ResourceCreation, CREATED_MESSAGE);
+                    return Next::Requeue(RECHECK);
+                }
                 if self.input.hosting_policy != HostingPolicy::Provider {
                     self.event(
                         true,
@@ -458,6 +527,19 @@ impl Machine<'_> {
 
     fn health(&mut self) -> Next {
         let o = self.observed;
+        let gone = missing_parts(o);
+        if !gone.is_empty() {
+            // needs_instance said no: the render's random bytes are gone.
+            let message = format!(
+                "Service degraded: {} removed, and not made again: the random bytes of its render (Secret {RANDOM_SECRET}) are gone too, and a new render would change its generated values",
+                gone.join(", ")
+            );
+            if self.status.message.as_deref() != Some(message.as_str()) {
+                self.event(true, "ServiceDegraded", message.clone());
+            }
+            self.set(AllocationState::ResourceCreation, message);
+            return Next::Requeue(RECHECK);
+        }
         let endpoints = match &o.endpoint_service {
             None => Err("no endpoint Service (label nodecore.fluidos.eu/flavor-service-endpoint=true) in the namespace".to_owned()),
             Some(s) => external_endpoints(self.input.exposure, s, self.input.node_host),
@@ -628,7 +710,7 @@ mod tests {
     }
 
     fn namespace(terminating: bool) -> Namespace {
-        let mut n: Namespace = serde_json::from_value(namespace_object(C, OWNER)).unwrap();
+        let mut n: Namespace = serde_json::from_value(namespace_object(C, OWNER, "")).unwrap();
         if terminating {
             n.metadata.deletion_timestamp = Some(
                 k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
@@ -716,6 +798,72 @@ mod tests {
 
     fn has(p: &Plan, f: impl Fn(&Effect) -> bool) -> bool {
         p.effects.iter().any(f)
+    }
+
+    #[test]
+    fn a_removed_part_is_made_again_from_the_same_render_or_reported() {
+        // The namespace lists the Deployment the render made.
+        let listed = |o: &mut Observed| {
+            o.namespace = Some(
+                serde_json::from_value(namespace_object(C, OWNER, &parts_of(&instance()))).unwrap(),
+            );
+        };
+        assert_eq!(parts_of(&instance()), "Deployment/db");
+        let mut whole = running(1);
+        listed(&mut whole);
+        assert!(missing_parts(&whole).is_empty());
+        let active = allocation(Some(AllocationState::Active), true);
+        assert!(!needs_instance(&active, true, &whole));
+
+        // Deployment and credentials deleted by hand, random bytes kept:
+        // rendered again (replaying them) and applied, with a warning.
+        let mut gone = whole.clone();
+        gone.deployments.clear();
+        gone.credentials = None;
+        gone.random = Some(Secret::default());
+        assert_eq!(
+            missing_parts(&gone),
+            ["Deployment/db", "Secret/credentials-contract-x"]
+        );
+        assert!(needs_instance(&active, true, &gone));
+        let mut c = case(active.clone());
+        c.prepared = Some(Ok(instance()));
+        let p = run(&c, &gone);
+        assert!(
+            has(&p, |e| matches!(e, Effect::Apply(_))),
+            "{:?}",
+            p.effects
+        );
+        assert!(has(&p, |e| matches!(
+            e,
+            Effect::Event {
+                warning: true,
+                reason: "ServiceRepaired",
+                ..
+            }
+        )));
+        assert_eq!(
+            state_of(&p),
+            (
+                Some(AllocationState::ResourceCreation),
+                CREATED_MESSAGE.into()
+            )
+        );
+
+        // Without the random bytes: not rendered again (passwords would
+        // change), and never Active with a part missing.
+        gone.random = None;
+        assert!(!needs_instance(&active, true, &gone));
+        let p = run(&case(active), &gone);
+        assert!(!has(&p, |e| matches!(e, Effect::Apply(_))));
+        let (state, message) = state_of(&p);
+        assert_eq!(state, Some(AllocationState::ResourceCreation));
+        assert!(
+            message.starts_with(
+                "Service degraded: Deployment/db, Secret/credentials-contract-x removed"
+            ),
+            "{message}"
+        );
     }
 
     #[test]
