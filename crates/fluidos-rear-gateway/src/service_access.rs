@@ -156,15 +156,31 @@ impl State {
             )?;
         }
         // Nothing more is read for a caller who did not buy.
-        let (allocation, secret) = if owned {
-            let allocation = self
+        let (allocation, secret) = if let (true, Some(c)) = (owned, &contract) {
+            let of_contract = |a: &Allocation| {
+                a.spec.contract.as_ref().and_then(|c| c.name.as_deref()) == Some(id)
+            };
+            // The sale's Allocation carries its transaction: one small list
+            // per request, not every Allocation (one made by an earlier
+            // version without the label is looked for among all).
+            let mut allocation = self
                 .allocations
-                .list(&labels::provider())
+                .list(&labels::sale(&c.spec.transaction_id))
                 .await
                 .map_err(|e| ApiError::kube("listing the Allocations", &e))?
                 .items
                 .into_iter()
-                .find(|a| a.spec.contract.as_ref().and_then(|c| c.name.as_deref()) == Some(id));
+                .find(of_contract);
+            if allocation.is_none() {
+                allocation = self
+                    .allocations
+                    .list(&labels::provider())
+                    .await
+                    .map_err(|e| ApiError::kube("listing the Allocations", &e))?
+                    .items
+                    .into_iter()
+                    .find(of_contract);
+            }
             let secret = Api::<Secret>::namespaced(self.client.clone(), id)
                 .get_opt(&fluidos_api::naming::credentials_secret_name(id))
                 .await

@@ -108,6 +108,12 @@ pub fn external_endpoints(
             }
         }
     };
+    // An IPv6 address goes in brackets, or `host:port` is ambiguous.
+    let host = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host
+    };
     let mut out = Vec::new();
     for p in &ports {
         let port = match exposure.mode {
@@ -130,6 +136,35 @@ mod tests {
 
     fn svc(v: Value) -> Service {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn ipv6_hosts_are_bracketed() {
+        let s = svc(json!({"metadata": {"name": "db"},
+            "spec": {"type": "LoadBalancer", "ports": [{"port": 5432}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "fd00::10"}]}}}));
+        let lb = Exposure {
+            mode: ExposureMode::LoadBalancer,
+            external_host: None,
+        };
+        assert_eq!(
+            external_endpoints(&lb, &s, "node").unwrap(),
+            "[fd00::10]:5432"
+        );
+        let np = svc(json!({"metadata": {"name": "db"},
+            "spec": {"type": "NodePort", "ports": [{"port": 5432, "nodePort": 31000}]}}));
+        let exposure = Exposure {
+            mode: ExposureMode::NodePort,
+            external_host: None,
+        };
+        assert_eq!(
+            external_endpoints(&exposure, &np, "2001:db8::1").unwrap(),
+            "[2001:db8::1]:31000"
+        );
+        assert_eq!(
+            external_endpoints(&exposure, &np, "[2001:db8::1]").unwrap(),
+            "[2001:db8::1]:31000"
+        );
     }
 
     #[test]

@@ -239,8 +239,8 @@ async fn observe(ctx: &Ctx, ns: &str) -> Result<Observed, Error> {
     );
     let e = || Error::kube(Step::ObserveService);
     Ok(Observed {
+        endpoint_service: machine::chosen_endpoint(&namespace, services.map_err(e())?.items),
         namespace: Some(namespace),
-        endpoint_service: services.map_err(e())?.items.pop(),
         credentials: credentials.map_err(e())?,
         random: random.map_err(e())?,
         deployments: deployments.map_err(e())?.items,

@@ -45,6 +45,9 @@ pub const ALLOCATION_ANNOTATION: &str = "fluidos.eu/service-allocation";
 /// must stay (`Deployment/<name>`, `StatefulSet/<name>`, comma-separated):
 /// one found missing is made again (or, if it cannot be, reported).
 pub const PARTS_ANNOTATION: &str = "fluidos.eu/service-workloads";
+/// Annotation on the service namespace naming the endpoint Service the
+/// render chose (a blueprint may label several; the last one is exposed).
+pub const ENDPOINT_ANNOTATION: &str = "fluidos.eu/service-endpoint";
 /// Secret in the service namespace keeping the random bytes drawn to render
 /// the blueprint (key [`RANDOM_KEY`]): a render retried after a failure or
 /// a crash replays them, so generated passwords never change once applied.
@@ -259,6 +262,16 @@ pub fn namespace_object(contract: &str, owner: &str, parts: &str) -> Value {
     })
 }
 
+/// The endpoint Service among `labelled` (those with the endpoint label):
+/// the one the service namespace's [`ENDPOINT_ANNOTATION`] names, else the
+/// only or last one (pure).
+pub fn chosen_endpoint(namespace: &Namespace, mut labelled: Vec<Service>) -> Option<Service> {
+    match namespace.annotations().get(ENDPOINT_ANNOTATION) {
+        Some(name) => labelled.into_iter().find(|s| s.name_any() == *name),
+        None => labelled.pop(),
+    }
+}
+
 /// The [`RANDOM_SECRET`] keeping `drawn`.
 pub fn random_secret_object(contract: &str, drawn: &[u8]) -> Value {
     let secret = Secret {
@@ -300,10 +313,16 @@ pub fn objects_to_apply(
 ) -> Vec<Value> {
     let endpoint = fluidos_blueprint::endpoint_service(&instance.objects)
         .map(|o| (o.kind().map(str::to_owned), o.name().map(str::to_owned)));
-    let mut out = vec![
-        namespace_object(contract, owner, &parts_of(instance)),
-        random_secret_object(contract, drawn),
-    ];
+    let mut namespace = namespace_object(contract, owner, &parts_of(instance));
+    if let (Some((_, Some(name))), Some(annotations)) = (
+        &endpoint,
+        namespace
+            .pointer_mut("/metadata/annotations")
+            .and_then(Value::as_object_mut),
+    ) {
+        annotations.insert(ENDPOINT_ANNOTATION.to_owned(), Value::String(name.clone()));
+    }
+    let mut out = vec![namespace, random_secret_object(contract, drawn)];
     for o in &instance.objects {
         let mut v = o.object.clone();
         if endpoint == Some((o.kind().map(str::to_owned), o.name().map(str::to_owned))) {
@@ -798,6 +817,28 @@ mod tests {
 
     fn has(p: &Plan, f: impl Fn(&Effect) -> bool) -> bool {
         p.effects.iter().any(f)
+    }
+
+    #[test]
+    fn the_endpoint_service_looked_at_is_the_one_exposed() {
+        let objects = objects_to_apply(&instance(), C, OWNER, DRAWN, &Exposure::default());
+        assert_eq!(objects[0]["kind"], "Namespace");
+        assert_eq!(
+            objects[0]["metadata"]["annotations"][ENDPOINT_ANNOTATION],
+            "db"
+        );
+        let ns: Namespace = serde_json::from_value(objects[0].clone()).unwrap();
+        let named = |n: &str| -> Service {
+            serde_json::from_value(json!({"metadata": {"name": n}})).unwrap()
+        };
+        // Listed by name, "db" before "zz": the named one, not the last.
+        let chosen = chosen_endpoint(&ns, vec![named("db"), named("zz")]).unwrap();
+        assert_eq!(chosen.name_any(), "db");
+        assert!(chosen_endpoint(&ns, vec![named("zz")]).is_none());
+        // A namespace of an earlier version names none: the last one.
+        let old = namespace(false);
+        let chosen = chosen_endpoint(&old, vec![named("db"), named("zz")]).unwrap();
+        assert_eq!(chosen.name_any(), "zz");
     }
 
     #[test]
