@@ -233,8 +233,14 @@ fn check_metadata(o: &RenderedObject) -> Result<(), ValidationError> {
             .and_then(Value::as_str)
             .is_some_and(|s| !s.is_empty())
     };
-    if !named("name") && !named("generateName") {
-        return Err(invalid("metadata.name", "a non-empty string"));
+    // generateName alone is refused: objects are applied server-side, which
+    // needs the name, and a render applied again after a crash must find
+    // the objects of the first one.
+    if !named("name") {
+        return Err(invalid(
+            "metadata.name",
+            "a non-empty string (generateName cannot be applied server-side)",
+        ));
     }
     if let Some(labels) = metadata.get("labels")
         && !labels
@@ -396,15 +402,14 @@ mod tests {
             "c",
         )
         .unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "template \"t\": metadata.name must be a non-empty string"
-        );
+        let no_name = "template \"t\": metadata.name must be a non-empty string (generateName cannot be applied server-side)";
+        assert_eq!(err.to_string(), no_name);
         let generated = object(
             "t",
             json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"generateName": "s-"}}),
         );
-        validate_objects(&[generated], "c").unwrap();
+        let err = validate_objects(&[generated], "c").unwrap_err();
+        assert_eq!(err.to_string(), no_name);
         let err = validate_objects(
             &[object(
                 "t",
@@ -478,7 +483,7 @@ mod tests {
             "c",
         )
         .unwrap_err();
-        assert!(err.to_string().contains("needs metadata.name"), "{err}");
+        assert!(err.to_string().contains("metadata.name"), "{err}");
         // Without the label the ports are the API server's business.
         validate_objects(
             &[service(json!({"name": "s"}), json!([{"port": "80"}]))],

@@ -319,11 +319,29 @@ async fn reconcile(cached: Arc<Allocation>, ctx: Arc<Ctx>) -> Result<Action, Err
         },
         &observed,
     );
-    let (removed, rv) = execute(&ctx, &api, &allocation, &contract_name, plan.effects).await?;
-    if !removed && allocation.status.as_ref() != Some(&plan.status) {
-        crate::save_status(&api, &allocation.name_any(), rv.as_deref(), &plan.status).await?;
+    let done = execute(&ctx, &api, &allocation, &contract_name, plan.effects).await?;
+    let (status, next) = match done.refused {
+        Some(message) => (
+            fluidos_api::allocation::AllocationStatus {
+                status: Some(fluidos_api::allocation::AllocationState::Error),
+                message: Some(message),
+                last_update_time: Some(fluidos_controller::time::now_string()),
+                ..plan.status
+            },
+            crate::Next::AwaitChange,
+        ),
+        None => (plan.status, plan.next),
+    };
+    if !done.removed && allocation.status.as_ref() != Some(&status) {
+        crate::save_status(
+            &api,
+            &allocation.name_any(),
+            done.resource_version.as_deref(),
+            &status,
+        )
+        .await?;
     }
-    Ok(plan.next.action())
+    Ok(next.action())
 }
 
 /// Makes the writes in order; returns whether the finalizer was removed
@@ -335,10 +353,11 @@ async fn execute(
     allocation: &Allocation,
     contract_name: &str,
     effects: Vec<Effect>,
-) -> Result<(bool, Option<String>), Error> {
+) -> Result<Executed, Error> {
     let name = allocation.name_any();
     let mut rv = allocation.resource_version();
     let mut removed = false;
+    let mut refused = None;
     for effect in effects {
         match effect {
             Effect::AddFinalizer => {
@@ -360,7 +379,29 @@ async fn execute(
                 .await?;
                 removed = true;
             }
-            Effect::Apply(objects) => apply_all(&ctx.client, &objects).await?,
+            Effect::Apply(objects) => {
+                if let Some(why) = apply_all(&ctx.client, &objects).await? {
+                    // Nothing half-made is left: the namespace is this
+                    // Allocation's (the plan applies only over its own).
+                    ok_if_not_found(
+                        Api::<Namespace>::all(ctx.client.clone())
+                            .delete(contract_name, &DeleteParams::background())
+                            .await,
+                    )
+                    .map_err(Error::kube(Step::DeleteNamespace))?;
+                    let message = format!("Error when applying the service's objects: {why}");
+                    crate::publish(
+                        &ctx.recorder,
+                        allocation,
+                        true,
+                        "AllocationFailed",
+                        message.clone(),
+                    )
+                    .await;
+                    refused = Some(message);
+                    break;
+                }
+            }
             Effect::AnnotateCredentials(endpoints) => {
                 Api::<Secret>::namespaced(ctx.client.clone(), contract_name)
                     .patch(
@@ -387,7 +428,22 @@ async fn execute(
             } => crate::publish(&ctx.recorder, allocation, warning, reason, note).await,
         }
     }
-    Ok((removed, rv))
+    Ok(Executed {
+        removed,
+        resource_version: rv,
+        refused,
+    })
+}
+
+/// What [`execute`] did.
+struct Executed {
+    /// The finalizer was removed (the Allocation may be gone).
+    removed: bool,
+    /// The resourceVersion to write the status with.
+    resource_version: Option<String>,
+    /// The API server refused an object for good: the Error message (the
+    /// effects after it were not made).
+    refused: Option<String>,
 }
 
 /// The random source of a render: replays `replay` first, then draws from
@@ -489,16 +545,37 @@ fn dynamic_api(
     Ok((api, name.to_owned()))
 }
 
-/// Server-side applies `objects` in order (create-or-adopt: forced, our field manager).
-async fn apply_all(client: &kube::Client, objects: &[Value]) -> Result<(), Error> {
+/// Server-side applies `objects` in order (create-or-adopt: forced, our
+/// field manager). `Ok(Some(why))` when the API server refuses an object
+/// for good (see [`refused_for_good`]): applying again would fail the same.
+async fn apply_all(client: &kube::Client, objects: &[Value]) -> Result<Option<String>, Error> {
     let params = PatchParams::apply(MANAGER).force();
     for object in objects {
-        let (api, name) = dynamic_api(client, object)?;
-        api.patch(&name, &params, &Patch::Apply(object))
-            .await
-            .map_err(Error::kube(Step::ApplyObjects))?;
+        let (api, name) = match dynamic_api(client, object) {
+            Ok(found) => found,
+            Err(Error::Object { message, .. }) => return Ok(Some(message)),
+            Err(e) => return Err(e),
+        };
+        match api.patch(&name, &params, &Patch::Apply(object)).await {
+            Ok(_) => {}
+            Err(e) if refused_for_good(&e) => {
+                let kind = object["kind"].as_str().unwrap_or("object");
+                return Ok(Some(format!(
+                    "the API server refused {kind} {name}: {}",
+                    fluidos_controller::reconcile::error_chain(&e)
+                )));
+            }
+            Err(e) => return Err(Error::kube(Step::ApplyObjects)(e)),
+        }
     }
-    Ok(())
+    Ok(None)
+}
+
+/// An apply the API server will refuse again however often it is retried:
+/// invalid (400, 422), or of a kind or version it does not serve (404).
+/// Conflicts, throttling and server errors are retried.
+fn refused_for_good(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if matches!(s.code, 400 | 404 | 422))
 }
 
 #[cfg(test)]

@@ -198,7 +198,17 @@ async fn database_service_end_to_end_without_liqo() {
                 json!({"no-such-label": "x"});
         }
     }
-    for bp in [&bad, &broken, &stuck, &mq_blueprint] {
+    // Valid to the render, refused by the API server (an object name that
+    // is not a DNS name), after a first object was applied.
+    let refused: ServiceBlueprint = serde_json::from_value(json!({
+        "apiVersion": "nodecore.fluidos.eu/v1alpha1", "kind": "ServiceBlueprint",
+        "metadata": {"name": "refused", "namespace": PROVIDER},
+        "spec": {"name": "refused", "description": "d", "category": "database", "tags": [], "hostingPolicies": ["Provider"],
+            "templates": [
+                {"name": "fine", "serviceData": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}},
+                {"name": "bad-name", "serviceData": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "Not_A_DNS_Name"}}}]}}))
+    .unwrap();
+    for bp in [&bad, &broken, &stuck, &mq_blueprint, &refused] {
         Api::<ServiceBlueprint>::namespaced(client.clone(), PROVIDER)
             .create(&PostParams::default(), bp)
             .await
@@ -717,6 +727,61 @@ async fn database_service_end_to_end_without_liqo() {
             .unwrap()
             .is_none()
     );
+
+    // An object the API server refuses for good: Error naming it, and the
+    // namespace with what was applied before it removed (not retried forever).
+    let refused_c = "contract-refused";
+    Api::<Contract>::namespaced(client.clone(), PROVIDER)
+        .create(
+            &PostParams::default(),
+            &contract(refused_c, PROVIDER, "refused", &gateway_addr),
+        )
+        .await
+        .unwrap();
+    provider_allocs
+        .create(
+            &PostParams::default(),
+            &allocation("alloc-refused", PROVIDER, refused_c, true),
+        )
+        .await
+        .unwrap();
+    let message = eventually(
+        "refused Allocation in Error",
+        Duration::from_secs(30),
+        || async {
+            match state(&provider_allocs, "alloc-refused").await? {
+                (AllocationState::Error, m) => Ok(m),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(
+        message.starts_with(
+            "Error when applying the service's objects: the API server refused ConfigMap Not_A_DNS_Name"
+        ),
+        "{message}"
+    );
+    eventually(
+        "the refused service's namespace removed",
+        Duration::from_secs(60),
+        || async {
+            match Api::<Namespace>::all(client.clone())
+                .get_opt(refused_c)
+                .await
+                .map_err(|e| e.to_string())?
+            {
+                None => Ok(()),
+                Some(ns) if ns.metadata.deletion_timestamp.is_some() => Ok(()),
+                Some(_) => Err("the namespace is still there".to_owned()),
+            }
+        },
+    )
+    .await;
+    provider_allocs
+        .delete("alloc-refused", &DeleteParams::default())
+        .await
+        .unwrap();
 
     // A workload that never becomes available: not Active, and says why; the buyer is told 409.
     let stuck_c = "contract-stuck";
