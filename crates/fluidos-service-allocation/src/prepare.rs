@@ -35,6 +35,12 @@ pub enum PrepareError {
     /// Rendering panicked.
     #[error("Error when instantiating ServiceBlueprint {0}: rendering failed: {1}")]
     RenderPanicked(String, String),
+    /// The Contract's name cannot name the service namespace (and label
+    /// what is in it): over 63 characters, or not a DNS label.
+    #[error(
+        "the Contract's name {0} cannot name the service namespace: a namespace name (and a label value) is a DNS label of at most 63 characters"
+    )]
+    ContractName(String),
     /// Rendering or validating the templates failed.
     #[error("Error when instantiating ServiceBlueprint {blueprint}: {source}")]
     Instantiate {
@@ -44,6 +50,16 @@ pub enum PrepareError {
         #[source]
         source: Box<InstantiateError>,
     },
+}
+
+/// A DNS-1123 label: at most 63 lower-case letters, digits and `-`,
+/// starting and ending with a letter or digit (a namespace name).
+fn is_dns_label(s: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    (1..=63).contains(&s.len())
+        && s.chars().all(|c| alnum(c) || c == '-')
+        && s.starts_with(alnum)
+        && s.ends_with(alnum)
 }
 
 /// The Service payload of a contract's flavor, or `None` for another type.
@@ -144,6 +160,9 @@ pub fn prepare(
         ));
     };
     let name = contract.metadata.name.as_deref().unwrap_or_default();
+    if !is_dns_label(name) {
+        return Err(PrepareError::ContractName(name.to_owned()));
+    }
     fluidos_blueprint::instantiate(
         &blueprint.spec.templates,
         &flavor.category,
@@ -281,6 +300,13 @@ mod tests {
         );
         let e = run(&contract(Some(good()), true), Some(&broken)).unwrap_err();
         assert!(e.to_string().contains("broken"), "{e}");
+        // A Contract name that cannot name a namespace (a long domain).
+        let mut long = contract(Some(good()), true);
+        long.metadata.name = Some(format!("contract-{}-service-1a2b-3c4d", "d".repeat(50)));
+        let e = run(&long, Some(&bp)).unwrap_err();
+        assert!(matches!(e, PrepareError::ContractName(_)), "{e}");
+        assert!(is_dns_label("contract-fluidos-eu-service-1a2b-3c4d"));
+        assert!(!is_dns_label("Contract-x") && !is_dns_label("x-") && !is_dns_label(""));
     }
 
     #[test]
