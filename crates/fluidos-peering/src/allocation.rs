@@ -736,6 +736,16 @@ fn verdict(slice: &ResourceSlice, type_: &ResourceSliceStatusConditionsType) -> 
         .iter()
         .find(|c| &c.r#type == type_)?;
     Some(match c.status {
+        // A FLUIDOS-rs provider whose side of the Contract ended grants
+        // zero of everything, still "Accepted": nothing is left to use.
+        ResourceSliceStatusConditionsStatus::Accepted
+            if c.reason.as_deref() == Some(slice_class::REASON_REVOKED) =>
+        {
+            Verdict::Denied(format!(
+                "the provider ended its side of the Contract and grants nothing any more ({})",
+                c.message.as_deref().unwrap_or_default()
+            ))
+        }
         ResourceSliceStatusConditionsStatus::Accepted => Verdict::Accepted,
         ResourceSliceStatusConditionsStatus::Denied => {
             Verdict::Denied(c.message.clone().unwrap_or_default())
@@ -1573,6 +1583,29 @@ mod sibling_tests {
         .unwrap();
         a.metadata.namespace = Some("fluidos".into());
         a
+    }
+
+    #[test]
+    fn a_grant_revoked_by_the_provider_is_no_acceptance() {
+        let slice = |reason: &str| -> ResourceSlice {
+            serde_json::from_value(json!({
+                "apiVersion": "authentication.liqo.io/v1beta1", "kind": "ResourceSlice",
+                "metadata": {"name": "s", "namespace": "liqo-tenant-p"},
+                "spec": {},
+                "status": {"conditions": [{"type": "Resources", "status": "Accepted",
+                    "reason": reason, "message": "m"}]}
+            }))
+            .unwrap()
+        };
+        let t = ResourceSliceStatusConditionsType::Resources;
+        assert_eq!(
+            verdict(&slice("ContractGranted"), &t),
+            Some(Verdict::Accepted)
+        );
+        let Some(Verdict::Denied(why)) = verdict(&slice(slice_class::REASON_REVOKED), &t) else {
+            panic!("a revoked grant is accepted");
+        };
+        assert!(why.contains("ended its side of the Contract"), "{why}");
     }
 
     #[test]

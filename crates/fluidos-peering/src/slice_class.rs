@@ -60,7 +60,9 @@ pub const LIQO_PEER_GROUP: &str = "liqo.io";
 /// Reason of the `Resources` condition this controller writes.
 const REASON_GRANTED: &str = "ContractGranted";
 const REASON_DENIED: &str = "NoContract";
-const REASON_REVOKED: &str = "ContractEnded";
+/// Reason of a `Resources` condition granting nothing because the Contract
+/// ended on the provider (the consumer reads it as a denial).
+pub(crate) const REASON_REVOKED: &str = "ContractEnded";
 /// Controller name in logs and metrics.
 const CONTROLLER: &str = "resourceslice-class";
 /// How often the admission policy is applied again once in place.
