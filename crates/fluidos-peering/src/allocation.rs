@@ -153,6 +153,9 @@ fn remote(step: &'static str) -> impl FnOnce(kube::Error) -> Error {
     move |source| Error::Remote { step, source }
 }
 
+/// Most provider clients kept at once (one per Contract kubeconfig).
+const MAX_REMOTE_CLIENTS: usize = 128;
+
 /// Shared state of the controller.
 pub struct Context {
     client: kube::Client,
@@ -719,10 +722,13 @@ impl Context {
             tracing::warn!(error = %e, "no client for the provider");
             machine::MSG_NO_REMOTE_CLIENT
         })?;
-        self.remotes
-            .lock()
-            .await
-            .insert(kubeconfig_b64.to_owned(), client.clone());
+        let mut remotes = self.remotes.lock().await;
+        // Kubeconfigs of ended Contracts are never asked for again: the
+        // cache starts over rather than keep their clients and tokens.
+        if remotes.len() >= MAX_REMOTE_CLIENTS {
+            remotes.clear();
+        }
+        remotes.insert(kubeconfig_b64.to_owned(), client.clone());
         Ok(client)
     }
 }
