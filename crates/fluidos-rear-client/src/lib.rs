@@ -741,7 +741,14 @@ fn decode<T: DeserializeOwned>(
     serde_json::from_slice(bytes).map_err(|e| RearError::Malformed {
         address: address.to_owned(),
         what,
-        message: e.to_string(),
+        // serde quotes the offending value, which the provider chose: as
+        // its error texts, bounded and without control characters.
+        message: e
+            .to_string()
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .take(MAX_ERROR_CHARS)
+            .collect(),
     })
 }
 
@@ -813,6 +820,17 @@ pub fn encode_selector(sel: &FlavorSelector) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_malformed_answer_is_described_within_bounds() {
+        let body = serde_json::to_vec(&format!("{}\u{1b}[2J", "x".repeat(100_000))).unwrap();
+        let Err(RearError::Malformed { message, .. }) = decode::<Vec<u8>>("p:1", "flavors", &body)
+        else {
+            panic!("a string is not a list");
+        };
+        assert!(message.chars().count() <= MAX_ERROR_CHARS, "{}", message.len());
+        assert!(!message.chars().any(char::is_control), "{message:?}");
+    }
     use fluidos_api::solver::Selector;
 
     fn sel(t: &str, f: serde_json::Value) -> FlavorSelector {
