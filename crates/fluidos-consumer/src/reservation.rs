@@ -109,7 +109,18 @@ async fn reconcile(cached: Arc<Reservation>, ctx: Arc<Context>) -> Result<Action
                 }
                 other => other.map_err(|e| refusal(&e)),
             };
-            let plan = machine::after_reserve(&input, status, answer.as_ref());
+            // A Transaction already kept under the ID the provider chose:
+            // the machine refuses to write over this node's own sale.
+            let stored = match &answer {
+                Ok(tx) if fluidos_api::naming::is_object_name(&tx.transaction_id) => {
+                    Api::<Transaction>::namespaced(ctx.client.clone(), &ns)
+                        .get_opt(&tx.transaction_id)
+                        .await
+                        .map_err(Error::kube(Step::ApplyTransaction))?
+                }
+                _ => None,
+            };
+            let plan = machine::after_reserve(&input, status, answer.as_ref(), stored.as_ref());
             match machine::purchase_next(&input, &plan) {
                 // Straight on to PURCHASE: its first status write records the
                 // transaction too, so a crash in between still purchases it.

@@ -828,7 +828,11 @@ mod tests {
         else {
             panic!("a string is not a list");
         };
-        assert!(message.chars().count() <= MAX_ERROR_CHARS, "{}", message.len());
+        assert!(
+            message.chars().count() <= MAX_ERROR_CHARS,
+            "{}",
+            message.len()
+        );
         assert!(!message.chars().any(char::is_control), "{message:?}");
     }
     use fluidos_api::solver::Selector;

@@ -482,11 +482,22 @@ pub fn after_reserve(
     input: &Input<'_>,
     mut st: ReservationStatus,
     answer: Result<&WireTransaction, &Refusal>,
+    stored: Option<&Transaction>,
 ) -> Plan {
     let r = input.reservation;
     let now = input.now.as_str();
     let tx = match answer {
-        Ok(tx) => tx,
+        Ok(tx) => {
+            if let Some(why) = foreign_transaction(tx, stored) {
+                return fail(
+                    st,
+                    input.candidate,
+                    &format!("Reservation failed: {why}"),
+                    now,
+                );
+            }
+            tx
+        }
         Err(refusal) if flavor_gone(refusal) => {
             let message = &refusal.message;
             // Not released: the provider says it is gone; the next Discovery
@@ -754,6 +765,11 @@ fn foreign_contract(
             bounded(&wire.transaction_id)
         ));
     }
+    if stored.is_some_and(provider_side) {
+        return Some(format!(
+            "the provider named its contract {id}, the name of a sale this node made as a provider"
+        ));
+    }
     stored
         .filter(|c| c.spec.transaction_id != wire.transaction_id)
         .map(|c| {
@@ -763,6 +779,38 @@ fn foreign_contract(
             )
         })
 }
+
+/// Why the provider's transaction cannot be kept under its ID, if it
+/// cannot (pure): not an object name, or the name of a record of this
+/// node's own gateway (the consumer and the gateway share a namespace: a
+/// provider echoing the ID of a sale it made here would write over it).
+fn foreign_transaction(tx: &WireTransaction, stored: Option<&Transaction>) -> Option<String> {
+    if !fluidos_api::naming::is_object_name(&tx.transaction_id) {
+        return Some(format!(
+            "malformed transaction: transaction ID {:?} is not a Kubernetes object name",
+            bounded(&tx.transaction_id)
+        ));
+    }
+    stored.filter(|t| provider_side(*t)).map(|_| {
+        format!(
+            "the provider answered with transaction ID {}, the name of a sale this node made as a provider",
+            tx.transaction_id
+        )
+    })
+}
+
+/// True for a record the REAR gateway keeps of a sale of this node's own.
+fn provider_side<K: kube::Resource>(object: &K) -> bool {
+    object
+        .meta()
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(REAR_SIDE_LABEL))
+        .is_some_and(|v| v == "provider")
+}
+
+/// The label the REAR gateway puts on its provider-side records.
+const REAR_SIDE_LABEL: &str = "fluidos.eu/rear-side";
 
 /// At most 64 characters of peer-chosen text, for a status message.
 fn bounded(s: &str) -> String {
@@ -1301,7 +1349,7 @@ mod tests {
         };
         let mut started = st.clone();
         started.phase.start_time = Some(NOW.into());
-        let p = after_reserve(&input(&r, Some(&pc), &me), started, Err(&busy));
+        let p = after_reserve(&input(&r, Some(&pc), &me), started, Err(&busy), None);
         assert_eq!(p.status.phase.phase, Phase::Running);
         assert_eq!(p.status.reserve_phase, Some(Phase::Running));
         assert_eq!(p.requeue, Some(TRANSIENT_RESERVE_RETRY));
@@ -1314,7 +1362,12 @@ mod tests {
                 retry_after: Some(Duration::from_secs(asked)),
                 ..busy.clone()
             };
-            let q = after_reserve(&input(&r, Some(&pc), &me), started.clone(), Err(&told));
+            let q = after_reserve(
+                &input(&r, Some(&pc), &me),
+                started.clone(),
+                Err(&told),
+                None,
+            );
             assert_eq!(q.requeue, Some(Duration::from_secs(waited)), "{asked} s");
         }
         assert_eq!(
@@ -1336,15 +1389,67 @@ mod tests {
         ));
         let mut old = st.clone();
         old.phase.start_time = Some("2026-12-01T09:58:00Z".into());
-        let p = after_reserve(&input(&r, Some(&pc), &me), old.clone(), Err(&busy));
+        let p = after_reserve(&input(&r, Some(&pc), &me), old.clone(), Err(&busy), None);
         assert_eq!(
             failed_with(&p),
             "Reservation failed: error when reserving flavor: 503: the API server is busy; retry, still after asking for 60s"
         );
         assert!(releases(&p));
         old.phase.start_time = Some("garbage".into());
-        let p = after_reserve(&input(&r, Some(&pc), &me), old, Err(&busy));
+        let p = after_reserve(&input(&r, Some(&pc), &me), old, Err(&busy), None);
         assert_eq!(p.status.phase.phase, Phase::Failed, "never asks forever");
+    }
+
+    #[test]
+    fn a_provider_echoing_the_id_of_one_of_our_own_sales_writes_nothing() {
+        let me = me();
+        let pc = candidate("f1", "4", "1");
+        let r = reservation(None, "peeringcandidate-f1");
+        let st = running(Phase::Running, Phase::Idle, None);
+        // Our gateway's record of a sale of ours, named tx-1.
+        let mut ours = Transaction::new(
+            "tx-1",
+            TransactionSpec {
+                flavor_id: "mine".into(),
+                buyer: me.clone(),
+                cluster_id: String::new(),
+                configuration: None,
+                expiration_time: None,
+            },
+        );
+        ours.metadata.labels = Some([(REAR_SIDE_LABEL.to_owned(), "provider".to_owned())].into());
+        let p = after_reserve(
+            &input(&r, Some(&pc), &me),
+            st.clone(),
+            Ok(&tx()),
+            Some(&ours),
+        );
+        assert!(
+            !p.before
+                .iter()
+                .chain(&p.after)
+                .any(|e| matches!(e, Effect::ApplyTransaction(_))),
+            "{p:?}"
+        );
+        assert_eq!(p.status.phase.phase, Phase::Failed);
+        let message = p.status.phase.message.clone().unwrap_or_default();
+        assert!(
+            message.contains("a sale this node made as a provider"),
+            "{message}"
+        );
+        // A transaction ID that is no object name: refused too.
+        let mut bad = tx();
+        bad.transaction_id = "Tx_1".into();
+        let p = after_reserve(&input(&r, Some(&pc), &me), st, Ok(&bad), None);
+        assert_eq!(p.status.phase.phase, Phase::Failed);
+        // The same at PURCHASE: our own provider-side Contract of that name.
+        let mut sold = Contract::new("contract-1", contract().to_crd("fluidos").unwrap());
+        sold.metadata.labels = Some([(REAR_SIDE_LABEL.to_owned(), "provider".to_owned())].into());
+        let why = foreign_contract(&contract(), Some(&contract().transaction_id), Some(&sold));
+        assert!(
+            why.is_some_and(|w| w.contains("a sale this node made as a provider")),
+            "a provider-side Contract is never written over"
+        );
     }
 
     #[test]
@@ -1353,7 +1458,7 @@ mod tests {
         let pc = candidate("f1", "4", "1");
         let r = reservation(None, "peeringcandidate-f1");
         let st = running(Phase::Running, Phase::Idle, None);
-        let p = after_reserve(&input(&r, Some(&pc), &me), st.clone(), Ok(&tx()));
+        let p = after_reserve(&input(&r, Some(&pc), &me), st.clone(), Ok(&tx()), None);
         assert_eq!(p.status.transaction_id.as_deref(), Some("tx-1"));
         assert_eq!(p.status.reserve_phase, Some(Phase::Solved));
         assert_eq!(p.status.phase.phase, Phase::Running);
@@ -1381,7 +1486,7 @@ mod tests {
         // Reserve only: done.
         let mut r_only = r.clone();
         r_only.spec.purchase = Some(false);
-        let p = after_reserve(&input(&r_only, Some(&pc), &me), st.clone(), Ok(&tx()));
+        let p = after_reserve(&input(&r_only, Some(&pc), &me), st.clone(), Ok(&tx()), None);
         assert!(purchase_next(&input(&r_only, Some(&pc), &me), &p).is_none());
         assert_eq!(p.status.phase.phase, Phase::Solved);
         assert_eq!(
@@ -1396,7 +1501,7 @@ mod tests {
             kind: RefusalKind::Other,
             retry_after: None,
         };
-        let p = after_reserve(&input(&r, Some(&pc), &me), st.clone(), Err(&refusal));
+        let p = after_reserve(&input(&r, Some(&pc), &me), st.clone(), Err(&refusal), None);
         assert_eq!(
             failed_with(&p),
             "Reservation failed: error when reserving flavor: 400: bad configuration"
@@ -1411,7 +1516,7 @@ mod tests {
             kind: RefusalKind::Unavailable,
             retry_after: None,
         };
-        let p = after_reserve(&input(&r, Some(&pc), &me), st, Err(&refusal));
+        let p = after_reserve(&input(&r, Some(&pc), &me), st, Err(&refusal), None);
         assert_eq!(
             failed_with(&p),
             "Reservation failed: PeeringCandidate not available: 409: not enough [\"pods\"] left"
