@@ -40,6 +40,14 @@ pub fn allocation_name(flavor_id: &str) -> String {
     format!("allocation-{flavor_id}-{}", hash_prefix(flavor_id, 4))
 }
 
+/// A buyer's Allocation of Contract `contract` for flavor `flavor_id`:
+/// `allocation-<flavorID>-<hash of the Contract>`, as the Go node's form but
+/// one per Contract (two purchases of one flavor, a remainder sold under the
+/// same ID, each get their own).
+pub fn consumer_allocation_name(flavor_id: &str, contract: &str) -> String {
+    format!("allocation-{flavor_id}-{}", hash_prefix(contract, 4))
+}
+
 /// `peeringcandidate-<flavorID>`.
 pub fn peering_candidate_name(flavor_id: &str) -> String {
     format!("peeringcandidate-{flavor_id}")
@@ -73,6 +81,14 @@ pub fn transaction_id(random16: &[u8; 16], unix_nanos: u128) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_buyers_allocations_of_one_flavor_differ_by_contract() {
+        let a = consumer_allocation_name("fluidos.eu-k8slice-3f9a", "contract-a");
+        let b = consumer_allocation_name("fluidos.eu-k8slice-3f9a", "contract-b");
+        assert_ne!(a, b);
+        assert!(a.starts_with("allocation-fluidos.eu-k8slice-3f9a-") && is_object_name(&a));
+    }
 
     #[test]
     fn object_names_are_dns_subdomains() {

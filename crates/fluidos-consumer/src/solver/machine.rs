@@ -800,7 +800,9 @@ impl<'a> Machine<'a> {
     }
 
     fn new_allocation(&self, owner: &OwnerReference, contract_name: &str) -> Allocation {
-        // Upstream names the Allocation after the flavor (the candidate's suffix).
+        // Upstream names the Allocation after the flavor (the candidate's
+        // suffix) only: a second purchase of the flavor would take over the
+        // first one's Allocation. One per Contract here.
         let flavor_id = self
             .st
             .chosen_candidate
@@ -809,7 +811,7 @@ impl<'a> Machine<'a> {
             .unwrap_or_else(|| contract_name.to_owned());
         let ns = self.namespace();
         let mut a = Allocation::new(
-            &naming::allocation_name(&flavor_id),
+            &naming::consumer_allocation_name(&flavor_id, contract_name),
             AllocationSpec {
                 forwarding: Some(false),
                 contract: Some(GenericRef::named(&ns, contract_name)),
@@ -1531,7 +1533,7 @@ mod tests {
         };
         assert_eq!(
             a.metadata.name.as_deref(),
-            Some(naming::allocation_name("f1").as_str())
+            Some(naming::consumer_allocation_name("f1", "contract-1").as_str())
         );
         assert_eq!(
             a.spec.contract.as_ref().and_then(|c| c.name.as_deref()),
