@@ -116,6 +116,16 @@ pub fn providers(known: &[KnownCluster], static_peers: &[ProviderAddress]) -> Pr
 /// A recorded flavor ID is cut to this many characters (a Kubernetes
 /// object name is at most 253).
 const MAX_DROPPED_ID_CHARS: usize = 253;
+/// Most bytes of candidate copies in a Discovery's status.
+pub const MAX_STATUS_CANDIDATE_BYTES: usize = 768 * 1024;
+/// Most flavors of one provider kept in one round: each becomes a
+/// PeeringCandidate and a copy in the Discovery status.
+pub const MAX_FLAVORS_PER_PROVIDER: usize = 256;
+/// Largest flavor kept (its JSON); upstream's are a few KiB.
+pub const MAX_FLAVOR_BYTES: usize = 32 * 1024;
+/// Most bytes of flavors kept from one provider in one round, so that one
+/// provider cannot push the Discovery status past what the API server stores.
+pub const MAX_PROVIDER_FLAVOR_BYTES: usize = 256 * 1024;
 
 /// A recorded message is cut to this many characters.
 const MAX_DROPPED_MESSAGE_CHARS: usize = 256;
@@ -197,7 +207,17 @@ pub fn usable_flavors(
     own_node_id: &str,
 ) -> Usable {
     let mut out = Usable::default();
+    let mut kept_bytes = 0;
     for w in wire.iter().filter(|w| w.owner.id != own_node_id) {
+        // Its candidate could not be stored: one bad flavor costs only itself.
+        if !fluidos_api::naming::is_object_name(&fluidos_api::naming::peering_candidate_name(
+            &w.flavor_id,
+        )) {
+            out.drop_flavor(&w.flavor_id, DropReason::Malformed, || {
+                "its flavor ID cannot name a PeeringCandidate (a Kubernetes object name)".to_owned()
+            });
+            continue;
+        }
         if !same_endpoint(&w.owner.ip, asked) {
             out.drop_flavor(&w.flavor_id, DropReason::ForeignOwner, || {
                 format!(
@@ -212,7 +232,24 @@ pub fn usable_flavors(
             .and_then(|f| Ok((f, w.parse_type()?)))
         {
             Ok((f, t)) => {
-                if w.availability && selector.is_none_or(|s| s.matches(&t)) {
+                if !(w.availability && selector.is_none_or(|s| s.matches(&t))) {
+                    continue;
+                }
+                let size = serde_json::to_vec(&f).map_or(usize::MAX, |v| v.len());
+                if size > MAX_FLAVOR_BYTES {
+                    out.drop_flavor(&w.flavor_id, DropReason::Malformed, || {
+                        format!("the flavor takes {size} bytes, over the {MAX_FLAVOR_BYTES} kept")
+                    });
+                } else if out.flavors.len() >= MAX_FLAVORS_PER_PROVIDER
+                    || kept_bytes + size > MAX_PROVIDER_FLAVOR_BYTES
+                {
+                    out.drop_flavor(&w.flavor_id, DropReason::Other("OverLimit".into()), || {
+                        format!(
+                            "over what is kept of one provider ({MAX_FLAVORS_PER_PROVIDER} flavors, {MAX_PROVIDER_FLAVOR_BYTES} bytes)"
+                        )
+                    });
+                } else {
+                    kept_bytes += size;
                     out.flavors.push(f);
                 }
             }
@@ -450,6 +487,17 @@ pub fn conclude(
             &now_text,
         );
     }
+    // The copies in the status are bounded in bytes (the candidates
+    // themselves are all kept as objects, which is what the Solver picks
+    // from): a status past what the API server stores would never be saved.
+    let mut kept_bytes = 0;
+    let items: Vec<_> = items
+        .into_iter()
+        .take_while(|pc| {
+            kept_bytes += serde_json::to_vec(pc).map_or(usize::MAX / 2, |v| v.len());
+            kept_bytes <= MAX_STATUS_CANDIDATE_BYTES
+        })
+        .collect();
     status.peering_candidate_list = Some(EmbeddedPeeringCandidateList {
         items,
         ..Default::default()
@@ -744,6 +792,33 @@ mod tests {
                 "message": dropped[0].message,
             })
         );
+    }
+
+    #[test]
+    fn what_one_provider_may_put_in_a_discovery_is_bounded() {
+        // A flavor ID that cannot name a candidate costs only itself.
+        let list = vec![wire_flavor("Bad_ID", "4", "1"), wire_flavor("a", "4", "1")];
+        let u = usable_flavors(&list, OWNER, None, "fluidos", "me");
+        assert_eq!(ids(&u), ["a"]);
+        assert_eq!(u.dropped[0].reason, DropReason::Malformed);
+        // A huge flavor.
+        let mut huge = wire_flavor("huge", "4", "1");
+        huge.owner.domain = "d".repeat(MAX_FLAVOR_BYTES);
+        let u = usable_flavors(&[huge], OWNER, None, "fluidos", "me");
+        assert!(u.flavors.is_empty());
+        assert!(
+            u.dropped[0].message.contains("bytes, over"),
+            "{:?}",
+            u.dropped
+        );
+        // Too many.
+        let many: Vec<_> = (0..MAX_FLAVORS_PER_PROVIDER + 5)
+            .map(|i| wire_flavor(&format!("f{i}"), "4", "1"))
+            .collect();
+        let u = usable_flavors(&many, OWNER, None, "fluidos", "me");
+        assert_eq!(u.flavors.len(), MAX_FLAVORS_PER_PROVIDER);
+        assert_eq!(u.dropped_count, 5);
+        assert_eq!(u.dropped[0].reason, DropReason::Other("OverLimit".into()));
     }
 
     #[test]
