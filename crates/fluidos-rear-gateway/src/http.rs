@@ -308,20 +308,38 @@ fn is_length_limit(e: &axum::Error) -> bool {
     false
 }
 
+/// Most request bodies buffered at once: with `body_limit` (1 MiB by
+/// default) a bound on the memory bodies take, whatever the connections.
+pub(crate) const MAX_BODIES_READ_AT_ONCE: usize = 64;
+/// Largest body of a request that is not a POST (REAR's GETs carry none).
+const MAX_OTHER_BODY: usize = 1024;
+
 /// Reads the whole body before routing, within `body_read_timeout` and
 /// `body_limit`: a client dripping its body slowly gets 408 and loses the
-/// connection; one over the limit gets 413.
+/// connection; one over the limit gets 413. Only POSTs may carry more than
+/// [`MAX_OTHER_BODY`], and at most [`MAX_BODIES_READ_AT_ONCE`] are read at
+/// once (the others wait, within the same time limit).
 async fn read_body(AxState(st): AxState<Arc<State>>, req: Request<Body>, next: Next) -> Response {
     let (parts, body) = req.into_parts();
     let limit = st.cfg.body_read_timeout;
-    match tokio::time::timeout(limit, axum::body::to_bytes(body, st.cfg.body_limit)).await {
+    let body_limit = if parts.method == axum::http::Method::POST {
+        st.cfg.body_limit
+    } else {
+        MAX_OTHER_BODY.min(st.cfg.body_limit)
+    };
+    let read = async {
+        // Held while the body is buffered; a closed semaphore never happens.
+        let _permit = st.body_reads.acquire().await.ok();
+        axum::body::to_bytes(body, body_limit).await
+    };
+    match tokio::time::timeout(limit, read).await {
         Ok(Ok(bytes)) => {
             next.run(Request::from_parts(parts, Body::from(bytes)))
                 .await
         }
         Ok(Err(e)) if is_length_limit(&e) => ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the request body is over {} bytes", st.cfg.body_limit),
+            format!("the request body is over {body_limit} bytes"),
         )
         .into_response(),
         Ok(Err(e)) => {

@@ -317,6 +317,8 @@ pub(crate) struct State {
     limiter: Option<rate_limit::PeerLimiter>,
     /// New holds being taken right now, per buyer (for the per-buyer cap).
     reserving: reserve::InFlight,
+    /// Request bodies being buffered at once (each up to `body_limit`).
+    body_reads: tokio::sync::Semaphore,
 }
 
 /// Forwards the catalog's readiness to `ready`, the first time only after a
@@ -404,6 +406,7 @@ impl Gateway {
             ready,
             limiter: cfg.rate_limit.map(rate_limit::PeerLimiter::new),
             reserving: reserve::InFlight::default(),
+            body_reads: tokio::sync::Semaphore::new(http::MAX_BODIES_READ_AT_ONCE),
             cfg,
         });
         let sweep = tokio::spawn(sweeper::run(state.clone(), state.cfg.sweep_interval));
