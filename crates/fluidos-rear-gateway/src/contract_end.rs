@@ -50,6 +50,22 @@ pub(crate) struct PeerAccount {
     pub resource_version: String,
     /// When a revocation was marked pending, if it was.
     pub revoking_since: Option<String>,
+    /// Whom its credentials belong to (`OWNER_ANNOTATION`), if recorded.
+    pub owner: Option<String>,
+}
+
+/// A provider Transaction as the sweep weighs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TxKey {
+    /// Its name (the transaction ID).
+    pub id: String,
+    /// The buyer ID it names.
+    pub buyer: String,
+    /// Made by the owner of that buyer's account (or either has no owner
+    /// recorded): only then does it keep the account from revocation.
+    /// Anyone may reserve naming any buyer ID, and a reservation sells
+    /// nothing: another key's holds must not keep a buyer's credentials.
+    pub by_account_owner: bool,
 }
 
 /// Step 1: what existed before the listings.
@@ -125,13 +141,17 @@ pub(crate) struct ContractKey {
 pub(crate) fn decide(
     sold: &SoldEntries,
     peers: &BTreeSet<String>,
-    transactions: &[(String, String)],
+    transactions: &[TxKey],
     contracts: &[ContractKey],
 ) -> Endings {
     let mut out = Endings::default();
-    let tx_ids: BTreeSet<&str> = transactions.iter().map(|(id, _)| id.as_str()).collect();
+    let tx_ids: BTreeSet<&str> = transactions.iter().map(|t| t.id.as_str()).collect();
     let mut live_contracts = BTreeSet::new();
-    let mut busy_buyers: BTreeSet<&str> = transactions.iter().map(|(_, b)| b.as_str()).collect();
+    let mut busy_buyers: BTreeSet<&str> = transactions
+        .iter()
+        .filter(|t| t.by_account_owner)
+        .map(|t| t.buyer.as_str())
+        .collect();
     for c in contracts {
         // A Transaction left means the sale may still be finishing.
         if c.expired && !tx_ids.contains(c.transaction.as_str()) {
@@ -185,7 +205,7 @@ impl State {
         let peers: BTreeSet<String> = accounts.keys().cloned().collect();
         let noted_sold = &sold;
         // 2. Transactions (listed by the caller after `note_sales`), then Contracts.
-        let transactions: Vec<(String, String)> = transactions.iter().map(tx_key).collect();
+        let transactions: Vec<TxKey> = transactions.iter().map(|t| tx_key(t, &accounts)).collect();
         // Expiry is checked on every `EXPIRY_EVERY`th sweep only: contracts
         // last days, and a whole listing costs the API server far more.
         let round = self.sweeps.fetch_add(1, Ordering::Relaxed);
@@ -314,6 +334,10 @@ impl State {
                         uid: sa.uid()?,
                         resource_version: sa.resource_version()?,
                         revoking_since: sa.annotations().get(REVOKING_ANNOTATION).cloned(),
+                        owner: sa
+                            .annotations()
+                            .get(crate::credentials::OWNER_ANNOTATION)
+                            .cloned(),
                     },
                 ))
             })
@@ -474,8 +498,23 @@ impl State {
     }
 }
 
-fn tx_key(t: &Transaction) -> (String, String) {
-    (t.name_any(), t.spec.buyer.node_id.clone())
+fn tx_key(t: &Transaction, accounts: &BTreeMap<String, PeerAccount>) -> TxKey {
+    let buyer = t.spec.buyer.node_id.clone();
+    let made_by = crate::buyer::SaleOwner::recorded(t.annotations())
+        .map(crate::buyer::SaleOwner::credentials_owner);
+    let by_account_owner = match (accounts.get(&buyer).and_then(|a| a.owner.as_ref()), made_by) {
+        (Some(owner), Some(made_by)) => *owner == made_by,
+        // An account of an earlier version (no owner recorded), or no
+        // account: as before.
+        (None, _) => true,
+        // An annotation that is no fingerprint: nobody's.
+        (Some(_), None) => false,
+    };
+    TxKey {
+        id: t.name_any(),
+        buyer,
+        by_account_owner,
+    }
 }
 
 fn contract_key(c: &Contract) -> ContractKey {
@@ -520,7 +559,11 @@ mod tests {
         let peers = BTreeSet::from([s("b1"), s("b2"), s("b3")]);
         // t1: contract live. t2: contract deleted. t3: contract not created
         // yet, its Transaction still there (a purchase in flight).
-        let txs = [(s("t3"), s("b3"))];
+        let txs = [TxKey {
+            id: s("t3"),
+            buyer: s("b3"),
+            by_account_owner: true,
+        }];
         let contracts = [contract("c1", "t1", "b1", false)];
         let e = decide(&sold, &peers, &txs, &contracts);
         assert!(e.expired.is_empty());
@@ -561,7 +604,7 @@ mod tests {
     #[test]
     fn an_expired_contract_whose_sale_is_still_finishing_is_left_alone() {
         let sold = sold(&[("f", "t1", "c1")]);
-        let txs = [(s("t1"), s("b1"))];
+        let txs = [tx("t1", "b1", true)];
         let contracts = [contract("c1", "t1", "b1", true)];
         let e = decide(&sold, &BTreeSet::from([s("b1")]), &txs, &contracts);
         assert_eq!(e, Endings::default());
@@ -572,6 +615,15 @@ mod tests {
             uid: s("u"),
             resource_version: s("7"),
             revoking_since: since.map(s),
+            owner: None,
+        }
+    }
+
+    fn tx(id: &str, buyer: &str, by_account_owner: bool) -> TxKey {
+        TxKey {
+            id: s(id),
+            buyer: s(buyer),
+            by_account_owner,
         }
     }
 
@@ -599,7 +651,48 @@ mod tests {
     #[test]
     fn a_buyer_mid_reservation_keeps_its_credentials() {
         let peers = BTreeSet::from([s("b1")]);
-        let e = decide(&SoldEntries::new(), &peers, &[(s("t9"), s("b1"))], &[]);
+        let e = decide(&SoldEntries::new(), &peers, &[tx("t9", "b1", true)], &[]);
         assert_eq!(e, Endings::default());
+    }
+
+    #[test]
+    fn another_keys_reservation_keeps_no_buyers_credentials() {
+        let peers = BTreeSet::from([s("b1")]);
+        let e = decide(&SoldEntries::new(), &peers, &[tx("t9", "b1", false)], &[]);
+        assert_eq!(e.unused, BTreeSet::from([s("b1")]));
+        // Which Transactions count: those of the account's owner.
+        let mut t: Transaction = serde_json::from_value(serde_json::json!({
+            "apiVersion": "reservation.fluidos.eu/v1alpha1", "kind": "Transaction",
+            "metadata": {"name": "t9", "annotations": {crate::labels::BUYER_KEY: format!("sha256:{}", "a".repeat(64))}},
+            "spec": {"flavorID": "f", "buyer": {"nodeID": "b1", "ip": "", "domain": ""}, "clusterID": "c"}
+        }))
+        .unwrap();
+        let owned_by = |owner: Option<String>| {
+            BTreeMap::from([(
+                s("b1"),
+                PeerAccount {
+                    owner,
+                    ..account(None)
+                },
+            )])
+        };
+        let mine = owned_by(Some(format!("sha256:{}", "a".repeat(64))));
+        assert!(tx_key(&t, &mine).by_account_owner);
+        let theirs = owned_by(Some(format!("sha256:{}", "b".repeat(64))));
+        assert!(!tx_key(&t, &theirs).by_account_owner);
+        assert!(
+            tx_key(&t, &owned_by(None)).by_account_owner,
+            "an older account: as before"
+        );
+        // A plain-HTTP reservation against a key's account: not the owner.
+        t.metadata.annotations = None;
+        assert!(!tx_key(&t, &theirs).by_account_owner);
+        assert!(
+            tx_key(
+                &t,
+                &owned_by(Some(crate::credentials::PLAIN_HTTP_OWNER.into()))
+            )
+            .by_account_owner
+        );
     }
 }
