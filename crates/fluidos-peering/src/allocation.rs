@@ -434,7 +434,14 @@ async fn consumer(
     }
     let ns = objects::tenant_namespace(&provider);
     let c = &ctx.client;
-    let mut view = observe_local(c, &ns, &provider, &slice_name).await?;
+    let (mut view, namespace) = observe_local(c, &ns, &provider, &slice_name).await?;
+    if let Some(why) = namespace
+        .as_ref()
+        .and_then(|n| objects::foreign_tenant_namespace(n, contract, &provider))
+    {
+        write(allocations, a, &plan_error(&why), None).await?;
+        return Ok(Action::requeue(LOCAL_RECHECK));
+    }
     if ctx.cfg.networking.is_some() {
         view.network = Some(networking::observe_local(c, &provider).await?);
     }
@@ -445,21 +452,10 @@ async fn consumer(
     } else if view.needs_remote() {
         let kubeconfig = match ctx.kubeconfig(contract).await? {
             Ok(kubeconfig) => kubeconfig,
-            Err(message) => {
-                // Not an Error, which is final: the Secret is not watched,
-                // so it is looked for again now and then, in case it is
-                // put back, and the peering then goes on.
-                let missing = Plan {
-                    effects: Vec::new(),
-                    status: Some(machine::Status {
-                        state: fluidos_api::allocation::AllocationState::Peering,
-                        message: format!("{}: {message}", machine::MSG_PEERING),
-                    }),
-                    wait: Wait::Nothing,
-                };
-                write(allocations, a, &missing, None).await?;
-                return Ok(Action::requeue(LOCAL_RECHECK));
-            }
+            // Not an Error, which is final: the Secret is not watched, so it
+            // is looked for again now and then, in case it is put back, and
+            // the peering then goes on.
+            Err(message) => return still_peering(allocations, a, &message).await,
         };
         let client = match ctx.remote_client(&kubeconfig).await {
             Ok(client) => client,
@@ -539,6 +535,25 @@ async fn make_all(
         made?;
     }
     Ok(None)
+}
+
+/// Keeps `a` in `Peering`, saying `why` it does not go on, and looks again
+/// in [`LOCAL_RECHECK`] (what it waits for is not watched).
+async fn still_peering(
+    allocations: &Api<Allocation>,
+    a: &Allocation,
+    why: &str,
+) -> Result<Action, Error> {
+    let waiting = Plan {
+        effects: Vec::new(),
+        status: Some(machine::Status {
+            state: fluidos_api::allocation::AllocationState::Peering,
+            message: format!("{}: {why}", machine::MSG_PEERING),
+        }),
+        wait: Wait::Nothing,
+    };
+    write(allocations, a, &waiting, None).await?;
+    Ok(Action::requeue(LOCAL_RECHECK))
 }
 
 /// Puts the teardown finalizer on `a`, with the provider it peers with.
@@ -764,7 +779,7 @@ async fn observe_local(
     ns: &str,
     provider: &str,
     slice_name: &str,
-) -> Result<ConsumerView, Error> {
+) -> Result<(ConsumerView, Option<Namespace>), Error> {
     let namespace = Api::<Namespace>::all(c.clone())
         .get_opt(ns)
         .await
@@ -785,7 +800,7 @@ async fn observe_local(
         .get_opt(slice_name)
         .await
         .map_err(local("get_virtual_node"))?;
-    Ok(ConsumerView {
+    let view = ConsumerView {
         tenant_namespace: namespace.is_some(),
         identity: identity.map(|i| {
             i.status
@@ -808,7 +823,8 @@ async fn observe_local(
         node_ready: node.is_some_and(|n| node_is_ready(&n)),
         stored_status: None,
         tenant_restarts: 0,
-    })
+    };
+    Ok((view, namespace))
 }
 
 fn node_is_ready(node: &Node) -> bool {

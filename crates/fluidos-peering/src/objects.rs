@@ -103,6 +103,53 @@ pub enum BuildError {
     KeyRefusedByLiqo,
 }
 
+/// The REAR gateway's label value on what it makes (a buyer's tenant
+/// namespace among them; `fluidos-rear-gateway`'s `MANAGED_LABEL`).
+const GATEWAY_MANAGER: &str = "fluidos-rear-gateway";
+/// The gateway's annotations on a buyer's tenant namespace: the buyer's
+/// node ID and whom its credentials belong to (`fluidos-rear-gateway`'s
+/// `BUYER_ANNOTATION`, `OWNER_ANNOTATION`).
+const GATEWAY_BUYER: &str = "fluidos.eu/buyer-id";
+const GATEWAY_OWNER: &str = "fluidos.eu/buyer-owner";
+
+/// Why this node must not peer with `provider` in the tenant namespace `ns`,
+/// if it must not (pure). Liqo keeps one tenant namespace per remote
+/// cluster for both directions: one this node's REAR gateway made for a
+/// buyer that stated `provider`'s cluster ID is fine only if that buyer is
+/// `provider` (its key is the one this node bought with); any other buyer
+/// bound there could read the credentials this node's peering keeps in it.
+pub fn foreign_tenant_namespace(
+    ns: &Namespace,
+    contract: &fluidos_api::Contract,
+    provider: &str,
+) -> Option<String> {
+    use kube::ResourceExt as _;
+    let made_by_gateway = ns
+        .labels()
+        .get(MANAGED_BY.0)
+        .is_some_and(|m| m == GATEWAY_MANAGER);
+    if !made_by_gateway {
+        return None;
+    }
+    let owner = ns.annotations().get(GATEWAY_OWNER);
+    let seller = contract
+        .annotations()
+        .get(fluidos_api::PROVIDER_FINGERPRINT_ANNOTATION);
+    if owner.is_some() && owner == seller {
+        return None;
+    }
+    let buyer = ns
+        .annotations()
+        .get(GATEWAY_BUYER)
+        .map_or("?", String::as_str);
+    Some(format!(
+        "Error when peering with cluster {provider}: namespace {} was made by this node's REAR gateway for buyer {buyer} ({}), which is not {provider} as this node bought from it ({}); peering there would let that buyer read this node's credentials for {provider}. End that buyer's Contracts and delete the namespace, or buy from {provider} over TLS with its key",
+        ns.name_any(),
+        owner.map_or("no key recorded", String::as_str),
+        seller.map_or("no key pinned", String::as_str),
+    ))
+}
+
 /// `liqo-tenant-<peer>`, the tenant namespace each side keeps for the other.
 pub fn tenant_namespace(peer: &str) -> String {
     format!("liqo-tenant-{peer}")
@@ -478,6 +525,51 @@ pub(crate) mod tests {
         );
         // No authz policy and no tenant condition: Liqo's defaults apply.
         assert!(t.spec.authz_policy.is_none() && t.spec.tenant_condition.is_none());
+    }
+
+    #[test]
+    fn a_tenant_namespace_made_for_another_buyer_is_refused() {
+        let fp = format!("sha256:{}", "a".repeat(64));
+        let ns = |managed: Option<&str>, owner: Option<&str>| -> Namespace {
+            let mut n = tenant_namespace_object("prov");
+            if let Some(m) = managed {
+                n.metadata
+                    .labels
+                    .get_or_insert_default()
+                    .insert(MANAGED_BY.0.into(), m.into());
+            }
+            let mut annotations = BTreeMap::from([(GATEWAY_BUYER.to_owned(), "b".to_owned())]);
+            if let Some(o) = owner {
+                annotations.insert(GATEWAY_OWNER.into(), o.into());
+            }
+            n.metadata.annotations = Some(annotations);
+            n
+        };
+        let mut c = fluidos_api::Contract::new("contract-x", contract(None));
+        c.metadata.annotations = Some(BTreeMap::from([(
+            fluidos_api::PROVIDER_FINGERPRINT_ANNOTATION.to_owned(),
+            fp.clone(),
+        )]));
+        // Our own (fluidos-peering's) or Liqo's: fine.
+        assert!(foreign_tenant_namespace(&ns(None, None), &c, "prov").is_none());
+        assert!(foreign_tenant_namespace(&ns(Some("fluidos-peering"), None), &c, "prov").is_none());
+        // The gateway's, for the provider's own key (two-way peering): fine.
+        assert!(
+            foreign_tenant_namespace(&ns(Some(GATEWAY_MANAGER), Some(&fp)), &c, "prov").is_none()
+        );
+        // For another key, none recorded, or nothing pinned: refused.
+        let other = format!("sha256:{}", "b".repeat(64));
+        let why =
+            foreign_tenant_namespace(&ns(Some(GATEWAY_MANAGER), Some(&other)), &c, "prov").unwrap();
+        assert!(
+            why.contains("for buyer b") && why.contains("read this node's credentials"),
+            "{why}"
+        );
+        assert!(foreign_tenant_namespace(&ns(Some(GATEWAY_MANAGER), None), &c, "prov").is_some());
+        c.metadata.annotations = None;
+        assert!(
+            foreign_tenant_namespace(&ns(Some(GATEWAY_MANAGER), Some(&fp)), &c, "prov").is_some()
+        );
     }
 
     #[test]

@@ -657,6 +657,14 @@ impl Credentials {
             Some(PeeringGrant::GoConsumer(cluster)) => Some(cluster),
             _ => None,
         };
+        if let Some(PeeringGrant::TenantNamespace(cluster)) = grant
+            && cluster == provider_liqo_id
+        {
+            // This cluster's own ID names no tenant of it.
+            return Err(CredentialsError::TenantTaken {
+                namespace: format!("liqo-tenant-{cluster}"),
+            });
+        }
         if let Some(cluster) = go_cluster {
             if cluster == provider_liqo_id {
                 // This cluster's own ID names no tenant of it.
@@ -671,7 +679,7 @@ impl Credentials {
         let apply_grant = |sa_uid: String| async move {
             match grant {
                 Some(PeeringGrant::TenantNamespace(cluster)) => {
-                    self.grant_tenant_namespace(buyer_id, &sa_uid, cluster)
+                    self.grant_tenant_namespace(buyer_id, owner, &sa_uid, cluster)
                         .await
                 }
                 Some(PeeringGrant::GoConsumer(cluster)) => {
@@ -922,6 +930,7 @@ impl Credentials {
         &self,
         ns: &str,
         buyer_id: &str,
+        owner: &str,
         buyer_cluster_id: &str,
     ) -> Result<(), CredentialsError> {
         let api = Api::<Namespace>::all(self.client.clone());
@@ -940,11 +949,26 @@ impl Credentials {
         }
         let existing = self.read_tenant_namespace(ns).await?;
         if let Some(existing) = existing {
-            return if ours(&existing) {
-                Ok(())
-            } else {
-                Err(taken())
-            };
+            if !ours(&existing) {
+                return Err(taken());
+            }
+            // Made by an earlier version: the owner recorded now (this
+            // node's own peering checks it before using the namespace).
+            if !existing.annotations().contains_key(OWNER_ANNOTATION) {
+                api.patch(
+                    ns,
+                    &PatchParams::default(),
+                    &Patch::Merge(
+                        serde_json::json!({"metadata": {"annotations": {OWNER_ANNOTATION: owner}}}),
+                    ),
+                )
+                .await
+                .map_err(|source| CredentialsError::Kube {
+                    step: "recording the owner of the buyer's Liqo tenant namespace",
+                    source,
+                })?;
+            }
+            return Ok(());
         }
         let namespace = Namespace {
             metadata: ObjectMeta {
@@ -960,7 +984,16 @@ impl Credentials {
                     ]
                     .into(),
                 ),
-                annotations: Some([(BUYER_ANNOTATION.to_owned(), buyer_id.to_owned())].into()),
+                // The owner too: this node, buying from the cluster of that
+                // ID itself, peers in this namespace only if its seller is
+                // that owner (fluidos-peering checks it).
+                annotations: Some(
+                    [
+                        (BUYER_ANNOTATION.to_owned(), buyer_id.to_owned()),
+                        (OWNER_ANNOTATION.to_owned(), owner.to_owned()),
+                    ]
+                    .into(),
+                ),
                 ..Default::default()
             },
             ..Default::default()
@@ -995,6 +1028,7 @@ impl Credentials {
     pub async fn grant_tenant_namespace(
         &self,
         buyer_id: &str,
+        owner: &str,
         sa_uid: &str,
         buyer_cluster_id: &str,
     ) -> Result<(), CredentialsError> {
@@ -1026,7 +1060,7 @@ impl Credentials {
         }
         // The claim first: a buyer stating another peer's cluster ID gets
         // nothing at all. Then both grants at once (independent objects).
-        self.claim_tenant_namespace(&ns, buyer_id, buyer_cluster_id)
+        self.claim_tenant_namespace(&ns, buyer_id, owner, buyer_cluster_id)
             .await?;
         tokio::try_join!(
             self.bind_peer_rules(&ns, &sa, sa_uid, buyer_id),

@@ -31,7 +31,7 @@ async fn a_buyer_cannot_claim_another_peers_tenant_namespace() {
     // Liqo's namespace (no Liqo CRDs needed: the RBAC authorizer answers
     // for any resource name).
     namespace(&client, "liqo").await;
-    for name in ["f1", "f2"] {
+    for name in ["f1", "f2", "f3"] {
         let p = partition(("1", "1"), ("0", "0"), ("0", "0"));
         let k = k8slice("amd64", "2", "4Gi", "20", None, None, p);
         create_flavor(&client, ns, name, spec(FlavorType::k8slice(&k), true)).await;
@@ -58,6 +58,12 @@ async fn a_buyer_cannot_claim_another_peers_tenant_namespace() {
     assert_eq!(
         tenant.metadata.labels.unwrap()["liqo.io/remote-cluster-id"],
         "liqo-a"
+    );
+    // It records whom the credentials bound there belong to: this node's
+    // own peering uses the namespace only with that peer (fluidos-peering).
+    assert_eq!(
+        tenant.metadata.annotations.unwrap()["fluidos.eu/buyer-owner"],
+        "plain-http"
     );
     let bindings = Api::<RoleBinding>::namespaced(client.clone(), "liqo-tenant-liqo-a")
         .list(&Default::default())
@@ -130,6 +136,20 @@ async fn a_buyer_cannot_claim_another_peers_tenant_namespace() {
             "{verb} {group}/{resource} in {namespace:?} must be refused"
         );
     }
+
+    // A buyer stating this provider's own cluster ID: refused, nothing made.
+    let (s, body) = post(&c, &reserve, &buy("f3", "c", PROVIDER_LIQO)).await;
+    assert_eq!(s, 200, "{body}");
+    let tx = json(&body)["transactionID"].as_str().unwrap().to_owned();
+    let (s, body) = post(&c, &purchase(&tx), &serde_json::json!({})).await;
+    assert_eq!(s, 409, "{body}");
+    assert!(
+        Api::<Namespace>::all(client.clone())
+            .get_opt(&format!("liqo-tenant-{PROVIDER_LIQO}"))
+            .await
+            .unwrap()
+            .is_none()
+    );
 
     // Buyer b states a's cluster ID: refused with 409, nothing bound for b.
     let (s, body) = post(&c, &reserve, &buy("f2", "b", "liqo-a")).await;
