@@ -934,7 +934,16 @@ impl Credentials {
         buyer_cluster_id: &str,
     ) -> Result<(), CredentialsError> {
         let api = Api::<Namespace>::all(self.client.clone());
-        let ours = |n: &Namespace| namespace_buyer(n) == Some(buyer_id);
+        // The buyer ID and, once recorded, the key: after a revocation
+        // another key buying with that buyer ID is not bound into the
+        // namespace its first owner's Liqo objects may still be in.
+        let ours = |n: &Namespace| {
+            namespace_buyer(n) == Some(buyer_id)
+                && n
+                    .annotations()
+                    .get(OWNER_ANNOTATION)
+                    .is_none_or(|o| o == owner)
+        };
         let taken = || CredentialsError::TenantTaken {
             namespace: ns.to_owned(),
         };
