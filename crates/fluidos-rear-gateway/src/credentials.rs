@@ -939,8 +939,7 @@ impl Credentials {
         // namespace its first owner's Liqo objects may still be in.
         let ours = |n: &Namespace| {
             namespace_buyer(n) == Some(buyer_id)
-                && n
-                    .annotations()
+                && n.annotations()
                     .get(OWNER_ANNOTATION)
                     .is_none_or(|o| o == owner)
         };

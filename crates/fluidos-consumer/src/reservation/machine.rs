@@ -302,7 +302,17 @@ pub fn decide(input: &Input<'_>) -> Decision {
         Phase::Failed | Phase::TimedOut => return Decision::Settle(Plan::settle(st)),
         // Solved stays open to a later `purchase: true`, within the transaction's life.
         Phase::Solved if !(purchase && st.purchase_phase != Some(Phase::Solved)) => {
-            return Decision::Settle(Plan::settle(st));
+            let mut plan = Plan::settle(st);
+            // Bought, and the candidate still held by it: the writes that
+            // follow the sale's status did not all happen (a crash, a failed
+            // write). Made again: both are idempotent.
+            let held_by_us = input
+                .candidate
+                .is_some_and(|pc| pc.annotations().get(HELD_BY) == Some(&holder(r)));
+            if plan.status.purchase_phase == Some(Phase::Solved) && held_by_us {
+                plan.after = after_sale(r, input.candidate, plan.status.transaction_id.as_deref());
+            }
+            return Decision::Settle(plan);
         }
         Phase::Running | Phase::Solved => {}
         _ => {
@@ -420,6 +430,40 @@ fn abandon(
             now,
         ),
     }
+}
+
+/// The writes that follow a sale's status: the candidate freed (showing the
+/// remainder) and the spent Transaction's record deleted.
+fn after_sale(
+    r: &Reservation,
+    candidate: Option<&PeeringCandidate>,
+    tx: Option<&str>,
+) -> Vec<Effect> {
+    let mut after = Vec::new();
+    if let Some(pc) = candidate {
+        // A Rust provider keeps selling the remainder under the same flavor
+        // ID: the candidate shows it at once. A whole flavor bought, or one
+        // whose remainder cannot be worked out here, waits for the next
+        // Discovery instead, which frees it with fresh amounts if the
+        // provider still lists it (a Go provider lists the remainder under
+        // a new ID; the old one is refused and the Solver moves on).
+        after.push(match remainder(pc, r.spec.configuration.as_ref()) {
+            Some(flavor_type) => Effect::ShowRemainder {
+                name: pc.name_any(),
+                flavor_type: Box::new(flavor_type),
+            },
+            None => Effect::UpdateCandidate {
+                name: pc.name_any(),
+                available: false,
+                holder: None,
+            },
+        });
+    }
+    if let Some(tx) = tx {
+        // The transaction is spent; the Contract is the record now.
+        after.push(Effect::DeleteTransaction(tx.to_owned()));
+    }
+    after
 }
 
 /// RESERVE, or why not: the candidate must be free or already held by this
@@ -691,30 +735,7 @@ pub fn after_purchase(
     st.contract = Some(GenericRef::named(&ns, &wire.contract_id));
     st.purchase_phase = Some(Phase::Solved);
     set_phase_at(&mut st.phase, Phase::Solved, "Reservation solved", now);
-    let mut after = Vec::new();
-    if let Some(pc) = input.candidate {
-        // A Rust provider keeps selling the remainder under the same flavor
-        // ID: the candidate shows it at once. A whole flavor bought, or one
-        // whose remainder cannot be worked out here, waits for the next
-        // Discovery instead, which frees it with fresh amounts if the
-        // provider still lists it (a Go provider lists the remainder under
-        // a new ID; the old one is refused and the Solver moves on).
-        after.push(match remainder(pc, r.spec.configuration.as_ref()) {
-            Some(flavor_type) => Effect::ShowRemainder {
-                name: pc.name_any(),
-                flavor_type: Box::new(flavor_type),
-            },
-            None => Effect::UpdateCandidate {
-                name: pc.name_any(),
-                available: false,
-                holder: None,
-            },
-        });
-    }
-    if let Some(tx) = &st.transaction_id {
-        // The transaction is spent; the Contract is the record now.
-        after.push(Effect::DeleteTransaction(tx.clone()));
-    }
+    let after = after_sale(r, input.candidate, st.transaction_id.as_deref());
     // All before the status: a crash anywhere here repeats the purchase,
     // which the provider answers with the same Contract and credentials.
     let before = match credentials {
@@ -1306,6 +1327,34 @@ mod tests {
             failed_with(&p).starts_with("Reservation failed: error when parsing Flavor type: "),
             "{:?}",
             p.status
+        );
+    }
+
+    #[test]
+    fn a_sale_whose_following_writes_were_lost_makes_them_again() {
+        let me = me();
+        let mut r = reservation(None, "peeringcandidate-f1");
+        let mut st = running(Phase::Solved, Phase::Solved, Some("tx-1"));
+        st.phase.phase = Phase::Solved;
+        r.status = Some(st);
+        let mut pc = candidate("f1", "4", "1");
+        // Freed already: nothing to do.
+        let p = settled(decide(&input(&r, Some(&pc), &me)));
+        assert!(p.before.is_empty() && p.after.is_empty(), "{p:?}");
+        // Still held by it (a crash after the status write): freed, and the
+        // spent Transaction's record deleted.
+        pc.metadata.annotations = Some([(HELD_BY.to_owned(), holder(&r))].into());
+        let p = settled(decide(&input(&r, Some(&pc), &me)));
+        assert!(
+            matches!(
+                &p.after[..],
+                [
+                    Effect::UpdateCandidate { holder: None, .. } | Effect::ShowRemainder { .. },
+                    Effect::DeleteTransaction(t)
+                ] if t == "tx-1"
+            ),
+            "{:?}",
+            p.after
         );
     }
 
