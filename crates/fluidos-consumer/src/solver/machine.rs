@@ -624,7 +624,18 @@ impl<'a> Machine<'a> {
     }
 
     fn follow_reservation(&mut self, owner: &OwnerReference) -> Result<Next, Fail> {
-        if self.expired(self.input.timeouts.phase) {
+        // A purchase sent and not answered may have sold: the Reservation
+        // keeps asking (up to `UNANSWERED_PURCHASE_LIMIT`, 10 min) and ends
+        // either way; the Solver waits for that rather than abandon a sale.
+        let purchase_in_flight = self
+            .reservation()
+            .and_then(|r| r.status.as_ref())
+            .is_some_and(|s| {
+                s.phase.phase == Phase::Running
+                    && s.purchase_phase == Some(Phase::Running)
+                    && s.purchase_attempted_at.is_some()
+            });
+        if self.expired(self.input.timeouts.phase) && !purchase_in_flight {
             self.set(
                 Phase::TimedOut,
                 "Solver has expired before reserving the resources",
@@ -1260,6 +1271,40 @@ mod tests {
         let st = status(Some(Phase::Running), None, None, NOW);
         let p = run(&solver(true, true, true, Some(st)), &Observed::default());
         assert_eq!(p.status.solver_phase.unwrap().phase, Phase::Running);
+    }
+
+    #[test]
+    fn an_unanswered_purchase_outlives_the_reservation_timeout() {
+        let st = status(Some(Phase::Solved), Some(Phase::Running), None, LONG_AGO);
+        let in_flight = ReservationStatus {
+            phase: phase(Phase::Running, "Reservation started", NOW),
+            reserve_phase: Some(Phase::Solved),
+            purchase_phase: Some(Phase::Running),
+            transaction_id: Some("tx-1".into()),
+            purchase_attempted_at: Some(NOW.into()),
+            ..Default::default()
+        };
+        let observed = Observed {
+            reservation: Some(reservation(Some(in_flight.clone()), "peeringcandidate-f1")),
+            ..Default::default()
+        };
+        let p = run(&solver(true, true, true, Some(st.clone())), &observed);
+        assert_ne!(
+            p.status.solver_phase.unwrap().phase,
+            Phase::TimedOut,
+            "a purchase that may have sold is waited for"
+        );
+        // Not sent yet: the timeout fires as before.
+        let not_sent = ReservationStatus {
+            purchase_attempted_at: None,
+            ..in_flight
+        };
+        let observed = Observed {
+            reservation: Some(reservation(Some(not_sent), "peeringcandidate-f1")),
+            ..Default::default()
+        };
+        let p = run(&solver(true, true, true, Some(st)), &observed);
+        assert_eq!(p.status.solver_phase.unwrap().phase, Phase::TimedOut);
     }
 
     #[test]
