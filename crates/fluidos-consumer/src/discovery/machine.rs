@@ -353,8 +353,9 @@ pub fn new_candidate(
 /// key, or plain HTTP, which anyone on the LAN can stand up under a
 /// KnownCluster) only adds the solver's interest, and changes neither the
 /// flavor nor the pin, so the sale still goes to the key it was found with.
-/// An unpinned candidate adopts the first key that lists it (pinning only
-/// narrows whom the sale can go to).
+/// An unpinned candidate adopts the first key that lists it at its own
+/// address (pinning only narrows whom the sale can go to); a listing from
+/// another address changes nothing but the interest.
 pub fn refreshed_candidate(
     existing: &PeeringCandidate,
     flavor: &EmbeddedFlavor,
@@ -368,11 +369,18 @@ pub fn refreshed_candidate(
         .annotations()
         .get(PROVIDER_FINGERPRINT_ANNOTATION)
         .cloned();
+    // Candidates are named after the flavor ID, which any provider may
+    // list: only the provider that first listed it (its key once known,
+    // else its address) updates it, so another cannot take it over, and
+    // with it a purchase in flight (the Reservation buys at the
+    // candidate's owner).
+    let same_address = same_endpoint(&flavor.spec.owner.ip, &pc.spec.flavor.spec.owner.ip);
     let from_its_provider = match (&pinned, &listed_by) {
         (Some(pin), by) => by.as_ref() == Some(pin),
-        (None, _) => true,
+        (None, _) => same_address,
     };
     if pinned.is_none()
+        && same_address
         && let Some(fp) = listed_by
     {
         pc.annotations_mut()
@@ -640,6 +648,18 @@ mod tests {
         );
         let plain_new = new_candidate("pc", "fluidos", flavor, "solver-a", None);
         assert!(plain_new.metadata.annotations.is_none());
+        // Another address listing the same flavor ID takes over nothing of
+        // an unpinned candidate: neither its flavor (its owner, where the
+        // purchase goes) nor a pin for its own key.
+        let taken = refreshed_candidate(&unpinned, &other, "solver-a", Some(mallory));
+        assert!(taken.is_none(), "{taken:?}");
+        let b = refreshed_candidate(&unpinned, &other, "solver-b", Some(mallory)).unwrap();
+        assert_eq!(b.spec.flavor.spec, flavor.spec);
+        assert!(
+            b.metadata
+                .annotations
+                .is_none_or(|a| !a.contains_key(PROVIDER_FINGERPRINT_ANNOTATION))
+        );
     }
 
     fn answer(address: &str, a: Answer) -> ProviderAnswer {
