@@ -435,12 +435,16 @@ async fn consumer(
     let ns = objects::tenant_namespace(&provider);
     let c = &ctx.client;
     let (mut view, namespace) = observe_local(c, &ns, &provider, &slice_name).await?;
-    if let Some(why) = namespace
-        .as_ref()
-        .and_then(|n| objects::foreign_tenant_namespace(n, contract, &provider))
+    // Before this node writes its authentication there (an Identity made
+    // already is left alone: an existing peering is not broken). Not an
+    // Error, which is final: the namespace may be mended, or its owner
+    // recorded by the gateway's next sale to that buyer.
+    if view.identity.is_none()
+        && let Some(why) = namespace
+            .as_ref()
+            .and_then(|n| objects::foreign_tenant_namespace(n, contract, &provider))
     {
-        write(allocations, a, &plan_error(&why), None).await?;
-        return Ok(Action::requeue(LOCAL_RECHECK));
+        return still_peering(allocations, a, &why).await;
     }
     if ctx.cfg.networking.is_some() {
         view.network = Some(networking::observe_local(c, &provider).await?);

@@ -143,7 +143,7 @@ pub fn foreign_tenant_namespace(
         .get(GATEWAY_BUYER)
         .map_or("?", String::as_str);
     Some(format!(
-        "Error when peering with cluster {provider}: namespace {} was made by this node's REAR gateway for buyer {buyer} ({}), which is not {provider} as this node bought from it ({}); peering there would let that buyer read this node's credentials for {provider}. End that buyer's Contracts and delete the namespace, or buy from {provider} over TLS with its key",
+        "not peering with cluster {provider}: namespace {} was made by this node's REAR gateway for buyer {buyer} ({}), which is not {provider} as this node bought from it ({}); peering there would let that buyer read this node's credentials for {provider}. End that buyer's Contracts and delete the namespace, or buy from {provider} over TLS with its key",
         ns.name_any(),
         owner.map_or("no key recorded", String::as_str),
         seller.map_or("no key pinned", String::as_str),

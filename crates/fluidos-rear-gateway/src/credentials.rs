@@ -962,20 +962,7 @@ impl Credentials {
             }
             // Made by an earlier version: the owner recorded now (this
             // node's own peering checks it before using the namespace).
-            if !existing.annotations().contains_key(OWNER_ANNOTATION) {
-                api.patch(
-                    ns,
-                    &PatchParams::default(),
-                    &Patch::Merge(
-                        serde_json::json!({"metadata": {"annotations": {OWNER_ANNOTATION: owner}}}),
-                    ),
-                )
-                .await
-                .map_err(|source| CredentialsError::Kube {
-                    step: "recording the owner of the buyer's Liqo tenant namespace",
-                    source,
-                })?;
-            }
+            self.record_namespace_owner(ns, owner).await?;
             return Ok(());
         }
         let namespace = Namespace {
@@ -1063,7 +1050,9 @@ impl Credentials {
             &self.cfg.namespace,
         ) {
             // The tenant namespace is this buyer's (a binding of ours there
-            // exists only after the claim), so the CIDRs may be granted.
+            // exists only after the claim), so the CIDRs may be granted. A
+            // namespace made by an earlier version gets its owner recorded.
+            self.record_namespace_owner(&ns, owner).await?;
             return self.grant_liqo_networks(&sa, sa_uid, buyer_id).await;
         }
         // The claim first: a buyer stating another peer's cluster ID gets
@@ -1500,6 +1489,30 @@ impl Credentials {
     }
 
     /// The Liqo tenant namespace `ns`, if it exists.
+    /// Records `owner` on the tenant namespace `ns` if it names none.
+    async fn record_namespace_owner(&self, ns: &str, owner: &str) -> Result<(), CredentialsError> {
+        let Some(existing) = self.read_tenant_namespace(ns).await? else {
+            return Ok(());
+        };
+        if existing.annotations().contains_key(OWNER_ANNOTATION) {
+            return Ok(());
+        }
+        Api::<Namespace>::all(self.client.clone())
+            .patch(
+                ns,
+                &PatchParams::default(),
+                &Patch::Merge(
+                    serde_json::json!({"metadata": {"annotations": {OWNER_ANNOTATION: owner}}}),
+                ),
+            )
+            .await
+            .map(drop)
+            .map_err(|source| CredentialsError::Kube {
+                step: "recording the owner of the buyer's Liqo tenant namespace",
+                source,
+            })
+    }
+
     async fn read_tenant_namespace(
         &self,
         ns: &str,

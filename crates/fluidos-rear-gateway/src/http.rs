@@ -317,19 +317,26 @@ const MAX_OTHER_BODY: usize = 1024;
 /// Reads the whole body before routing, within `body_read_timeout` and
 /// `body_limit`: a client dripping its body slowly gets 408 and loses the
 /// connection; one over the limit gets 413. Only POSTs may carry more than
-/// [`MAX_OTHER_BODY`], and at most [`MAX_BODIES_READ_AT_ONCE`] are read at
-/// once (the others wait, within the same time limit).
+/// [`MAX_OTHER_BODY`], and at most [`MAX_BODIES_READ_AT_ONCE`] POST bodies
+/// are read at once (the others wait, within the same time limit).
 async fn read_body(AxState(st): AxState<Arc<State>>, req: Request<Body>, next: Next) -> Response {
     let (parts, body) = req.into_parts();
     let limit = st.cfg.body_read_timeout;
-    let body_limit = if parts.method == axum::http::Method::POST {
+    let post = parts.method == axum::http::Method::POST;
+    let body_limit = if post {
         st.cfg.body_limit
     } else {
         MAX_OTHER_BODY.min(st.cfg.body_limit)
     };
     let read = async {
-        // Held while the body is buffered; a closed semaphore never happens.
-        let _permit = st.body_reads.acquire().await.ok();
+        // Only a POST's body (up to `body_limit`) waits for a permit; the
+        // 1 KiB of another request never does, so slow POST bodies cannot
+        // hold up listings. A closed semaphore never happens.
+        let _permit = if post {
+            st.body_reads.acquire().await.ok()
+        } else {
+            None
+        };
         axum::body::to_bytes(body, body_limit).await
     };
     match tokio::time::timeout(limit, read).await {

@@ -572,10 +572,11 @@ async fn apply_all(client: &kube::Client, objects: &[Value]) -> Result<Option<St
 }
 
 /// An apply the API server will refuse again however often it is retried:
-/// invalid (400, 422), or of a kind or version it does not serve (404).
-/// Conflicts, throttling and server errors are retried.
+/// invalid (400, 422). A 404 is not counted: besides a kind it does not
+/// serve it is also a namespace finishing its deletion, which a retry
+/// gets past. Conflicts, throttling and server errors are retried.
 fn refused_for_good(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if matches!(s.code, 400 | 404 | 422))
+    matches!(e, kube::Error::Api(s) if matches!(s.code, 400 | 422))
 }
 
 #[cfg(test)]

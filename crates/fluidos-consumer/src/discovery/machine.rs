@@ -353,9 +353,9 @@ pub fn new_candidate(
 /// key, or plain HTTP, which anyone on the LAN can stand up under a
 /// KnownCluster) only adds the solver's interest, and changes neither the
 /// flavor nor the pin, so the sale still goes to the key it was found with.
-/// An unpinned candidate adopts the first key that lists it at its own
-/// address (pinning only narrows whom the sale can go to); a listing from
-/// another address changes nothing but the interest.
+/// An unpinned candidate adopts the first key that lists it (pinning only
+/// narrows whom the sale can go to); while a Reservation holds it, a
+/// listing from another address changes nothing but the interest.
 pub fn refreshed_candidate(
     existing: &PeeringCandidate,
     flavor: &EmbeddedFlavor,
@@ -374,7 +374,11 @@ pub fn refreshed_candidate(
     // else its address) updates it, so another cannot take it over, and
     // with it a purchase in flight (the Reservation buys at the
     // candidate's owner).
-    let same_address = same_endpoint(&flavor.spec.owner.ip, &pc.spec.flavor.spec.owner.ip);
+    // While a Reservation holds it (a purchase may be in flight there), an
+    // unpinned candidate follows only its own address; free, it follows a
+    // provider that moved (plain-HTTP providers' addresses change).
+    let held = pc.annotations().contains_key(HELD_BY);
+    let same_address = !held || same_endpoint(&flavor.spec.owner.ip, &pc.spec.flavor.spec.owner.ip);
     let from_its_provider = match (&pinned, &listed_by) {
         (Some(pin), by) => by.as_ref() == Some(pin),
         (None, _) => same_address,
@@ -649,8 +653,12 @@ mod tests {
         let plain_new = new_candidate("pc", "fluidos", flavor, "solver-a", None);
         assert!(plain_new.metadata.annotations.is_none());
         // Another address listing the same flavor ID takes over nothing of
-        // an unpinned candidate: neither its flavor (its owner, where the
-        // purchase goes) nor a pin for its own key.
+        // an unpinned candidate a Reservation holds: neither its flavor (its
+        // owner, where the purchase goes) nor a pin for its own key.
+        let mut unpinned = unpinned;
+        unpinned
+            .annotations_mut()
+            .insert(HELD_BY.to_owned(), "reservation-x".to_owned());
         let taken = refreshed_candidate(&unpinned, &other, "solver-a", Some(mallory));
         assert!(taken.is_none(), "{taken:?}");
         let b = refreshed_candidate(&unpinned, &other, "solver-b", Some(mallory)).unwrap();

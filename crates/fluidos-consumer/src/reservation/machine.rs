@@ -290,6 +290,23 @@ fn read_candidate(pc: &PeeringCandidate) -> Result<(FlavorTypeData, ProviderAddr
     Ok((flavor_type, seller_address(pc)?))
 }
 
+/// A Solved Reservation, with the writes that follow a sale made again if
+/// they did not all happen (a crash, a failed write): the candidate freed
+/// while still held by it, and the spent Transaction's record deleted (a
+/// missing one is no error). Both are idempotent.
+fn settle_solved(input: &Input<'_>, st: ReservationStatus) -> Plan {
+    let r = input.reservation;
+    let mut plan = Plan::settle(st);
+    if plan.status.purchase_phase == Some(Phase::Solved) {
+        let held_by_us = input
+            .candidate
+            .is_some_and(|pc| pc.annotations().get(HELD_BY) == Some(&holder(r)));
+        let candidate = input.candidate.filter(|_| held_by_us);
+        plan.after = after_sale(r, candidate, plan.status.transaction_id.as_deref());
+    }
+    plan
+}
+
 /// Decides what this reconcile does.
 pub fn decide(input: &Input<'_>) -> Decision {
     let r = input.reservation;
@@ -302,17 +319,7 @@ pub fn decide(input: &Input<'_>) -> Decision {
         Phase::Failed | Phase::TimedOut => return Decision::Settle(Plan::settle(st)),
         // Solved stays open to a later `purchase: true`, within the transaction's life.
         Phase::Solved if !(purchase && st.purchase_phase != Some(Phase::Solved)) => {
-            let mut plan = Plan::settle(st);
-            // Bought, and the candidate still held by it: the writes that
-            // follow the sale's status did not all happen (a crash, a failed
-            // write). Made again: both are idempotent.
-            let held_by_us = input
-                .candidate
-                .is_some_and(|pc| pc.annotations().get(HELD_BY) == Some(&holder(r)));
-            if plan.status.purchase_phase == Some(Phase::Solved) && held_by_us {
-                plan.after = after_sale(r, input.candidate, plan.status.transaction_id.as_deref());
-            }
-            return Decision::Settle(plan);
+            return Decision::Settle(settle_solved(input, st));
         }
         Phase::Running | Phase::Solved => {}
         _ => {
@@ -1338,9 +1345,15 @@ mod tests {
         st.phase.phase = Phase::Solved;
         r.status = Some(st);
         let mut pc = candidate("f1", "4", "1");
-        // Freed already: nothing to do.
+        // Freed already: only the spent Transaction's record is deleted
+        // (again, if it went already).
         let p = settled(decide(&input(&r, Some(&pc), &me)));
-        assert!(p.before.is_empty() && p.after.is_empty(), "{p:?}");
+        assert!(p.before.is_empty(), "{p:?}");
+        assert!(
+            matches!(&p.after[..], [Effect::DeleteTransaction(t)] if t == "tx-1"),
+            "{:?}",
+            p.after
+        );
         // Still held by it (a crash after the status write): freed, and the
         // spent Transaction's record deleted.
         pc.metadata.annotations = Some([(HELD_BY.to_owned(), holder(&r))].into());

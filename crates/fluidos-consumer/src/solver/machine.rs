@@ -624,6 +624,9 @@ impl<'a> Machine<'a> {
     }
 
     fn follow_reservation(&mut self, owner: &OwnerReference) -> Result<Next, Fail> {
+        /// How long the Solver waits for a purchase sent and not answered:
+        /// the Reservation's limit for asking again, and a minute more.
+        const PURCHASE_WAIT_SECS: i64 = 660;
         // A purchase sent and not answered may have sold: the Reservation
         // keeps asking (up to `UNANSWERED_PURCHASE_LIMIT`, 10 min) and ends
         // either way; the Solver waits for that rather than abandon a sale.
@@ -633,7 +636,13 @@ impl<'a> Machine<'a> {
             .is_some_and(|s| {
                 s.phase.phase == Phase::Running
                     && s.purchase_phase == Some(Phase::Running)
-                    && s.purchase_attempted_at.is_some()
+                    && s.purchase_attempted_at
+                        .as_deref()
+                        .and_then(|t| seconds_between(t, self.input.now))
+                        // Bounded here too: a provider that refuses the
+                        // connection is retried by the Reservation without
+                        // that limit.
+                        .is_some_and(|waited| waited <= PURCHASE_WAIT_SECS)
             });
         if self.expired(self.input.timeouts.phase) && !purchase_in_flight {
             self.set(

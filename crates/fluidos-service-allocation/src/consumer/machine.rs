@@ -229,6 +229,19 @@ impl Machine<'_> {
         });
     }
 
+    /// The service was delivered: the Allocation was Active, or points at
+    /// its Secret, or its own Secret is there.
+    fn delivered_before(&self) -> bool {
+        state(self.input.allocation) == Some(AllocationState::Active)
+            || self
+                .input
+                .allocation
+                .status
+                .as_ref()
+                .is_some_and(|s| s.resource_ref.is_some())
+            || self.own_secret().is_some()
+    }
+
     /// The Secret read, when it is this Allocation's.
     fn own_secret(&self) -> Option<&Secret> {
         self.input
@@ -328,7 +341,7 @@ impl Machine<'_> {
                     message,
                     ..
                 },
-            ) if self.input.secret.is_some() => {
+            ) if self.delivered_before() => {
                 self.remove_secret();
                 self.status.resource_ref = None;
                 let message = format!(
