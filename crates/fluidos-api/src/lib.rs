@@ -24,6 +24,7 @@ pub mod raw;
 pub mod rear;
 pub mod reservation;
 pub mod service_blueprint;
+pub mod service_delivery;
 pub mod solver;
 mod string_enum;
 
@@ -51,6 +52,10 @@ pub const DEFAULT_NODE_RESOURCE_LABEL: &str = "node-role.fluidos.eu/resources";
 /// (PeeringCandidates, the consumer's Contracts), so that every later call
 /// to that provider is pinned to the same key.
 pub const PROVIDER_FINGERPRINT_ANNOTATION: &str = "fluidos.eu/provider-fingerprint";
+
+/// Annotation on a provider's Transactions and Contracts: the fingerprint
+/// of the key the buyer reserved with over TLS (`sha256:<64 hex>`).
+pub const BUYER_KEY_ANNOTATION: &str = "fluidos.eu/buyer-key";
 
 /// Every custom resource definition, in a stable order.
 pub fn crds()

@@ -66,6 +66,8 @@ impl ConsumerConfig {
     }
 }
 
+pub use fluidos_api::service_delivery::{OffloadingGrant, OffloadingIssuer};
+
 /// Shared by the three reconcilers.
 pub struct Context {
     /// Kubernetes client.
@@ -79,6 +81,10 @@ pub struct Context {
     /// Whether the API server serves streaming lists, once probed by
     /// [`run_with_readiness`]; list-then-watch until then.
     streaming_lists: std::sync::OnceLock<bool>,
+    /// Set when Services are bought to be delivered by Liqo: each Service
+    /// PURCHASE to a pinned seller then carries a kubeconfig of this
+    /// cluster for it. `None`: delivery over REAR.
+    offloading: Option<OffloadingIssuer>,
 }
 
 /// A step of a reconcile, named in errors, logs and the failure metric.
@@ -211,6 +217,10 @@ pub enum Error {
     /// Could not build the REAR client.
     #[error("setup: {0}")]
     Setup(String),
+    /// The kubeconfig for a Service seller delivering by Liqo could not be
+    /// issued; retried with backoff.
+    #[error("purchase: issuing the seller's kubeconfig: {0}")]
+    Offloading(String),
 }
 
 impl Error {
@@ -227,6 +237,7 @@ impl ReconcileError for Error {
             Error::UnstableCandidate(_) => Step::UpsertCandidate.as_str(),
             Error::Incomplete(_) => "read_object",
             Error::Setup(_) => "setup",
+            Error::Offloading(_) => "issue_offloading_kubeconfig",
         }
     }
 
@@ -247,6 +258,18 @@ impl Context {
         rear_cfg: ClientConfig,
         metrics: Metrics,
     ) -> Result<Arc<Self>, Error> {
+        Self::with_offloading(client, cfg, rear_cfg, metrics, None)
+    }
+
+    /// [`Context::new`], buying Services to be delivered by Liqo when
+    /// `offloading` issues the sellers' kubeconfigs.
+    pub fn with_offloading(
+        client: kube::Client,
+        cfg: ConsumerConfig,
+        rear_cfg: ClientConfig,
+        metrics: Metrics,
+        offloading: Option<OffloadingIssuer>,
+    ) -> Result<Arc<Self>, Error> {
         let rear = match &cfg.node_key {
             Some(key) => RearClient::with_key(rear_cfg, key.clone()),
             None => RearClient::new(rear_cfg),
@@ -258,6 +281,7 @@ impl Context {
             rear,
             metrics,
             streaming_lists: std::sync::OnceLock::new(),
+            offloading,
         }))
     }
 

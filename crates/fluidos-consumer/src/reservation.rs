@@ -23,7 +23,7 @@ use fluidos_api::reservation::ReservationStatus;
 use fluidos_api::{Contract, PeeringCandidate, Reservation, Solver, Transaction};
 use fluidos_controller::api_error::ok_if_not_found;
 use fluidos_controller::readiness::ReadinessGate;
-use fluidos_rear_client::RearError;
+use fluidos_rear_client::{ProviderAddress, RearError};
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -161,6 +161,19 @@ async fn reconcile(cached: Arc<Reservation>, ctx: Arc<Context>) -> Result<Action
     finish(&ctx, &api, &r, plan).await
 }
 
+/// Whom a Service purchase from `seller` issues a kubeconfig of this
+/// cluster to, when it can be delivered by Liqo: a pinned seller (its key
+/// owns its account here). Its tenant-namespace rights follow once the
+/// Contract names its Liqo cluster ID (the buyer's Service Allocation).
+fn offloading_grant(input: &Input<'_>, seller: &ProviderAddress) -> Option<crate::OffloadingGrant> {
+    let owner = &input.candidate?.spec.flavor.spec.owner;
+    Some(crate::OffloadingGrant {
+        seller_node_id: Some(owner.node_id.clone()).filter(|s| !s.is_empty())?,
+        seller_key: seller.fingerprint.as_ref()?.to_string(),
+        seller_cluster_id: owner.liqo_id().map(str::to_owned),
+    })
+}
+
 /// Sends PURCHASE (recording the first attempt before it), then writes what
 /// the answer means.
 async fn purchase(
@@ -175,8 +188,16 @@ async fn purchase(
         status,
         seller,
         transaction_id,
-        body,
+        mut body,
     } = attempt;
+    if let Some(credentials) = body.liqo_credentials.as_mut()
+        && let Some(grant) = offloading_grant(input, &seller)
+        && let Some(issue) = &ctx.offloading
+    {
+        // Before the first attempt is recorded: a failure here is retried
+        // and nothing was sent.
+        credentials.kubeconfig = issue(grant).await.map_err(Error::Offloading)?;
+    }
     if first_attempt {
         // Recorded before the call: after a crash or an unanswered call, a
         // later refusal is not taken as proof that nothing was sold.

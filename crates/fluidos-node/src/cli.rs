@@ -247,6 +247,16 @@ pub struct Args {
     #[arg(long, env = "FLUIDOS_SERVICE_EXPOSURE", default_value = "node-port", value_parser = parse_exposure)]
     pub service_exposure: fluidos_service_allocation::exposure::ExposureMode,
 
+    /// How Services are delivered: `rear` (endpoints and credentials over
+    /// REAR, the default) or `liqo` (upstream's way: the seller offloads the
+    /// service namespace to the buyer's cluster through a Liqo peering in
+    /// which the seller is Liqo's consumer). As a buyer, `liqo` sends pinned
+    /// sellers a kubeconfig of this cluster with Liqo's peering-user rights
+    /// in their tenant namespace only; as a seller, `liqo` delivers that way
+    /// to buyers that sent one (docs/service-offloading.md).
+    #[arg(long, env = "FLUIDOS_SERVICE_DELIVERY", default_value = "rear")]
+    pub service_delivery: fluidos_api::service_delivery::ServiceDelivery,
+
     /// Host name (or address) given to buyers in a sold service's endpoints,
     /// instead of this node's address (node-port) or the load balancer's.
     #[arg(long, env = "FLUIDOS_SERVICE_EXTERNAL_HOST")]

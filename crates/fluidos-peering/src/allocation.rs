@@ -30,6 +30,7 @@ use std::time::Duration;
 use fluidos_api::allocation::AllocationStatus;
 use fluidos_api::common::FlavorTypeIdentifier;
 use fluidos_api::peering_credentials::{self, KubeconfigSource};
+use fluidos_api::service_delivery;
 use fluidos_api::{Allocation, Contract, GenericRef, NodeIdentity};
 use fluidos_controller::api_error;
 use fluidos_controller::readiness::ReadinessGate;
@@ -321,6 +322,19 @@ async fn reconcile(a: Arc<Allocation>, ctx: Arc<Context>) -> Result<Action, Erro
         }
         return Ok(Action::await_change());
     };
+    let offloading = a
+        .annotations()
+        .contains_key(service_delivery::OFFLOADING_FOR_ANNOTATION);
+    if offloading {
+        // The seller's companion Allocation of a Service delivered by Liqo:
+        // this node peers with the buyer as Liqo's consumer.
+        if !reverse(&contract)
+            || machine::side(&contract.spec.seller, &ctx.cfg.identity) != Side::Provider
+        {
+            return Ok(Action::await_change());
+        }
+        return consumer(&ctx, &allocations, &a, current.as_ref(), &contract).await;
+    }
     if contract.spec.flavor.spec.flavor_type.identifier() != Some(FlavorTypeIdentifier::K8Slice) {
         return Ok(Action::await_change());
     }
@@ -358,6 +372,34 @@ where
 {
     use kube::runtime::WatchStreamExt;
     stream.default_backoff().touched_objects()
+}
+
+/// True for a Service Contract delivered by Liqo: its peering is the
+/// reverse one, driven by the seller as Liqo's consumer of the buyer.
+fn reverse(contract: &Contract) -> bool {
+    contract.spec.flavor.spec.flavor_type.identifier() == Some(FlavorTypeIdentifier::Service)
+        && service_delivery::by_liqo(&contract.spec)
+}
+
+/// The Liqo provider this node peers with for `contract`: the seller of a
+/// K8Slice bought, the buyer of a Service delivered by Liqo.
+fn peer_cluster(contract: &Contract) -> &str {
+    if reverse(contract) {
+        &contract.spec.buyer_cluster_id
+    } else {
+        &contract.spec.peering_target_credentials.liqo_id
+    }
+}
+
+/// The key the peer of `contract` is known by here: the one this node
+/// bought with pinned, or (reverse) the one the buyer bought with.
+fn peer_key(contract: &Contract) -> Option<&String> {
+    let key = if reverse(contract) {
+        fluidos_api::BUYER_KEY_ANNOTATION
+    } else {
+        fluidos_api::PROVIDER_FINGERPRINT_ANNOTATION
+    };
+    contract.annotations().get(key)
 }
 
 fn buyer_liqo_id(contract: &Contract) -> Option<String> {
@@ -406,7 +448,7 @@ async fn consumer(
     current: Option<&fluidos_api::allocation::AllocationState>,
     contract: &Contract,
 ) -> Result<Action, Error> {
-    let provider = contract.spec.peering_target_credentials.liqo_id.clone();
+    let provider = peer_cluster(contract).to_owned();
     let slice_name = contract.name_any();
     // The first transitions need no observation.
     if !matches!(
@@ -442,7 +484,7 @@ async fn consumer(
     if view.identity.is_none()
         && let Some(why) = namespace
             .as_ref()
-            .and_then(|n| objects::foreign_tenant_namespace(n, contract, &provider))
+            .and_then(|n| objects::foreign_tenant_namespace(n, peer_key(contract), &provider))
     {
         return still_peering(allocations, a, &why).await;
     }
@@ -594,7 +636,7 @@ async fn make(
     contract: &Contract,
     effect: &Effect,
 ) -> Result<(), Error> {
-    let provider = &contract.spec.peering_target_credentials.liqo_id;
+    let provider = peer_cluster(contract);
     if let Effect::RecordTenantRestart(n) = effect {
         return record_tenant_restart(allocations, a, *n).await;
     }
@@ -706,7 +748,15 @@ impl Context {
     /// an earlier version or a Go node). A failed read is an error, retried;
     /// a missing or empty Secret is the status message saying so.
     async fn kubeconfig(&self, contract: &Contract) -> Result<Result<String, String>, Error> {
-        match peering_credentials::kubeconfig_source(contract) {
+        let reverse_secret;
+        let source = if reverse(contract) {
+            // The buyer's kubeconfig, which the gateway stored at the sale.
+            reverse_secret = service_delivery::buyer_credentials_secret(&contract.name_any());
+            KubeconfigSource::Secret(&reverse_secret)
+        } else {
+            peering_credentials::kubeconfig_source(contract)
+        };
+        match source {
             KubeconfigSource::Spec(kubeconfig) => Ok(Ok(kubeconfig.to_owned())),
             KubeconfigSource::Secret(name) => {
                 let ns = contract
@@ -1022,15 +1072,22 @@ async fn apply(
         .await
         .map_err(local("create_identity")),
         Effect::CreateResourceSlice => {
-            let resources = objects::contracted_resources(&contract.spec).map_err(Error::Build)?;
+            // The reverse peering asks for the buyer's FLUIDOS class, which
+            // grants the offloading slice whatever is asked.
+            let (resources, class) = if reverse(contract) {
+                (
+                    service_delivery::offloading_resources(),
+                    slice_class::FLUIDOS_CLASS,
+                )
+            } else {
+                (
+                    objects::contracted_resources(&contract.spec).map_err(Error::Build)?,
+                    slice_class::class_for(&contract.spec),
+                )
+            };
             create(
                 &Api::<ResourceSlice>::namespaced(c.clone(), &ns),
-                &objects::resource_slice(
-                    &contract.name_any(),
-                    provider,
-                    slice_class::class_for(&contract.spec),
-                    &resources,
-                ),
+                &objects::resource_slice(&contract.name_any(), provider, class, &resources),
             )
             .await
             .map_err(local("create_resource_slice"))
@@ -1261,7 +1318,7 @@ async fn find_peering(
                 .is_some_and(|v| v == "true")
         });
     let provider = contract
-        .map(|c| c.spec.peering_target_credentials.liqo_id.clone())
+        .map(|c| peer_cluster(c).to_owned())
         .filter(|p| !p.is_empty())
         .or_else(|| {
             slice

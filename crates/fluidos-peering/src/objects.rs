@@ -120,7 +120,7 @@ const GATEWAY_OWNER: &str = "fluidos.eu/buyer-owner";
 /// bound there could read the credentials this node's peering keeps in it.
 pub fn foreign_tenant_namespace(
     ns: &Namespace,
-    contract: &fluidos_api::Contract,
+    peer_key: Option<&String>,
     provider: &str,
 ) -> Option<String> {
     use kube::ResourceExt as _;
@@ -132,9 +132,7 @@ pub fn foreign_tenant_namespace(
         return None;
     }
     let owner = ns.annotations().get(GATEWAY_OWNER);
-    let seller = contract
-        .annotations()
-        .get(fluidos_api::PROVIDER_FINGERPRINT_ANNOTATION);
+    let seller = peer_key;
     if owner.is_some() && owner == seller {
         return None;
     }
@@ -550,25 +548,50 @@ pub(crate) mod tests {
             fluidos_api::PROVIDER_FINGERPRINT_ANNOTATION.to_owned(),
             fp.clone(),
         )]));
+        let key = |c: &fluidos_api::Contract| {
+            kube::ResourceExt::annotations(c)
+                .get(fluidos_api::PROVIDER_FINGERPRINT_ANNOTATION)
+                .cloned()
+        };
         // Our own (fluidos-peering's) or Liqo's: fine.
-        assert!(foreign_tenant_namespace(&ns(None, None), &c, "prov").is_none());
-        assert!(foreign_tenant_namespace(&ns(Some("fluidos-peering"), None), &c, "prov").is_none());
+        assert!(foreign_tenant_namespace(&ns(None, None), key(&c).as_ref(), "prov").is_none());
+        assert!(
+            foreign_tenant_namespace(&ns(Some("fluidos-peering"), None), key(&c).as_ref(), "prov")
+                .is_none()
+        );
         // The gateway's, for the provider's own key (two-way peering): fine.
         assert!(
-            foreign_tenant_namespace(&ns(Some(GATEWAY_MANAGER), Some(&fp)), &c, "prov").is_none()
+            foreign_tenant_namespace(
+                &ns(Some(GATEWAY_MANAGER), Some(&fp)),
+                key(&c).as_ref(),
+                "prov"
+            )
+            .is_none()
         );
         // For another key, none recorded, or nothing pinned: refused.
         let other = format!("sha256:{}", "b".repeat(64));
-        let why =
-            foreign_tenant_namespace(&ns(Some(GATEWAY_MANAGER), Some(&other)), &c, "prov").unwrap();
+        let why = foreign_tenant_namespace(
+            &ns(Some(GATEWAY_MANAGER), Some(&other)),
+            key(&c).as_ref(),
+            "prov",
+        )
+        .unwrap();
         assert!(
             why.contains("for buyer b") && why.contains("read this node's credentials"),
             "{why}"
         );
-        assert!(foreign_tenant_namespace(&ns(Some(GATEWAY_MANAGER), None), &c, "prov").is_some());
+        assert!(
+            foreign_tenant_namespace(&ns(Some(GATEWAY_MANAGER), None), key(&c).as_ref(), "prov")
+                .is_some()
+        );
         c.metadata.annotations = None;
         assert!(
-            foreign_tenant_namespace(&ns(Some(GATEWAY_MANAGER), Some(&fp)), &c, "prov").is_some()
+            foreign_tenant_namespace(
+                &ns(Some(GATEWAY_MANAGER), Some(&fp)),
+                key(&c).as_ref(),
+                "prov"
+            )
+            .is_some()
         );
     }
 

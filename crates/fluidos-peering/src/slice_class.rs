@@ -24,6 +24,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fluidos_api::common::FlavorTypeIdentifier;
+use fluidos_api::service_delivery;
 use fluidos_api::{Contract, NodeIdentity};
 use fluidos_controller::readiness::ReadinessGate;
 use fluidos_controller::{Metrics, ReconcileError, Reconciler};
@@ -182,7 +184,21 @@ pub fn decide(
         return refuse(format!("no Contract {name} was sold to cluster {consumer}"));
     };
     let spec = &contract.spec;
-    if spec.buyer_cluster_id != consumer
+    // A Service this node bought and its seller delivers by Liqo: the
+    // seller peers here as Liqo's consumer to offload the service.
+    let offloading = spec.flavor.spec.flavor_type.identifier()
+        == Some(FlavorTypeIdentifier::Service)
+        && service_delivery::by_liqo(spec);
+    if offloading {
+        if spec.peering_target_credentials.liqo_id != consumer
+            || spec.buyer.node_id != seller.node_id
+            || spec.buyer.domain != seller.domain
+        {
+            return refuse(format!(
+                "no Contract {name} was bought from cluster {consumer}"
+            ));
+        }
+    } else if spec.buyer_cluster_id != consumer
         || spec.seller.node_id != seller.node_id
         || spec.seller.domain != seller.domain
     {
@@ -193,7 +209,12 @@ pub fn decide(
     {
         return refuse(format!("Contract {name} expired at {end}"));
     }
-    match objects::contracted_resources(spec) {
+    let resources = if offloading {
+        Ok(service_delivery::offloading_resources())
+    } else {
+        objects::contracted_resources(spec)
+    };
+    match resources {
         // Only a grant waits on a cordoned or drained Tenant (the provider's
         // admin, and Liqo, decide); a refusal never does, as the consumer
         // can write its own Tenant.
@@ -816,6 +837,65 @@ mod tests {
                 "asked for {asked}"
             );
         }
+    }
+
+    /// Service `name` this node (`p`) bought from the cluster `cons`.
+    fn bought_service(name: &str, by_liqo: bool) -> Contract {
+        let mut spec = crate::objects::tests::contract(None);
+        spec.flavor.spec.flavor_type = serde_json::from_value(
+            serde_json::json!({"typeIdentifier": "Service", "typeData": {}}),
+        )
+        .unwrap();
+        spec.buyer = seller();
+        spec.seller.node_id = "s".into();
+        spec.buyer_cluster_id = "prov".into();
+        spec.peering_target_credentials.liqo_id = "cons".into();
+        spec.expiration_time = Some("2026-12-02T10:00:00Z".into());
+        if by_liqo {
+            spec.extra_information = Some(service_delivery::extra_information());
+        }
+        Contract::new(name, spec)
+    }
+
+    #[test]
+    fn the_seller_of_a_service_delivered_by_liqo_gets_the_offloading_slice() {
+        let s = slice("contract-s", FLUIDOS_CLASS, "100");
+        let offloading = Grant::Accept {
+            contract: "contract-s".into(),
+            resources: service_delivery::offloading_resources(),
+        };
+        let c = bought_service("contract-s", true);
+        assert_eq!(
+            decide(&s, FLUIDOS_CLASS, Some(&c), &seller(), true, now()),
+            offloading
+        );
+        // Delivered over REAR: no peering to grant.
+        let c = bought_service("contract-s", false);
+        assert!(matches!(
+            decide(&s, FLUIDOS_CLASS, Some(&c), &seller(), true, now()),
+            Grant::Deny(_)
+        ));
+        // Bought from another cluster than the slice's, or by another node.
+        let mut c = bought_service("contract-s", true);
+        c.spec.peering_target_credentials.liqo_id = "other".into();
+        let g = decide(&s, FLUIDOS_CLASS, Some(&c), &seller(), true, now());
+        assert!(
+            matches!(&g, Grant::Deny(why) if why.contains("bought from cluster cons")),
+            "{g:?}"
+        );
+        let mut c = bought_service("contract-s", true);
+        c.spec.buyer.node_id = "x".into();
+        assert!(matches!(
+            decide(&s, FLUIDOS_CLASS, Some(&c), &seller(), true, now()),
+            Grant::Deny(_)
+        ));
+        // Ended: nothing.
+        let mut c = bought_service("contract-s", true);
+        c.spec.expiration_time = Some("2026-12-01T09:00:00Z".into());
+        assert!(matches!(
+            decide(&s, FLUIDOS_CLASS, Some(&c), &seller(), true, now()),
+            Grant::Deny(_)
+        ));
     }
 
     #[test]

@@ -97,8 +97,18 @@ pub enum TenantStep {
     Remove,
 }
 
+/// True when `c` is a Service this node bought from `cluster` and delivered
+/// by Liqo: `cluster` peers here as Liqo's consumer to offload it.
+fn offloads_here(c: &Contract, cluster: &str, me: &NodeIdentity) -> bool {
+    fluidos_api::service_delivery::by_liqo(&c.spec)
+        && c.spec.peering_target_credentials.liqo_id == cluster
+        && c.spec.buyer.node_id == me.node_id
+        && c.spec.buyer.domain == me.domain
+}
+
 /// The next step for the Tenant of `consumer` (pure). It is kept while any
-/// of `contracts` is this node's sale to it (expired ones count until the
+/// of `contracts` is this node's sale to it (or a Service bought from it and
+/// delivered by Liqo) (expired ones count until the
 /// gateway deletes them) or a reservation of it is held (`holds`), and when
 /// its namespace is not one the gateway made. One this controller drained
 /// goes on to removal whatever happens meanwhile (see
@@ -114,9 +124,10 @@ pub fn decide(
         return TenantStep::Keep;
     }
     let sold_to_it = contracts.iter().any(|c| {
-        c.spec.buyer_cluster_id == consumer
+        (c.spec.buyer_cluster_id == consumer
             && c.spec.seller.node_id == me.node_id
-            && c.spec.seller.domain == me.domain
+            && c.spec.seller.domain == me.domain)
+            || offloads_here(c, consumer, me)
     });
     let busy = sold_to_it || holds > 0;
     match (facts.drained, facts.drained_by_cleanup, busy) {
@@ -213,7 +224,14 @@ pub async fn run(
     });
     let policy = reconciler.clone();
     let stream = Controller::for_stream(tenants, cache)
-        .watches_stream(contracts, |c: Contract| tenant_of(&c.spec.buyer_cluster_id))
+        .watches_stream(contracts, |c: Contract| {
+            // A Service bought and delivered by Liqo: its seller's Tenant.
+            if fluidos_api::service_delivery::by_liqo(&c.spec) {
+                tenant_of(&c.spec.peering_target_credentials.liqo_id)
+            } else {
+                tenant_of(&c.spec.buyer_cluster_id)
+            }
+        })
         .watches_stream(transactions, |t: Transaction| tenant_of(&t.spec.cluster_id))
         .graceful_shutdown_on(shutdown)
         .run(
@@ -474,6 +492,29 @@ mod tests {
             decide("c1", ours(true, 0), &[], 0, &me()),
             TenantStep::Remove
         );
+    }
+
+    #[test]
+    fn a_service_bought_and_delivered_by_liqo_keeps_its_sellers_tenant() {
+        let bought = |from: &str, by_liqo: bool| {
+            let mut spec = crate::objects::tests::contract(None);
+            spec.buyer = me();
+            spec.peering_target_credentials.liqo_id = from.to_owned();
+            if by_liqo {
+                spec.extra_information = Some(fluidos_api::service_delivery::extra_information());
+            }
+            Contract::new("c", spec)
+        };
+        assert_eq!(
+            decide("s1", ours(false, 0), &[bought("s1", true)], 0, &me()),
+            TenantStep::Keep
+        );
+        for other in [bought("s2", true), bought("s1", false)] {
+            assert_eq!(
+                decide("s1", ours(false, 0), &[other], 0, &me()),
+                TenantStep::Drain
+            );
+        }
     }
 
     #[test]

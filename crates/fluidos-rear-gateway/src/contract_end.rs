@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use fluidos_api::Transaction;
 use fluidos_api::ledger::LedgerState;
+use fluidos_api::service_delivery;
 use fluidos_api::{Contract, Flavor};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::core::v1::ServiceAccount;
@@ -224,7 +225,16 @@ impl State {
             market.set_contracts("active", contracts.len() - expired);
             market.set_contracts("expired", expired);
         }
-        let endings = decide(&sold, &peers, &transactions, &contracts);
+        let mut endings = decide(&sold, &peers, &transactions, &contracts);
+        // Sellers delivering by Liqo a Service this node bought keep their
+        // account here: their reverse peering uses it.
+        match self.offloading_sellers().await {
+            Ok(sellers) => endings.unused.retain(|b| !sellers.contains(b)),
+            Err(e) => {
+                tracing::warn!(error = %e, "listing the Contracts bought and delivered by Liqo");
+                return;
+            }
+        }
 
         // 3. Expired Contracts go, with their Allocations.
         let mut not_gone = BTreeSet::new();
@@ -449,6 +459,31 @@ impl State {
             }
         }
         Ok(keys)
+    }
+
+    /// The sellers of this node's live Contracts for Services delivered by
+    /// Liqo (the consumer labels them), fresh from the API server.
+    async fn offloading_sellers(&self) -> Result<BTreeSet<String>, kube::Error> {
+        let selector = format!(
+            "{}={}",
+            service_delivery::DELIVERY_LABEL,
+            service_delivery::LIQO
+        );
+        let me = &self.cfg.identity;
+        let list = self
+            .contracts
+            .list(&ListParams::default().labels(&selector))
+            .await?;
+        Ok(list
+            .items
+            .iter()
+            .filter(|c| {
+                service_delivery::by_liqo(&c.spec)
+                    && c.spec.buyer.node_id == me.node_id
+                    && !c.spec.expiration_time.as_deref().is_some_and(time::is_past)
+            })
+            .map(|c| c.spec.seller.node_id.clone())
+            .collect())
     }
 
     /// Carries out one revocation step for `buyer`; errors are logged and

@@ -78,7 +78,7 @@ pub mod labels {
     /// Transaction and Contract annotation: the fingerprint of the key the
     /// buyer reserved with over TLS (`sha256:<hex>`); absent on a sale made
     /// over plain HTTP. Only that key may buy, renew or read the sale.
-    pub const BUYER_KEY: &str = "fluidos.eu/buyer-key";
+    pub const BUYER_KEY: &str = fluidos_api::BUYER_KEY_ANNOTATION;
     /// Annotation on a service's credentials Secret: the `host:port`
     /// addresses reachable from outside this cluster, comma-joined (written
     /// by the service allocation controller, served to the buyer).
@@ -213,6 +213,10 @@ pub struct GatewayConfig {
     /// rights the Go node's peering needs on this cluster, confined to their
     /// tenant namespace ([`go_peering`]); off by default.
     pub go_peering_grant: GoPeeringGrant,
+    /// How sold Services are delivered: over REAR (default), or by Liqo to
+    /// buyers that send a kubeconfig of their cluster at PURCHASE
+    /// ([`fluidos_api::service_delivery`]).
+    pub service_delivery: fluidos_api::service_delivery::ServiceDelivery,
 }
 
 impl GatewayConfig {
@@ -249,6 +253,7 @@ impl GatewayConfig {
             tls: None,
             plain_http_sales: PlainHttpSales::Off,
             go_peering_grant: GoPeeringGrant::OFF,
+            service_delivery: fluidos_api::service_delivery::ServiceDelivery::Rear,
         }
     }
 
@@ -262,6 +267,22 @@ impl GatewayConfig {
             key, false,
         )?));
         Ok(self)
+    }
+
+    /// What the peer credentials this gateway issues are made of: also
+    /// what the consumer issues with for the sellers of Services it buys
+    /// delivered by Liqo (the same accounts, which this gateway revokes).
+    pub fn credentials(&self) -> CredentialsConfig {
+        CredentialsConfig {
+            namespace: self.namespace.clone(),
+            role_namespace: self.peering_namespace.clone(),
+            api_server_url: self.api_server_url.clone(),
+            ca_pem: self.api_server_ca_pem.clone(),
+            // The TokenRequest API refuses lifetimes under 10 minutes;
+            // a shorter contract is ended by revocation instead.
+            token_ttl: self.contract_ttl.max(MIN_TOKEN_TTL),
+            go_peering: self.go_peering_grant.is_on(),
+        }
     }
 
     /// Takes the API server URL and CA from a kube client configuration.
@@ -373,19 +394,7 @@ impl Gateway {
         ));
         let ns = cfg.namespace.as_str();
         let client_for_events = client.clone();
-        let (credentials, accounts_driver) = Credentials::new(
-            client.clone(),
-            CredentialsConfig {
-                namespace: cfg.namespace.clone(),
-                role_namespace: cfg.peering_namespace.clone(),
-                api_server_url: cfg.api_server_url.clone(),
-                ca_pem: cfg.api_server_ca_pem.clone(),
-                // The TokenRequest API refuses lifetimes under 10 minutes;
-                // a shorter contract is ended by revocation instead.
-                token_ttl: cfg.contract_ttl.max(MIN_TOKEN_TTL),
-                go_peering: cfg.go_peering_grant.is_on(),
-            },
-        );
+        let (credentials, accounts_driver) = Credentials::new(client.clone(), cfg.credentials());
         let state = Arc::new(State {
             book: Book::new(
                 Api::<Flavor>::namespaced(client.clone(), ns),

@@ -72,11 +72,50 @@ pub(crate) fn credentials_secret(
         .map_err(SecretError::NotBase64)
 }
 
+/// True when a buyer's kubeconfig (wire form) decodes to a kubeconfig.
+pub(crate) fn buyer_kubeconfig_is_readable(kubeconfig_b64: &str) -> bool {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD
+        .decode(kubeconfig_b64)
+        .ok()
+        .and_then(|yaml| String::from_utf8(yaml).ok())
+        .is_some_and(|yaml| kube::config::Kubeconfig::from_yaml(&yaml).is_ok())
+}
+
+/// The Secret holding the kubeconfig of the buyer's cluster that the buyer
+/// of `contract` sent for a delivery by Liqo (wire form in, YAML stored),
+/// owned by the Contract.
+pub(crate) fn buyer_credentials_secret(
+    contract: &Contract,
+    kubeconfig_b64: &str,
+) -> Result<Secret, SecretError> {
+    let mut secret = credentials_secret(contract, kubeconfig_b64)?;
+    secret.metadata.name = Some(fluidos_api::service_delivery::buyer_credentials_secret(
+        &contract.name_any(),
+    ));
+    Ok(secret)
+}
+
 fn no_kubeconfig() -> ApiError {
     ApiError::internal("the credentials Secret of the Contract holds no kubeconfig")
 }
 
 impl State {
+    /// Stores the buyer's kubeconfig of a Service delivered by Liqo
+    /// (create-or-adopt: a repeated purchase keeps the first one).
+    pub(crate) async fn store_buyer_credentials(
+        &self,
+        contract: &Contract,
+        kubeconfig_b64: &str,
+    ) -> Result<(), ApiError> {
+        let secret = buyer_credentials_secret(contract, kubeconfig_b64)?;
+        match self.secrets.create(&PostParams::default(), &secret).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_already_exists(&e) => Ok(()),
+            Err(e) => Err(ApiError::kube("storing the buyer's Liqo credentials", &e)),
+        }
+    }
+
     /// The kubeconfig to answer a repeated purchase of `contract` with: the
     /// one in its spec (a Contract of an earlier version), else the one in
     /// its Secret. A missing Secret (the process died between answering the

@@ -25,6 +25,7 @@ use fluidos_api::ledger::{self, LedgerEntry, LedgerState};
 use fluidos_api::naming::hash_prefix;
 use fluidos_api::rear::{PurchaseRequest, WireContract};
 use fluidos_api::reservation::ContractSpec;
+use fluidos_api::service_delivery::{self, ServiceDelivery};
 use fluidos_api::{
     Allocation, Contract, Flavor, GenericRef, LiqoCredentials, NodeIdentity,
     NodeIdentityAdditionalInfo, TelemetryServer, Transaction,
@@ -252,12 +253,18 @@ impl State {
             .await?;
         let suffix = contract.rsplit('-').next().map(str::len).unwrap_or(4);
 
-        let spec = self.contract_spec(&flavor, &tx, &liqo_id, &req);
+        let liqo_delivery = self.delivers_by_liqo(&flavor, &tx, &req);
+        let spec = self.contract_spec(&flavor, &tx, &liqo_id, &req, liqo_delivery.is_some());
         // Independent objects: created concurrently to save a round trip.
         let ((stored, created), ()) = tokio::try_join!(
             self.ensure_contract(&contract, &flavor, spec, caller),
             self.ensure_allocation(&flavor_id, tx_id, suffix, &contract)
         )?;
+        if let Some(kubeconfig) = liqo_delivery {
+            // Before answering: the seller's reverse peering needs it, and a
+            // repeated purchase writes it again (create-or-adopt).
+            self.store_buyer_credentials(&stored, kubeconfig).await?;
+        }
         tracing::info!(transaction = %tx_id, contract = %contract, buyer = %buyer_id, "sold");
         self.settle(tx_id, &stored, created, kubeconfig).await
     }
@@ -364,12 +371,35 @@ impl State {
             .await?)
     }
 
+    /// The kubeconfig of the buyer's cluster when this Service sale is
+    /// delivered by Liqo: this node is configured so, and the buyer sent a
+    /// kubeconfig naming the cluster it reserved for. Otherwise `None` (the
+    /// sale is delivered over REAR, as the buyer may still ask).
+    fn delivers_by_liqo<'r>(
+        &self,
+        flavor: &Flavor,
+        tx: &Transaction,
+        req: &'r PurchaseRequest,
+    ) -> Option<&'r str> {
+        let service = flavor.spec.flavor_type.identifier()
+            == Some(fluidos_api::common::FlavorTypeIdentifier::Service);
+        let c = req.liqo_credentials.as_ref()?;
+        (service
+            && self.cfg.service_delivery == ServiceDelivery::Liqo
+            && !c.kubeconfig.is_empty()
+            && c.cluster_id == tx.spec.cluster_id
+            && crate::credentials::valid_cluster_id(&c.cluster_id)
+            && crate::peering_secret::buyer_kubeconfig_is_readable(&c.kubeconfig))
+        .then_some(c.kubeconfig.as_str())
+    }
+
     fn contract_spec(
         &self,
         flavor: &Flavor,
         tx: &Transaction,
         liqo_id: &str,
         req: &PurchaseRequest,
+        liqo_delivery: bool,
     ) -> ContractSpec {
         let buyer = NodeIdentity {
             additional_information: Some(NodeIdentityAdditionalInfo {
@@ -404,16 +434,21 @@ impl State {
             },
             expiration_time: Some(time::expiry_after(self.cfg.contract_ttl)),
             // Names the ResourceSlice class this node's peering serves to
-            // its Rust consumers; a Go consumer keeps it and ignores it.
-            extra_information: (flavor.spec.flavor_type.identifier()
-                == Some(fluidos_api::common::FlavorTypeIdentifier::K8Slice))
-            .then(|| {
-                [(
-                    fluidos_api::reservation::RESOURCE_SLICE_CLASS_KEY.to_owned(),
-                    fluidos_api::reservation::FLUIDOS_RESOURCE_SLICE_CLASS.to_owned(),
-                )]
-                .into()
-            }),
+            // its Rust consumers; a Go consumer keeps it and ignores it. A
+            // Service says how it is delivered.
+            extra_information: if liqo_delivery {
+                Some(service_delivery::extra_information())
+            } else {
+                (flavor.spec.flavor_type.identifier()
+                    == Some(fluidos_api::common::FlavorTypeIdentifier::K8Slice))
+                .then(|| {
+                    [(
+                        fluidos_api::reservation::RESOURCE_SLICE_CLASS_KEY.to_owned(),
+                        fluidos_api::reservation::FLUIDOS_RESOURCE_SLICE_CLASS.to_owned(),
+                    )]
+                    .into()
+                })
+            },
             network_requests: None,
             ingress_telemetry_endpoint: req
                 .ingress_telemetry_endpoint

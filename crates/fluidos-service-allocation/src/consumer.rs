@@ -8,14 +8,16 @@ use std::future::Future;
 use std::sync::Arc;
 
 use fluidos_api::rear::ServiceAccess;
+use fluidos_api::service_delivery::{self, OffloadingGrant, OffloadingIssuer};
 use fluidos_api::{Allocation, Contract, NodeIdentity};
 use fluidos_controller::api_error::ok_if_not_found;
 use fluidos_controller::{Metrics, ReadinessGate, Reconciler};
 use fluidos_rear_client::{ClientConfig, NodeKey, ProviderAddress, RearClient, RearError};
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 
 use crate::{CONSUMER_FINALIZER, Error, MANAGER, Step};
@@ -25,7 +27,7 @@ use machine::{Effect, Input};
 pub const CONTROLLER: &str = "service-allocation-consumer";
 
 /// What the consumer controller needs to know.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ConsumerConfig {
     /// Namespace of Allocations and Contracts (the Solvers').
     pub namespace: String,
@@ -36,6 +38,20 @@ pub struct ConsumerConfig {
     /// This node's REAR key, presented to pinned providers; `None`: pinned
     /// calls are anonymous.
     pub node_key: Option<Arc<NodeKey>>,
+    /// Set when this node buys Services delivered by Liqo: grants each
+    /// seller the peering-user rights in its tenant namespace here once its
+    /// Contract names its Liqo cluster ID (re-asserted at every reconcile).
+    pub offloading: Option<OffloadingIssuer>,
+}
+
+impl std::fmt::Debug for ConsumerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsumerConfig")
+            .field("namespace", &self.namespace)
+            .field("identity", &self.identity)
+            .field("offloading", &self.offloading.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 struct Ctx {
@@ -72,12 +88,37 @@ pub async fn run(
         reconciler: reconciler.clone(),
         cfg: cfg.clone(),
     });
-    let controller = Controller::for_stream(objects, store)
-        .owns(
-            Api::<Secret>::namespaced(client, &cfg.namespace),
-            watcher::Config::default().labels(fluidos_blueprint::CONTRACT_LABEL),
-        )
-        .graceful_shutdown_on(shutdown);
+    let offloaded = {
+        let store = store.clone();
+        // A credentials Secret Liqo reflected (delivery by Liqo) wakes the
+        // Allocation of the Contract its namespace is named after.
+        move |s: Secret| {
+            let ns = s.namespace().unwrap_or_default();
+            store
+                .state()
+                .iter()
+                .filter(|a| {
+                    a.spec.contract.as_ref().and_then(|c| c.name.as_deref()) == Some(ns.as_str())
+                })
+                .map(|a| ObjectRef::from_obj(a.as_ref()))
+                .collect::<Vec<_>>()
+        }
+    };
+    let mut controller = Controller::for_stream(objects, store).owns(
+        Api::<Secret>::namespaced(client.clone(), &cfg.namespace),
+        watcher::Config::default().labels(fluidos_blueprint::CONTRACT_LABEL),
+    );
+    // Only a buyer asking for delivery by Liqo gets such Secrets (and holds
+    // the right to watch them everywhere).
+    if cfg.offloading.is_some() {
+        controller = controller.watches(
+            Api::<Secret>::all(client),
+            watcher::Config::default()
+                .labels(&format!("{}=true", service_delivery::CREDENTIALS_LABEL)),
+            offloaded,
+        );
+    }
+    let controller = controller.graceful_shutdown_on(shutdown);
     let policy = reconciler.clone();
     let stream = controller.run(
         |allocation, ctx: Arc<Ctx>| async move {
@@ -178,6 +219,12 @@ async fn reconcile(cached: Arc<Allocation>, ctx: Arc<Ctx>) -> Result<Action, Err
         None if !ours => return Ok(Action::await_change()),
         _ => {}
     }
+    if let Some(c) = contract
+        .as_ref()
+        .filter(|c| service_delivery::by_liqo(&c.spec))
+    {
+        return offloaded(&ctx, &api, &allocation, c).await;
+    }
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
     let secret = secrets
         .get_opt(&machine::secret_name(&contract_name))
@@ -196,25 +243,51 @@ async fn reconcile(cached: Arc<Allocation>, ctx: Arc<Ctx>) -> Result<Action, Err
         now: fluidos_controller::time::now_string(),
     });
     let name = allocation.name_any();
+    let (rv, removed) = execute(
+        &ctx,
+        &api,
+        &secrets,
+        &allocation,
+        &contract_name,
+        plan.effects,
+    )
+    .await?;
+    if !removed && allocation.status.as_ref() != Some(&plan.status) {
+        crate::save_status(&api, &name, rv.as_deref(), &plan.status).await?;
+    }
+    Ok(plan.next.action())
+}
+
+/// Makes the plan's writes in order; returns the resourceVersion to write
+/// the status with and whether the finalizer was removed.
+async fn execute(
+    ctx: &Ctx,
+    api: &Api<Allocation>,
+    secrets: &Api<Secret>,
+    allocation: &Allocation,
+    contract_name: &str,
+    effects: Vec<Effect>,
+) -> Result<(Option<String>, bool), Error> {
+    let name = allocation.name_any();
     let mut rv = allocation.resource_version();
     let mut removed = false;
-    for effect in plan.effects {
+    for effect in effects {
         match effect {
             Effect::AddFinalizer => {
                 rv = crate::write_finalizers(
-                    &api,
+                    api,
                     &name,
                     rv.as_deref(),
-                    crate::finalizers_with(&allocation, CONSUMER_FINALIZER, true),
+                    crate::finalizers_with(allocation, CONSUMER_FINALIZER, true),
                 )
                 .await?;
             }
             Effect::RemoveFinalizer => {
                 crate::write_finalizers(
-                    &api,
+                    api,
                     &name,
                     rv.as_deref(),
-                    crate::finalizers_with(&allocation, CONSUMER_FINALIZER, false),
+                    crate::finalizers_with(allocation, CONSUMER_FINALIZER, false),
                 )
                 .await?;
                 removed = true;
@@ -222,7 +295,7 @@ async fn reconcile(cached: Arc<Allocation>, ctx: Arc<Ctx>) -> Result<Action, Err
             Effect::ApplySecret(s) => {
                 secrets
                     .patch(
-                        &machine::secret_name(&contract_name),
+                        &machine::secret_name(contract_name),
                         &PatchParams::apply(MANAGER).force(),
                         &Patch::Apply(&s),
                     )
@@ -237,13 +310,97 @@ async fn reconcile(cached: Arc<Allocation>, ctx: Arc<Ctx>) -> Result<Action, Err
                 warning,
                 reason,
                 note,
-            } => crate::publish(&ctx.recorder, &allocation, warning, reason, note).await,
+            } => crate::publish(&ctx.recorder, allocation, warning, reason, note).await,
         }
     }
-    if !removed && allocation.status.as_ref() != Some(&plan.status) {
-        crate::save_status(&api, &name, rv.as_deref(), &plan.status).await?;
+    Ok((rv, removed))
+}
+
+/// The buyer's Allocation of a Service the seller delivers by Liqo: its
+/// status follows the credentials Secret Liqo reflects into the namespace
+/// named after the Contract (watched, by its label).
+async fn offloaded(
+    ctx: &Ctx,
+    api: &Api<Allocation>,
+    allocation: &Allocation,
+    contract: &Contract,
+) -> Result<Action, Error> {
+    let name = contract.name_any();
+    let seller_key = contract
+        .annotations()
+        .get(fluidos_api::PROVIDER_FINGERPRINT_ANNOTATION);
+    let seller_cluster = &contract.spec.peering_target_credentials.liqo_id;
+    if let (Some(issue), Some(key)) = (&ctx.cfg.offloading, seller_key)
+        && !seller_cluster.is_empty()
+        && allocation.metadata.deletion_timestamp.is_none()
+    {
+        // The seller's rights in its tenant namespace here (its account was
+        // made at the purchase); free once in place (watch caches).
+        issue(OffloadingGrant {
+            seller_node_id: contract.spec.seller.node_id.clone(),
+            seller_key: key.clone(),
+            seller_cluster_id: Some(seller_cluster.clone()),
+        })
+        .await
+        .map_err(|message| Error::Object {
+            step: Step::Offload,
+            message,
+        })?;
     }
-    Ok(plan.next.action())
+    let live = !contract
+        .spec
+        .expiration_time
+        .as_deref()
+        .is_some_and(fluidos_controller::time::is_past);
+    let namespace_exists = Api::<Namespace>::all(ctx.client.clone())
+        .get_opt(&name)
+        .await
+        .map_err(Error::kube(Step::ReadSecret))?
+        // Being deleted: the seller's Liqo is taking it back.
+        .is_some_and(|n| n.metadata.deletion_timestamp.is_none());
+    let listed = Api::<Secret>::namespaced(ctx.client.clone(), &name)
+        .list(
+            &ListParams::default().labels(&format!("{}=true", service_delivery::CREDENTIALS_LABEL)),
+        )
+        .await
+        .map_err(Error::kube(Step::ReadSecret))?
+        .items;
+    let status = machine::offloaded_status(
+        allocation.status.as_ref(),
+        &name,
+        live,
+        namespace_exists,
+        machine::reflected_credentials(&listed, &name),
+        &fluidos_controller::time::now_string(),
+    );
+    if allocation.status.as_ref() != Some(&status) {
+        if status.status == Some(fluidos_api::allocation::AllocationState::Active) {
+            crate::publish(
+                &ctx.recorder,
+                allocation,
+                false,
+                "ServiceReady",
+                format!("credentials reflected by Liqo into namespace {name}"),
+            )
+            .await;
+        }
+        crate::save_status(
+            api,
+            &allocation.name_any(),
+            allocation.resource_version().as_deref(),
+            &status,
+        )
+        .await?;
+    }
+    // The Secret's watch wakes it; a namespace is not watched, so a
+    // delivery still waited for is looked at again now and then.
+    Ok(match status.status {
+        Some(
+            fluidos_api::allocation::AllocationState::Active
+            | fluidos_api::allocation::AllocationState::Released,
+        ) => Action::await_change(),
+        _ => Action::requeue(std::time::Duration::from_secs(10)),
+    })
 }
 
 #[cfg(test)]

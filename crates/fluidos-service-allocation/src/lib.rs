@@ -38,6 +38,7 @@
 pub mod consumer;
 pub mod exposure;
 pub mod health;
+pub mod offloading;
 pub mod prepare;
 pub mod provider;
 
@@ -115,6 +116,9 @@ pub enum Step {
     DeleteSecret,
     /// Writing the Allocation status.
     WriteStatus,
+    /// Making the companion Allocation or the NamespaceOffloading of a
+    /// delivery by Liqo.
+    Offload,
 }
 
 impl Step {
@@ -134,6 +138,7 @@ impl Step {
             Step::ApplySecret => "apply_secret",
             Step::DeleteSecret => "delete_secret",
             Step::WriteStatus => "write_status",
+            Step::Offload => "offload",
         }
     }
 }
@@ -275,10 +280,15 @@ pub(crate) async fn save_status(
     status: &fluidos_api::allocation::AllocationStatus,
 ) -> Result<(), Error> {
     use kube::api::{Patch, PatchParams};
-    let body = serde_json::json!({
+    let mut body = serde_json::json!({
         "metadata": {"resourceVersion": resource_version},
         "status": status,
     });
+    // A merge patch keeps what it does not name: a reference taken back
+    // (the credentials gone) is removed by naming it null.
+    if status.resource_ref.is_none() {
+        body["status"]["resourceRef"] = serde_json::Value::Null;
+    }
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(body))
         .await
         .map_err(Error::kube(Step::WriteStatus))?;

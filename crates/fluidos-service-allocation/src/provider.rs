@@ -18,7 +18,8 @@ use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
 use kube::ResourceExt;
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams,
 };
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -26,6 +27,7 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 
 use crate::exposure::{Exposure, host_of};
+use crate::offloading;
 use crate::prepare::{self, PrepareError};
 use crate::{EXTERNAL_ENDPOINTS_ANNOTATION, Error, MANAGER, PROVIDER_FINALIZER, Step};
 use machine::{Effect, Input, Observed};
@@ -320,6 +322,13 @@ async fn reconcile(cached: Arc<Allocation>, ctx: Arc<Ctx>) -> Result<Action, Err
         &observed,
     );
     let done = execute(&ctx, &api, &allocation, &contract_name, plan.effects).await?;
+    if let Some(c) = contract.as_deref().filter(|c| offloading::by_liqo(c))
+        && allocation.metadata.deletion_timestamp.is_none()
+        && done.refused.is_none()
+        && !done.removed
+    {
+        offload(&ctx, c, observed.namespace.as_ref()).await?;
+    }
     let (status, next) = match done.refused {
         Some(message) => (
             fluidos_api::allocation::AllocationStatus {
@@ -342,6 +351,57 @@ async fn reconcile(cached: Arc<Allocation>, ctx: Arc<Ctx>) -> Result<Action, Err
         .await?;
     }
     Ok(next.action())
+}
+
+/// Delivery by Liqo: the companion Allocation that peers with the buyer,
+/// and once the service namespace exists (and is not going) its
+/// NamespaceOffloading; both create-or-adopt.
+async fn offload(
+    ctx: &Ctx,
+    contract: &Contract,
+    namespace: Option<&Namespace>,
+) -> Result<(), Error> {
+    let e = || Error::kube(Step::Offload);
+    if let Some(companion) = offloading::companion_allocation(contract) {
+        let ns = companion
+            .namespace()
+            .unwrap_or_else(|| ctx.cfg.namespace.clone());
+        ok_if_exists(
+            Api::<Allocation>::namespaced(ctx.client.clone(), &ns)
+                .create(&PostParams::default(), &companion)
+                .await,
+        )
+        .map_err(e())?;
+    }
+    let Some(ns) = namespace.filter(|n| n.metadata.deletion_timestamp.is_none()) else {
+        return Ok(());
+    };
+    let ns = ns.name_any();
+    let api = Api::<DynamicObject>::namespaced_with(
+        ctx.client.clone(),
+        &ns,
+        &offloading::namespace_offloading_resource(),
+    );
+    if api
+        .get_opt(fluidos_api::service_delivery::OFFLOADING_NAME)
+        .await
+        .map_err(e())?
+        .is_some()
+    {
+        return Ok(());
+    }
+    let offloading = offloading::namespace_offloading(&ns, &contract.spec.buyer_cluster_id);
+    tracing::info!(namespace = %ns, buyer = %contract.spec.buyer_cluster_id, "offloading the service namespace to the buyer");
+    ok_if_exists(api.create(&PostParams::default(), &offloading).await).map_err(e())
+}
+
+/// `Ok` for an object that exists already (create-or-adopt).
+fn ok_if_exists<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(e) if fluidos_controller::api_error::is_already_exists(&e) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Makes the writes in order; returns whether the finalizer was removed

@@ -246,6 +246,7 @@ async fn database_service_end_to_end_without_liqo() {
             identity: identity("buyer-node", "127.0.0.1:1"),
             rear: ClientConfig::default(),
             node_key: None,
+            offloading: None,
         };
         async move { consumer::run(client, cfg, &metrics, ready, futures::future::pending()).await }
     });

@@ -20,33 +20,7 @@ use crate::context::Context;
 
 /// Runs the REAR gateway until `shutdown` is cancelled.
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), Error> {
-    let mut cfg = GatewayConfig::new(ctx.namespace(), ctx.identity.clone(), "");
-    // The peering kubeconfig points at the API server this node uses, unless told otherwise.
-    if let Ok(kube_cfg) = crate::startup::client_config(&ctx.args).await {
-        cfg = cfg.with_kube_config(&kube_cfg);
-    }
-    cfg.rate_limit = (ctx.args.rear_rate_limit > 0).then_some(fluidos_rear_gateway::RateLimit {
-        per_second: ctx.args.rear_rate_limit,
-        burst: ctx.args.rear_rate_burst,
-    });
-    cfg.max_holds_per_buyer =
-        usize::try_from(ctx.args.rear_max_holds_per_buyer).unwrap_or(usize::MAX);
-    cfg.max_hold_age = Duration::from_secs(ctx.args.rear_max_hold_age_seconds);
-    if let Some(url) = &ctx.args.api_server_url {
-        cfg.api_server_url = url.clone();
-    }
-    cfg.bind = ctx.args.rear_gateway_address();
-    cfg.liqo_cluster_id = ctx.identity.liqo_id().map(str::to_owned);
-    cfg.transaction_ttl = Duration::from_secs(ctx.args.transaction_ttl_seconds);
-    cfg.metrics = ctx.metrics.clone();
-    cfg.plain_http_sales = ctx.args.rear_plain_http_sales.clone();
-    cfg.go_peering_grant = ctx.args.rear_go_peering_grant.clone();
-    if let Some(key) = &ctx.node_key {
-        cfg = cfg
-            .with_node_key(key)
-            .map_err(|e| Error::Setup(e.to_string()))?;
-    }
-
+    let cfg = config(&ctx).await?;
     let mut services = fluidos_service_allocation::provider::ProviderConfig::new(
         ctx.namespace(),
         ctx.identity.clone(),
@@ -104,4 +78,37 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
     report.abort();
     tracing::info!(component = %Component::RearGateway, "component stopped");
     result
+}
+
+/// The gateway's configuration from the command line (also what the REAR
+/// manager issues sellers' kubeconfigs with, `GatewayConfig::credentials`).
+pub(crate) async fn config(ctx: &Context) -> Result<GatewayConfig, Error> {
+    let mut cfg = GatewayConfig::new(ctx.namespace(), ctx.identity.clone(), "");
+    // The peering kubeconfig points at the API server this node uses, unless told otherwise.
+    if let Ok(kube_cfg) = crate::startup::client_config(&ctx.args).await {
+        cfg = cfg.with_kube_config(&kube_cfg);
+    }
+    cfg.rate_limit = (ctx.args.rear_rate_limit > 0).then_some(fluidos_rear_gateway::RateLimit {
+        per_second: ctx.args.rear_rate_limit,
+        burst: ctx.args.rear_rate_burst,
+    });
+    cfg.max_holds_per_buyer =
+        usize::try_from(ctx.args.rear_max_holds_per_buyer).unwrap_or(usize::MAX);
+    cfg.max_hold_age = Duration::from_secs(ctx.args.rear_max_hold_age_seconds);
+    if let Some(url) = &ctx.args.api_server_url {
+        cfg.api_server_url = url.clone();
+    }
+    cfg.bind = ctx.args.rear_gateway_address();
+    cfg.liqo_cluster_id = ctx.identity.liqo_id().map(str::to_owned);
+    cfg.transaction_ttl = Duration::from_secs(ctx.args.transaction_ttl_seconds);
+    cfg.metrics = ctx.metrics.clone();
+    cfg.plain_http_sales = ctx.args.rear_plain_http_sales.clone();
+    cfg.go_peering_grant = ctx.args.rear_go_peering_grant.clone();
+    cfg.service_delivery = ctx.args.service_delivery;
+    if let Some(key) = &ctx.node_key {
+        cfg = cfg
+            .with_node_key(key)
+            .map_err(|e| Error::Setup(e.to_string()))?;
+    }
+    Ok(cfg)
 }

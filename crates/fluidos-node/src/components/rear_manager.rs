@@ -5,9 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fluidos_consumer::{ConsumerConfig, Context as ConsumerContext};
+use fluidos_api::service_delivery::ServiceDelivery;
+use fluidos_consumer::{
+    ConsumerConfig, Context as ConsumerContext, OffloadingGrant, OffloadingIssuer,
+};
 use fluidos_controller::readiness::ReadinessGate;
 use fluidos_rear_client::{ADDRESS_FORM, ClientConfig, ProviderAddress};
+use fluidos_rear_gateway::credentials::{Credentials, PeeringGrant};
 use tokio_util::sync::CancellationToken;
 
 use super::Error;
@@ -28,8 +32,18 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
         purchase_timeout: Duration::from_millis(ctx.args.purchase_timeout_ms),
         ..ClientConfig::default()
     };
-    let consumer = ConsumerContext::new(ctx.client.clone(), cfg, rear.clone(), ctx.metrics.clone())
-        .map_err(|e| Error::Setup(e.to_string()))?;
+    let offloading = match ctx.args.service_delivery {
+        ServiceDelivery::Rear => None,
+        ServiceDelivery::Liqo => Some(offloading_issuer(&ctx, &shutdown).await?),
+    };
+    let consumer = ConsumerContext::with_offloading(
+        ctx.client.clone(),
+        cfg,
+        rear.clone(),
+        ctx.metrics.clone(),
+        offloading.clone(),
+    )
+    .map_err(|e| Error::Setup(e.to_string()))?;
     // Ready once every consumer controller has listed its objects: a Solver
     // created after /readyz says 200 is acted on at once (the first list of a
     // freshly installed CRD can wait out a 429 from the API server).
@@ -57,18 +71,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
         identity: ctx.identity.clone(),
         rear: rear.clone(),
         node_key: ctx.node_key.clone(),
+        offloading: offloading.clone(),
     };
-    let peering = fluidos_peering::PeeringConfig {
-        namespace: ctx.namespace().to_owned(),
-        identity: ctx.identity.clone(),
-        local_cluster_id: ctx.identity.liqo_id().unwrap_or_default().to_owned(),
-        networking: ctx
-            .args
-            .liqo_networking
-            .then(|| fluidos_peering::NetworkingConfig {
-                server_service_type: ctx.args.liqo_gateway_service_type.into(),
-            }),
-    };
+    let peering = peering_config(&ctx);
     let peering_on = ctx.args.peering;
     let slice_class_task = peering_on.then(|| spawn_slice_class(&ctx, &shutdown));
     tracing::info!(component = %Component::RearManager, "component started");
@@ -113,6 +118,64 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
     }
     tracing::info!(component = %Component::RearManager, "component stopped");
     Ok(())
+}
+
+/// The Allocation controller's configuration (Liqo peering, both sides).
+fn peering_config(ctx: &Context) -> fluidos_peering::PeeringConfig {
+    fluidos_peering::PeeringConfig {
+        namespace: ctx.namespace().to_owned(),
+        identity: ctx.identity.clone(),
+        local_cluster_id: ctx.identity.liqo_id().unwrap_or_default().to_owned(),
+        networking: ctx
+            .args
+            .liqo_networking
+            .then(|| fluidos_peering::NetworkingConfig {
+                server_service_type: ctx.args.liqo_gateway_service_type.into(),
+            }),
+    }
+}
+
+/// Issues the kubeconfigs the sellers of Services bought to be delivered
+/// by Liqo peer with: the gateway's peer credentials (the seller's account
+/// named after its node ID and owned by its key, Liqo's peering-user rights
+/// in its tenant namespace only), which the gateway keeps while such a
+/// Contract lives and revokes after.
+async fn offloading_issuer(
+    ctx: &Arc<Context>,
+    shutdown: &CancellationToken,
+) -> Result<OffloadingIssuer, Error> {
+    let gateway = super::rear_gateway::config(ctx).await?;
+    let Some(own_cluster) = ctx.identity.liqo_id().map(str::to_owned) else {
+        return Err(Error::Setup(
+            "--service-delivery liqo needs this cluster's Liqo cluster ID".into(),
+        ));
+    };
+    let (credentials, driver) = Credentials::new(ctx.client.clone(), gateway.credentials());
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            () = driver => {}
+            () = stop.cancelled() => {}
+        }
+    });
+    let credentials = Arc::new(credentials);
+    Ok(Arc::new(move |grant: OffloadingGrant| {
+        let (credentials, own_cluster) = (credentials.clone(), own_cluster.clone());
+        Box::pin(async move {
+            credentials
+                .issue(
+                    &grant.seller_node_id,
+                    &grant.seller_key,
+                    &own_cluster,
+                    grant
+                        .seller_cluster_id
+                        .as_deref()
+                        .map(PeeringGrant::TenantNamespace),
+                )
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }))
 }
 
 /// `--peers`: each `host:port`, or `host:port#sha256:<64 hex>` for a

@@ -443,6 +443,92 @@ pub fn plan(input: &Input<'_>) -> Plan {
     }
 }
 
+/// Message of a buyer's Allocation whose service Liqo delivered.
+pub const OFFLOADED_MESSAGE: &str =
+    "Service delivered through Liqo: credentials reflected by the seller's offloading";
+
+/// Message of a delivered service whose reflected Secret went while its
+/// namespace stays (deleted by hand, or the seller is ending the delivery).
+pub const REFLECTED_AGAIN_MESSAGE: &str =
+    "The credentials Secret reflected by Liqo is gone: waiting for Liqo to reflect it again";
+
+/// The credentials Secret the seller's Liqo reflected into `namespace`
+/// (the one named after the Contract), among `secrets` listed there.
+pub fn reflected_credentials<'s>(secrets: &'s [Secret], namespace: &str) -> Option<&'s Secret> {
+    secrets.iter().find(|s| {
+        s.namespace().as_deref() == Some(namespace)
+            && s.labels().get(CREDENTIALS_LABEL).map(String::as_str) == Some("true")
+    })
+}
+
+/// The status of the buyer's Allocation of a Service delivered by Liqo
+/// (pure): `Released` once the Contract is gone or over; `Active`, pointing
+/// at the reflected credentials Secret, once Liqo has put it in the
+/// namespace named after the Contract; `Provisioning` until then. Nothing
+/// is written on this side: Liqo makes and removes the namespace.
+pub fn offloaded_status(
+    current: Option<&AllocationStatus>,
+    contract: &str,
+    contract_live: bool,
+    namespace_exists: bool,
+    reflected: Option<&Secret>,
+    now: &str,
+) -> AllocationStatus {
+    // Remembered by the status alone: Active with its Secret, Released, or
+    // waiting for a Secret that was there.
+    let delivered_before = current.is_some_and(|s| {
+        s.status == Some(AllocationState::Released)
+            || (s.status == Some(AllocationState::Active) && s.resource_ref.is_some())
+            || s.message.as_deref() == Some(REFLECTED_AGAIN_MESSAGE)
+    });
+    let (state, message, resource_ref) = match (contract_live, reflected) {
+        (false, _) => (
+            AllocationState::Released,
+            format!("Contract {contract} ended: the seller removes the offloaded namespace"),
+            None,
+        ),
+        // Delivered, then the namespace went: only the seller's Liqo removes
+        // it, when the seller ends the Contract on its side.
+        (true, None) if delivered_before && !namespace_exists => (
+            AllocationState::Released,
+            format!(
+                "The seller ended the delivery: namespace {contract} is no longer offloaded here"
+            ),
+            None,
+        ),
+        (true, Some(secret)) => (
+            AllocationState::Active,
+            OFFLOADED_MESSAGE.to_owned(),
+            Some(GenericRef {
+                name: Some(secret.name_any()),
+                namespace: secret.namespace(),
+                api_version: Some("v1".into()),
+                kind: Some("Secret".into()),
+            }),
+        ),
+        (true, None) if delivered_before => (
+            AllocationState::Provisioning,
+            REFLECTED_AGAIN_MESSAGE.to_owned(),
+            None,
+        ),
+        (true, None) => (
+            AllocationState::Provisioning,
+            format!(
+                "Waiting for the seller to offload namespace {contract} here through Liqo, with its credentials Secret"
+            ),
+            None,
+        ),
+    };
+    let mut next = current.cloned().unwrap_or_default();
+    if next.status.as_ref() != Some(&state) || next.message.as_deref() != Some(message.as_str()) {
+        next.status = Some(state);
+        next.message = Some(message);
+        next.last_update_time = Some(now.to_owned());
+    }
+    next.resource_ref = resource_ref;
+    next
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -854,5 +940,60 @@ mod tests {
         );
         deleting.metadata.finalizers = None;
         assert!(run(&deleting, true, Some(&secret), None).effects.is_empty());
+    }
+
+    #[test]
+    fn an_offloaded_service_is_active_once_liqo_reflects_its_credentials() {
+        let secret = |ns: &str, label: Option<&str>| {
+            let mut s = Secret::default();
+            s.metadata.name = Some("credentials-c".into());
+            s.metadata.namespace = Some(ns.into());
+            if let Some(v) = label {
+                s.metadata.labels = Some([(CREDENTIALS_LABEL.to_owned(), v.to_owned())].into());
+            }
+            s
+        };
+        let listed = [secret("c", None), secret("other", Some("true"))];
+        assert!(reflected_credentials(&listed, "c").is_none());
+        let listed = [secret("c", Some("true"))];
+        let found = reflected_credentials(&listed, "c");
+        let waiting = offloaded_status(None, "c", true, false, None, "t0");
+        assert_eq!(waiting.status, Some(AllocationState::Provisioning));
+        assert!(waiting.message.as_deref().unwrap().contains("namespace c"));
+        let active = offloaded_status(Some(&waiting), "c", true, true, found, "t1");
+        assert_eq!(active.status, Some(AllocationState::Active));
+        assert_eq!(active.last_update_time.as_deref(), Some("t1"));
+        let r = active.resource_ref.clone().unwrap();
+        assert_eq!(
+            (r.name.as_deref(), r.namespace.as_deref()),
+            (Some("credentials-c"), Some("c"))
+        );
+        // Unchanged: the same time, so no write.
+        assert_eq!(
+            offloaded_status(Some(&active), "c", true, true, found, "t2"),
+            active
+        );
+        let released = offloaded_status(Some(&active), "c", false, true, found, "t3");
+        assert_eq!(released.status, Some(AllocationState::Released));
+        assert!(released.resource_ref.is_none());
+        // The Secret gone while the namespace stays: waiting again.
+        let again = offloaded_status(Some(&active), "c", true, true, None, "t4");
+        assert_eq!(again.status, Some(AllocationState::Provisioning));
+        assert_eq!(again.message.as_deref(), Some(REFLECTED_AGAIN_MESSAGE));
+        // Then the namespace goes too: ended, as from Active.
+        let gone = offloaded_status(Some(&again), "c", true, false, None, "t4");
+        assert_eq!(gone.status, Some(AllocationState::Released));
+        // The namespace gone after delivery: the seller ended it; and it
+        // stays so.
+        let ended = offloaded_status(Some(&active), "c", true, false, None, "t5");
+        assert_eq!(ended.status, Some(AllocationState::Released));
+        assert!(ended.message.as_deref().unwrap().contains("seller ended"));
+        assert_eq!(
+            offloaded_status(Some(&ended), "c", true, false, None, "t6"),
+            ended
+        );
+        // Never delivered and no namespace yet: waiting.
+        let fresh = offloaded_status(Some(&waiting), "c", true, false, None, "t7");
+        assert_eq!(fresh, waiting);
     }
 }

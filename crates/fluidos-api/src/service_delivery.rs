@@ -1,0 +1,187 @@
+//! How a sold Service reaches its buyer, and the names both sides of a
+//! delivery by Liqo (mode a, `docs/service-offloading.md`) agree on.
+//!
+//! - **REAR** (mode b, the default): the buyer fetches the endpoints and
+//!   credentials over REAR.
+//! - **Liqo** (mode a): the buyer hands the seller, at PURCHASE, a kubeconfig
+//!   of its own cluster with Liqo's peering-user rights in
+//!   `liqo-tenant-<seller's cluster ID>` only; the seller peers with the
+//!   buyer as Liqo's consumer (the reverse peering, driven by a companion
+//!   Allocation of its own, [`OFFLOADING_FOR_ANNOTATION`]), offloads the
+//!   service namespace to it, and Liqo reflects the credentials Secret into
+//!   the buyer's namespace of the same name.
+//!
+//! The seller decides per sale and says so in the Contract's
+//! `extraInformation` ([`EXTRA_KEY`]): Liqo only when it is configured so
+//! and the buyer sent a kubeconfig. Unmodified Go nodes ignore the key.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use crate::naming::hash_prefix;
+use crate::reservation::ContractSpec;
+
+/// `extraInformation` key of a Contract delivered by Liqo; its value is [`LIQO`].
+pub const EXTRA_KEY: &str = "fluidos.eu/service-delivery";
+/// Value of [`EXTRA_KEY`] (and of [`DELIVERY_LABEL`]) for a delivery by Liqo.
+pub const LIQO: &str = "liqo";
+/// Label on the buyer's copy of a Contract delivered by Liqo: its gateway
+/// keeps the seller's credentials on this cluster while one is live.
+pub const DELIVERY_LABEL: &str = "fluidos.eu/service-delivery";
+/// Annotation on the buyer's copy of a Contract delivered by Liqo: the
+/// seller's node ID (whose account here the Contract keeps).
+pub const SELLER_ANNOTATION: &str = "fluidos.eu/seller-id";
+/// Annotation on the seller's Allocation driving the reverse peering: the
+/// Contract (same namespace) whose service it delivers.
+pub const OFFLOADING_FOR_ANNOTATION: &str = "fluidos.eu/offloading-for";
+/// Label the Go node puts on a service's credentials Secret (the one Liqo
+/// reflects to the buyer).
+pub const CREDENTIALS_LABEL: &str = "nodecore.fluidos.eu/flavor-service-credentials";
+/// Name of the NamespaceOffloading in a service namespace (upstream's).
+pub const OFFLOADING_NAME: &str = "offloading";
+/// Key of the kubeconfig YAML in the seller's copy of the buyer's credentials.
+pub const KUBECONFIG_KEY: &str = "kubeconfig";
+
+/// Longest object name (a DNS subdomain) and namespace-scoped label-like
+/// names cut with a hash, as `peering_credentials::secret_name` does.
+const MAX_NAME: usize = 253;
+const HASH_LEN: usize = 16;
+
+/// Whom this cluster lets peer as Liqo's consumer to deliver a Service it
+/// bought: the seller's account here, named after its node ID and owned by
+/// its REAR key; with its Liqo cluster ID, the peering-user rights in its
+/// tenant namespace (known only once the Contract is, from its
+/// `peeringTargetCredentials`: flavors do not carry it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OffloadingGrant {
+    /// The seller's node ID.
+    pub seller_node_id: String,
+    /// The seller's REAR key fingerprint.
+    pub seller_key: String,
+    /// The seller's Liqo cluster ID, once known.
+    pub seller_cluster_id: Option<String>,
+}
+
+/// Issues the base64 kubeconfig of this cluster for an [`OffloadingGrant`]
+/// (the same one while it is fresh), or says why not.
+pub type OffloadingIssuer = std::sync::Arc<
+    dyn Fn(
+            OffloadingGrant,
+        )
+            -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, String>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// How this node delivers the Services it sells and asks for the ones it buys.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ServiceDelivery {
+    /// Endpoints and credentials over REAR (mode b).
+    #[default]
+    Rear,
+    /// The service namespace offloaded to the buyer by Liqo (mode a).
+    Liqo,
+}
+
+impl fmt::Display for ServiceDelivery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ServiceDelivery::Rear => "rear",
+            ServiceDelivery::Liqo => LIQO,
+        })
+    }
+}
+
+impl FromStr for ServiceDelivery {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "rear" => Ok(ServiceDelivery::Rear),
+            LIQO => Ok(ServiceDelivery::Liqo),
+            other => Err(format!(
+                "{other:?} is no service delivery: expected `rear` or `liqo`"
+            )),
+        }
+    }
+}
+
+/// True when the seller delivers this Contract's service by Liqo.
+pub fn by_liqo(spec: &ContractSpec) -> bool {
+    spec.extra_information
+        .as_ref()
+        .and_then(|x| x.get(EXTRA_KEY))
+        .is_some_and(|v| v == LIQO)
+}
+
+/// The `extraInformation` entry of a Contract delivered by Liqo.
+pub fn extra_information() -> BTreeMap<String, String> {
+    BTreeMap::from([(EXTRA_KEY.to_owned(), LIQO.to_owned())])
+}
+
+/// `<prefix><contract>`, cut with a hash of the whole contract name when
+/// longer than an object name may be.
+fn derived_name(prefix: &str, contract: &str) -> String {
+    let name = format!("{prefix}{contract}");
+    if name.len() <= MAX_NAME {
+        return name;
+    }
+    let keep = MAX_NAME - prefix.len() - 1 - HASH_LEN;
+    let head = contract.get(..keep).unwrap_or_default();
+    let head = head.trim_end_matches(['-', '.']);
+    format!("{prefix}{head}-{}", hash_prefix(contract, HASH_LEN))
+}
+
+/// The seller's Secret holding the kubeconfig the buyer sent for `contract`.
+pub fn buyer_credentials_secret(contract: &str) -> String {
+    derived_name("buyer-credentials-", contract)
+}
+
+/// The seller's Allocation driving the reverse peering of `contract`.
+pub fn offloading_allocation(contract: &str) -> String {
+    derived_name("offloading-", contract)
+}
+
+/// What the buyer's cluster grants the seller's slice: room for the pods of
+/// a service offloaded with its pods kept by the seller (the hosting policy
+/// `Provider`, upstream's default) and a few more. The buyer grants this
+/// whatever the seller's slice asks for.
+pub fn offloading_resources() -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("cpu".to_owned(), "2".to_owned()),
+        ("memory".to_owned(), "4Gi".to_owned()),
+        ("pods".to_owned(), "16".to_owned()),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn the_mode_reads_and_prints_as_the_flag_takes_it() {
+        for m in [ServiceDelivery::Rear, ServiceDelivery::Liqo] {
+            assert_eq!(m.to_string().parse::<ServiceDelivery>().unwrap(), m);
+        }
+        assert!(
+            "Liqo"
+                .parse::<ServiceDelivery>()
+                .unwrap_err()
+                .contains("`liqo`")
+        );
+    }
+
+    #[test]
+    fn derived_names_stay_object_names() {
+        assert_eq!(offloading_allocation("c-1"), "offloading-c-1");
+        assert_eq!(buyer_credentials_secret("c-1"), "buyer-credentials-c-1");
+        let long = "a".repeat(250);
+        let a = offloading_allocation(&long);
+        let b = offloading_allocation(&format!("{}b", "a".repeat(249)));
+        assert!(a.len() <= MAX_NAME && b.len() <= MAX_NAME);
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,309 @@
+//! Service delivery by Liqo (mode a) end to end, with the real Liqo v1.0.0
+//! controllers on both control planes: the upstream `solver-service.yaml`
+//! Solver on the buyer's cluster buys the upstream database blueprint from
+//! the seller, both nodes run `--service-delivery liqo`. The buyer's
+//! purchase carries a kubeconfig of its cluster (Liqo's peering-user rights
+//! in the seller's tenant namespace only); the seller peers with the buyer
+//! as Liqo's consumer (its companion Allocation), the buyer's ResourceSlice
+//! class grants the offloading slice, the seller offloads the service
+//! namespace, and Liqo reflects the credentials Secret into the buyer's
+//! namespace of the same name, which the buyer's Allocation points at.
+//! Ending the Contract on the seller takes it all down: the service and
+//! offloaded namespaces, the reverse peering, the buyer's Allocation
+//! `Released`. The virtual-kubelet pod is played by its stand-in
+//! (`Liqo::start_virtual_kubelet`, the real binary).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // in tests a panic is the failure report
+
+use fluidos_api::allocation::AllocationState;
+use fluidos_api::service_delivery::{CREDENTIALS_LABEL, OFFLOADING_FOR_ANNOTATION};
+use fluidos_api::{Allocation, Contract, ServiceBlueprint, Solver};
+use fluidos_testenv::fixtures;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, ResourceExt};
+
+mod support;
+
+use support::peering::{
+    CONSUMER_ID, PROVIDER_ID, Phases, TwoClusters, dynamic, ready_virtual_node, say, skip_reason,
+    until,
+};
+use support::{NS, NodeProcess};
+
+/// The Allocation of `cp` that is not a companion, with its state.
+async fn service_allocation(cp: &kube::Client) -> Result<Allocation, String> {
+    Api::<Allocation>::namespaced(cp.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?
+        .items
+        .into_iter()
+        .find(|a| !a.annotations().contains_key(OFFLOADING_FOR_ANNOTATION))
+        .ok_or_else(|| "no Allocation yet".to_owned())
+}
+
+fn state(a: &Allocation) -> Option<AllocationState> {
+    a.status.as_ref().and_then(|s| s.status.clone())
+}
+
+#[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "two clusters, two nodes, one purchase delivered and ended: the scenario reads top to bottom"
+)]
+async fn a_service_bought_is_delivered_by_liqo_offloading_and_taken_down_with_its_contract() {
+    if let Some(why) = skip_reason() {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    let Some(samples) = fluidos_testenv::shared_reference_dir().map(|d| d.join("fluidos-samples"))
+    else {
+        eprintln!(
+            "SKIP: ../shared/reference is absent (blueprint and Solver samples come from there)"
+        );
+        return;
+    };
+    let blueprint: ServiceBlueprint = serde_yaml::from_str(
+        &std::fs::read_to_string(samples.join("service-blueprint-db.yaml")).unwrap(),
+    )
+    .unwrap();
+    let solver: Solver = serde_yaml::from_str(
+        &std::fs::read_to_string(samples.join("solver-service.yaml")).unwrap(),
+    )
+    .unwrap();
+    let mut phases = Phases::new();
+    // The seller is TwoClusters' provider, the buyer its consumer; in the
+    // reverse peering the seller is Liqo's consumer.
+    let (stage, mut buyer_liqo, mut seller_liqo) = TwoClusters::start(0).await;
+    let (seller, buyer) = (&stage.provider, &stage.consumer);
+    // A kwok-run worker for the service's pods (kept by the seller: the
+    // blueprint's hosting policy is the default, Provider).
+    fixtures::worker_node(seller, "worker-1", "8", "16Gi")
+        .await
+        .unwrap();
+    Api::<ServiceBlueprint>::namespaced(seller.client(), NS)
+        .create(&PostParams::default(), &blueprint)
+        .await
+        .unwrap();
+    phases.mark("two control planes, Liqo on both, the blueprint");
+
+    let seller_node = NodeProcess::spawn(
+        seller,
+        stage.provider_port(),
+        "local-resource-manager,rear-gateway,rear-manager",
+        "0",
+        &[
+            "--liqo-cluster-id",
+            PROVIDER_ID,
+            "--service-delivery",
+            "liqo",
+        ],
+    );
+    let buyer_node = NodeProcess::spawn(
+        buyer,
+        stage.consumer_port(),
+        "rear-gateway,rear-manager",
+        "0",
+        &[
+            "--liqo-cluster-id",
+            CONSUMER_ID,
+            "--service-delivery",
+            "liqo",
+            "--peer-timeout-ms",
+            "10000",
+        ],
+    );
+    let nodes = [&seller_node, &buyer_node];
+    until("the seller's Service flavor", &nodes, &mut [], || async {
+        let flavors = Api::<fluidos_api::Flavor>::namespaced(seller.client(), NS)
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        flavors
+            .items
+            .iter()
+            .any(|f| f.spec.flavor_type.type_identifier == "Service")
+            .then_some(())
+            .ok_or_else(|| "no Service flavor yet".to_owned())
+    })
+    .await;
+    Api::<Solver>::namespaced(buyer.client(), NS)
+        .create(&PostParams::default(), &solver)
+        .await
+        .unwrap();
+
+    // The sale, delivered by Liqo: the seller's Contract says so, and it
+    // keeps the buyer's kubeconfig.
+    let contract = until("the seller's Contract", &nodes, &mut [], || async {
+        Api::<Contract>::namespaced(seller.client(), NS)
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .into_iter()
+            .next()
+            .ok_or_else(|| "no Contract yet".to_owned())
+    })
+    .await;
+    let name = contract.name_any();
+    assert!(
+        fluidos_api::service_delivery::by_liqo(&contract.spec),
+        "{:?}",
+        contract.spec.extra_information
+    );
+    assert_eq!(contract.spec.buyer_cluster_id, CONSUMER_ID);
+    phases.mark("Service sold, to be delivered by Liqo");
+
+    // The reverse peering: the seller's slice in its tenant namespace for
+    // the buyer, granted by the buyer's class; then the virtual node.
+    let s_tenant = format!("liqo-tenant-{CONSUMER_ID}");
+    let (node, deployment) = ready_virtual_node(
+        seller,
+        &mut seller_liqo,
+        &mut buyer_liqo,
+        &nodes,
+        &s_tenant,
+        &name,
+    )
+    .await;
+    let allocatable = node.status.unwrap().allocatable.unwrap();
+    assert_eq!(allocatable["cpu"].0, "2", "{allocatable:?}");
+    phases.mark("reverse peering: the buyer's virtual node on the seller");
+
+    // The offloaded namespace and the reflected credentials on the buyer.
+    let allocation = until(
+        "the buyer's Allocation Active",
+        &nodes,
+        &mut [&mut seller_liqo, &mut buyer_liqo],
+        || async {
+            let a = service_allocation(&buyer.client()).await?;
+            match state(&a) {
+                Some(AllocationState::Active) => Ok(a),
+                other => Err(format!(
+                    "{other:?}: {:?}",
+                    a.status.as_ref().and_then(|s| s.message.clone())
+                )),
+            }
+        },
+    )
+    .await;
+    let r = allocation.status.unwrap().resource_ref.unwrap();
+    assert_eq!(r.namespace.as_deref(), Some(name.as_str()));
+    let reflected = Api::<Secret>::namespaced(buyer.client(), &name)
+        .get(r.name.as_deref().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        reflected
+            .labels()
+            .get(CREDENTIALS_LABEL)
+            .map(String::as_str),
+        Some("true")
+    );
+    let original = Api::<Secret>::namespaced(seller.client(), &name)
+        .get(&reflected.name_any())
+        .await
+        .unwrap();
+    let data = reflected.data.clone().unwrap();
+    for key in ["username", "password", "database"] {
+        assert!(data.contains_key(key), "no {key} in {:?}", data.keys());
+    }
+    assert_eq!(reflected.data, original.data);
+    phases.mark("buyer: credentials reflected into the offloaded namespace");
+
+    // The seller's service Allocation is Active too (its workloads run on
+    // its own worker: hosting policy Provider, pods Local).
+    until(
+        "the seller's Allocation Active",
+        &nodes,
+        &mut [],
+        || async {
+            let a = service_allocation(&seller.client()).await?;
+            (state(&a) == Some(AllocationState::Active))
+                .then_some(())
+                .ok_or_else(|| format!("{:?}", a.status))
+        },
+    )
+    .await;
+
+    // Ending the Contract on the seller takes it all down.
+    Api::<Contract>::namespaced(seller.client(), NS)
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    // The stand-in plays the virtual-kubelet pod: it ends when Liqo deletes
+    // the pod's Deployment, as the pod would (its credentials go with the
+    // peering, so it may die first: no Liqo process is checked here).
+    until(
+        "the virtual-kubelet Deployment gone",
+        &nodes,
+        &mut [],
+        || async {
+            match Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(
+                seller.client(),
+                &s_tenant,
+            )
+            .get_opt(&deployment)
+            .await
+            .map_err(|e| e.to_string())?
+            {
+                None => Ok(()),
+                Some(_) => Err("the Deployment is still there".to_owned()),
+            }
+        },
+    )
+    .await;
+    seller_liqo.stop_virtual_kubelet(&deployment).await;
+    until(
+        "the service gone from both clusters",
+        &nodes,
+        &mut [&mut seller_liqo, &mut buyer_liqo],
+        || async {
+            for (side, cp) in [("seller", seller), ("buyer", buyer)] {
+                if Api::<Namespace>::all(cp.client())
+                    .get_opt(&name)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .is_some()
+                {
+                    return Err(format!("namespace {name} still on the {side}"));
+                }
+            }
+            let slices = dynamic(
+                &seller.client(),
+                "authentication.liqo.io",
+                "ResourceSlice",
+                "resourceslices",
+                &s_tenant,
+            );
+            if slices
+                .get_opt(&name)
+                .await
+                .map_err(|e| e.to_string())?
+                .is_some()
+            {
+                return Err("the seller's ResourceSlice is still there".into());
+            }
+            let companions = Api::<Allocation>::namespaced(seller.client(), NS)
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .into_iter()
+                .filter(|a| a.annotations().contains_key(OFFLOADING_FOR_ANNOTATION))
+                .count();
+            if companions > 0 {
+                return Err("the seller's companion Allocation is still there".into());
+            }
+            let a = service_allocation(&buyer.client()).await?;
+            (state(&a) == Some(AllocationState::Released))
+                .then_some(())
+                .ok_or_else(|| format!("buyer's Allocation {:?}", a.status))
+        },
+    )
+    .await;
+    phases.mark("Contract ended: offloading, peering and namespaces gone");
+    say("service delivered by Liqo and taken down");
+    phases.summary();
+}
