@@ -19,6 +19,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
+use crate::Contract;
+use crate::common::FlavorTypeIdentifier;
 use crate::naming::hash_prefix;
 use crate::reservation::ContractSpec;
 
@@ -29,6 +31,9 @@ pub const LIQO: &str = "liqo";
 /// Label on the buyer's copy of a Contract delivered by Liqo: its gateway
 /// keeps the seller's credentials on this cluster while one is live.
 pub const DELIVERY_LABEL: &str = "fluidos.eu/service-delivery";
+/// Value of [`DELIVERY_LABEL`] once the delivery ended (the seller took
+/// the namespace back, or the Contract ended): nothing is granted any more.
+pub const ENDED: &str = "ended";
 /// Annotation on the buyer's copy of a Contract delivered by Liqo: the
 /// seller's node ID (whose account here the Contract keeps).
 pub const SELLER_ANNOTATION: &str = "fluidos.eu/seller-id";
@@ -115,6 +120,21 @@ pub fn by_liqo(spec: &ContractSpec) -> bool {
         .is_some_and(|v| v == LIQO)
 }
 
+/// True for this node's copy of a Service it bought and asked to be
+/// delivered by Liqo, which its seller agreed to: the buyer's own label
+/// ([`DELIVERY_LABEL`], set at the purchase only when this node sent a
+/// kubeconfig, taken back when the delivery ends) besides the seller's
+/// word. Everything the buyer grants the seller keys on this.
+pub fn bought_by_liqo(contract: &Contract) -> bool {
+    use kube::ResourceExt as _;
+    contract.spec.flavor.spec.flavor_type.identifier() == Some(FlavorTypeIdentifier::Service)
+        && by_liqo(&contract.spec)
+        && contract
+            .labels()
+            .get(DELIVERY_LABEL)
+            .is_some_and(|v| v == LIQO)
+}
+
 /// The `extraInformation` entry of a Contract delivered by Liqo.
 pub fn extra_information() -> BTreeMap<String, String> {
     BTreeMap::from([(EXTRA_KEY.to_owned(), LIQO.to_owned())])
@@ -143,15 +163,16 @@ pub fn offloading_allocation(contract: &str) -> String {
     derived_name("offloading-", contract)
 }
 
-/// What the buyer's cluster grants the seller's slice: room for the pods of
-/// a service offloaded with its pods kept by the seller (the hosting policy
-/// `Provider`, upstream's default) and a few more. The buyer grants this
-/// whatever the seller's slice asks for.
+/// What the buyer's cluster grants the seller's slice, whatever it asks
+/// for: the service's pods stay on the seller (pods `Local`), so the
+/// virtual node only needs to exist. It is still a grant of compute: the
+/// seller, Liqo's consumer here, could offload pods of its own up to it,
+/// so it is the least a virtual node is made with.
 pub fn offloading_resources() -> BTreeMap<String, String> {
     BTreeMap::from([
-        ("cpu".to_owned(), "2".to_owned()),
-        ("memory".to_owned(), "4Gi".to_owned()),
-        ("pods".to_owned(), "16".to_owned()),
+        ("cpu".to_owned(), "100m".to_owned()),
+        ("memory".to_owned(), "128Mi".to_owned()),
+        ("pods".to_owned(), "1".to_owned()),
     ])
 }
 

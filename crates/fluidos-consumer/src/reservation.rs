@@ -353,6 +353,14 @@ async fn run_effects(ctx: &Context, ns: &str, effects: &[Effect]) -> Result<(), 
                     .map_err(Error::kube(Step::ApplyCredentials))?;
             }
             Effect::ApplyContract(c) => {
+                let mut c = c.clone();
+                if ctx.offloading.is_none() {
+                    // This node sent no kubeconfig: whatever the seller
+                    // says, nothing is delivered here by Liqo (its checks
+                    // key on this label, never on the seller's word).
+                    c.labels_mut()
+                        .remove(fluidos_api::service_delivery::DELIVERY_LABEL);
+                }
                 let stored = Api::<Contract>::namespaced(ctx.client.clone(), ns)
                     .patch(
                         &c.name_any(),

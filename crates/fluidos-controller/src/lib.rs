@@ -6,6 +6,7 @@
 pub mod api_error;
 pub mod events;
 pub mod metrics;
+pub mod peer_kubeconfig;
 pub mod readiness;
 pub mod reconcile;
 pub mod time;

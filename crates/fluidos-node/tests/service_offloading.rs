@@ -88,33 +88,38 @@ async fn a_service_bought_is_delivered_by_liqo_offloading_and_taken_down_with_it
         .unwrap();
     phases.mark("two control planes, Liqo on both, the blueprint");
 
-    let seller_node = NodeProcess::spawn(
-        seller,
-        stage.provider_port(),
-        "local-resource-manager,rear-gateway,rear-manager",
-        "0",
-        &[
-            "--liqo-cluster-id",
-            PROVIDER_ID,
-            "--service-delivery",
-            "liqo",
-        ],
-    );
-    let buyer_node = NodeProcess::spawn(
-        buyer,
-        stage.consumer_port(),
-        "rear-gateway,rear-manager",
-        "0",
-        &[
-            "--liqo-cluster-id",
-            CONSUMER_ID,
-            "--service-delivery",
-            "liqo",
-            "--peer-timeout-ms",
-            "10000",
-        ],
-    );
-    let nodes = [&seller_node, &buyer_node];
+    let seller_node = || {
+        NodeProcess::spawn(
+            seller,
+            stage.provider_port(),
+            "local-resource-manager,rear-gateway,rear-manager",
+            "0",
+            &[
+                "--liqo-cluster-id",
+                PROVIDER_ID,
+                "--service-delivery",
+                "liqo",
+            ],
+        )
+    };
+    let buyer_node = || {
+        NodeProcess::spawn(
+            buyer,
+            stage.consumer_port(),
+            "rear-gateway,rear-manager",
+            "0",
+            &[
+                "--liqo-cluster-id",
+                CONSUMER_ID,
+                "--service-delivery",
+                "liqo",
+                "--peer-timeout-ms",
+                "10000",
+            ],
+        )
+    };
+    let (s_node, b_node) = (seller_node(), buyer_node());
+    let nodes = [&s_node, &b_node];
     until("the seller's Service flavor", &nodes, &mut [], || async {
         let flavors = Api::<fluidos_api::Flavor>::namespaced(seller.client(), NS)
             .list(&ListParams::default())
@@ -154,6 +159,12 @@ async fn a_service_bought_is_delivered_by_liqo_offloading_and_taken_down_with_it
     );
     assert_eq!(contract.spec.buyer_cluster_id, CONSUMER_ID);
     phases.mark("Service sold, to be delivered by Liqo");
+    // Both nodes crash in the middle (SIGKILL) and start again: everything
+    // is in the API servers, so the delivery goes on.
+    s_node.kill().await;
+    b_node.kill().await;
+    let (s_node, b_node) = (seller_node(), buyer_node());
+    let nodes = [&s_node, &b_node];
 
     // The reverse peering: the seller's slice in its tenant namespace for
     // the buyer, granted by the buyer's class; then the virtual node.
@@ -168,7 +179,9 @@ async fn a_service_bought_is_delivered_by_liqo_offloading_and_taken_down_with_it
     )
     .await;
     let allocatable = node.status.unwrap().allocatable.unwrap();
-    assert_eq!(allocatable["cpu"].0, "2", "{allocatable:?}");
+    // The offloading slice, not what the seller's slice asks for.
+    assert_eq!(allocatable["cpu"].0, "100m", "{allocatable:?}");
+    assert_eq!(allocatable["pods"].0, "1", "{allocatable:?}");
     phases.mark("reverse peering: the buyer's virtual node on the seller");
 
     // The offloaded namespace and the reflected credentials on the buyer.
@@ -211,6 +224,38 @@ async fn a_service_bought_is_delivered_by_liqo_offloading_and_taken_down_with_it
     }
     assert_eq!(reflected.data, original.data);
     phases.mark("buyer: credentials reflected into the offloaded namespace");
+
+    // The kubeconfig the buyer gave the seller: Liqo's peering-user rights
+    // in the seller's tenant namespace on the buyer, nothing in the node's.
+    let given = Api::<Secret>::namespaced(seller.client(), NS)
+        .get(&fluidos_api::service_delivery::buyer_credentials_secret(
+            &name,
+        ))
+        .await
+        .unwrap();
+    let yaml = given.data.unwrap().remove("kubeconfig").unwrap().0;
+    let kc = kube::config::Kubeconfig::from_yaml(std::str::from_utf8(&yaml).unwrap()).unwrap();
+    let as_seller = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let b_tenant = format!("liqo-tenant-{PROVIDER_ID}");
+    Api::<Secret>::namespaced(as_seller.clone(), &b_tenant)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    for ns in [NS, name.as_str()] {
+        let refused = Api::<Secret>::namespaced(as_seller.clone(), ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&refused, kube::Error::Api(e) if e.code == 403),
+            "{ns}: {refused:?}"
+        );
+    }
 
     // The seller's service Allocation is Active too (its workloads run on
     // its own worker: hosting policy Provider, pods Local).
@@ -304,6 +349,37 @@ async fn a_service_bought_is_delivered_by_liqo_offloading_and_taken_down_with_it
     )
     .await;
     phases.mark("Contract ended: offloading, peering and namespaces gone");
+    // The buyer's copy of the Contract stays (it ends at its own expiry),
+    // but says the delivery ended; the buyer's gateway then revokes the
+    // seller's account there.
+    let copy = Api::<Contract>::namespaced(buyer.client(), NS)
+        .get(&name)
+        .await
+        .unwrap();
+    assert_eq!(
+        copy.labels()
+            .get(fluidos_api::service_delivery::DELIVERY_LABEL)
+            .map(String::as_str),
+        Some(fluidos_api::service_delivery::ENDED)
+    );
+    let account = fluidos_rear_gateway::credentials::service_account_name("provider01");
+    until(
+        "the seller's account on the buyer revoked",
+        &nodes,
+        &mut [],
+        || async {
+            match Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(buyer.client(), NS)
+                .get_opt(&account)
+                .await
+                .map_err(|e| e.to_string())?
+            {
+                None => Ok(()),
+                Some(_) => Err(format!("{account} is still there")),
+            }
+        },
+    )
+    .await;
+    phases.mark("buyer: the seller's account revoked");
     say("service delivered by Liqo and taken down");
     phases.summary();
 }

@@ -89,6 +89,10 @@ pub enum BuildError {
     /// The contract's kubeconfig is not a kubeconfig.
     #[error("the contract's kubeconfig is not a kubeconfig: {0}")]
     KubeconfigYaml(#[source] kube::config::KubeconfigError),
+    /// The peer's kubeconfig uses what a peer may not hand over (a command,
+    /// a file, a proxy, plain HTTP; `fluidos_controller::peer_kubeconfig`).
+    #[error("the peer's kubeconfig is refused: {0}")]
+    KubeconfigRefused(String),
     /// The Contract's flavor or configuration does not describe a K8Slice.
     #[error("the Contract does not describe a K8Slice: {0}")]
     NotK8Slice(String),
@@ -441,7 +445,12 @@ pub fn decode_kubeconfig(b64_text: &str) -> Result<kube::config::Kubeconfig, Bui
         .decode(b64_text.trim())
         .map_err(BuildError::KubeconfigBase64)?;
     let text = String::from_utf8_lossy(&bytes);
-    kube::config::Kubeconfig::from_yaml(&text).map_err(BuildError::KubeconfigYaml)
+    let kubeconfig =
+        kube::config::Kubeconfig::from_yaml(&text).map_err(BuildError::KubeconfigYaml)?;
+    match fluidos_controller::peer_kubeconfig::refusal(&kubeconfig) {
+        Some(why) => Err(BuildError::KubeconfigRefused(why)),
+        None => Ok(kubeconfig),
+    }
 }
 
 #[cfg(test)]
@@ -727,6 +736,13 @@ pub(crate) mod tests {
         assert!(matches!(
             decode_kubeconfig("%%%"),
             Err(BuildError::KubeconfigBase64(_))
+        ));
+        // A peer's kubeconfig running a command here: refused, never built.
+        let exec = "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers:\n- name: u\n  user:\n    exec: {command: sh, apiVersion: client.authentication.k8s.io/v1}\n";
+        let b = base64::engine::general_purpose::STANDARD.encode(exec);
+        assert!(matches!(
+            decode_kubeconfig(&b),
+            Err(BuildError::KubeconfigRefused(why)) if why.contains("exec")
         ));
     }
 }

@@ -24,7 +24,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fluidos_api::common::FlavorTypeIdentifier;
 use fluidos_api::service_delivery;
 use fluidos_api::{Contract, NodeIdentity};
 use fluidos_controller::readiness::ReadinessGate;
@@ -186,9 +185,7 @@ pub fn decide(
     let spec = &contract.spec;
     // A Service this node bought and its seller delivers by Liqo: the
     // seller peers here as Liqo's consumer to offload the service.
-    let offloading = spec.flavor.spec.flavor_type.identifier()
-        == Some(FlavorTypeIdentifier::Service)
-        && service_delivery::by_liqo(spec);
+    let offloading = service_delivery::bought_by_liqo(contract);
     if offloading {
         if spec.peering_target_credentials.liqo_id != consumer
             || spec.buyer.node_id != seller.node_id
@@ -851,10 +848,16 @@ mod tests {
         spec.buyer_cluster_id = "prov".into();
         spec.peering_target_credentials.liqo_id = "cons".into();
         spec.expiration_time = Some("2026-12-02T10:00:00Z".into());
+        spec.extra_information = Some(service_delivery::extra_information());
+        let mut c = Contract::new(name, spec);
+        // The buyer's own mark: it asked for the delivery by Liqo.
         if by_liqo {
-            spec.extra_information = Some(service_delivery::extra_information());
+            c.labels_mut().insert(
+                service_delivery::DELIVERY_LABEL.into(),
+                service_delivery::LIQO.into(),
+            );
         }
-        Contract::new(name, spec)
+        c
     }
 
     #[test]
@@ -869,7 +872,7 @@ mod tests {
             decide(&s, FLUIDOS_CLASS, Some(&c), &seller(), true, now()),
             offloading
         );
-        // Delivered over REAR: no peering to grant.
+        // The seller's word alone (this node sent no kubeconfig): nothing.
         let c = bought_service("contract-s", false);
         assert!(matches!(
             decide(&s, FLUIDOS_CLASS, Some(&c), &seller(), true, now()),

@@ -100,7 +100,7 @@ pub enum TenantStep {
 /// True when `c` is a Service this node bought from `cluster` and delivered
 /// by Liqo: `cluster` peers here as Liqo's consumer to offload it.
 fn offloads_here(c: &Contract, cluster: &str, me: &NodeIdentity) -> bool {
-    fluidos_api::service_delivery::by_liqo(&c.spec)
+    fluidos_api::service_delivery::bought_by_liqo(c)
         && c.spec.peering_target_credentials.liqo_id == cluster
         && c.spec.buyer.node_id == me.node_id
         && c.spec.buyer.domain == me.domain
@@ -225,12 +225,14 @@ pub async fn run(
     let policy = reconciler.clone();
     let stream = Controller::for_stream(tenants, cache)
         .watches_stream(contracts, |c: Contract| {
-            // A Service bought and delivered by Liqo: its seller's Tenant.
-            if fluidos_api::service_delivery::by_liqo(&c.spec) {
-                tenant_of(&c.spec.peering_target_credentials.liqo_id)
-            } else {
-                tenant_of(&c.spec.buyer_cluster_id)
-            }
+            // A sale: its buyer's Tenant; a Service bought and delivered by
+            // Liqo: its seller's too.
+            let seller = fluidos_api::service_delivery::bought_by_liqo(&c)
+                .then(|| tenant_of(&c.spec.peering_target_credentials.liqo_id))
+                .flatten();
+            tenant_of(&c.spec.buyer_cluster_id)
+                .into_iter()
+                .chain(seller)
         })
         .watches_stream(transactions, |t: Transaction| tenant_of(&t.spec.cluster_id))
         .graceful_shutdown_on(shutdown)
@@ -500,10 +502,19 @@ mod tests {
             let mut spec = crate::objects::tests::contract(None);
             spec.buyer = me();
             spec.peering_target_credentials.liqo_id = from.to_owned();
+            spec.flavor.spec.flavor_type = serde_json::from_value(
+                serde_json::json!({"typeIdentifier": "Service", "typeData": {}}),
+            )
+            .unwrap();
+            spec.extra_information = Some(fluidos_api::service_delivery::extra_information());
+            let mut c = Contract::new("c", spec);
             if by_liqo {
-                spec.extra_information = Some(fluidos_api::service_delivery::extra_information());
+                c.labels_mut().insert(
+                    fluidos_api::service_delivery::DELIVERY_LABEL.into(),
+                    fluidos_api::service_delivery::LIQO.into(),
+                );
             }
-            Contract::new("c", spec)
+            c
         };
         assert_eq!(
             decide("s1", ours(false, 0), &[bought("s1", true)], 0, &me()),

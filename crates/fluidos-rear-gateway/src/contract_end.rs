@@ -478,7 +478,7 @@ impl State {
             .items
             .iter()
             .filter(|c| {
-                service_delivery::by_liqo(&c.spec)
+                service_delivery::bought_by_liqo(c)
                     && c.spec.buyer.node_id == me.node_id
                     && !c.spec.expiration_time.as_deref().is_some_and(time::is_past)
             })

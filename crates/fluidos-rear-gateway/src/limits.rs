@@ -17,7 +17,8 @@ pub const MAX_LIQO_ID: usize = 63;
 pub const MAX_ADDRESS: usize = 261;
 /// Longest FLUIDOS domain: a DNS name's length.
 pub const MAX_DOMAIN: usize = 253;
-/// Longest kubeconfig a buyer may send (not stored; echoed in the answer).
+/// Longest kubeconfig a buyer may send (stored only for a Service delivered
+/// by Liqo, in the Contract's `buyer-credentials-` Secret).
 pub const MAX_KUBECONFIG: usize = 128 * 1024;
 /// Largest `configuration.data`, as compact JSON (stored in the Transaction and the Contract).
 pub const MAX_CONFIGURATION_BYTES: usize = 16 * 1024;

@@ -72,14 +72,16 @@ pub(crate) fn credentials_secret(
         .map_err(SecretError::NotBase64)
 }
 
-/// True when a buyer's kubeconfig (wire form) decodes to a kubeconfig.
+/// True when a buyer's kubeconfig (wire form) decodes to a kubeconfig a
+/// peer may hand over (`fluidos_controller::peer_kubeconfig`).
 pub(crate) fn buyer_kubeconfig_is_readable(kubeconfig_b64: &str) -> bool {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD
         .decode(kubeconfig_b64)
         .ok()
         .and_then(|yaml| String::from_utf8(yaml).ok())
-        .is_some_and(|yaml| kube::config::Kubeconfig::from_yaml(&yaml).is_ok())
+        .and_then(|yaml| kube::config::Kubeconfig::from_yaml(&yaml).ok())
+        .is_some_and(|k| fluidos_controller::peer_kubeconfig::refusal(&k).is_none())
 }
 
 /// The Secret holding the kubeconfig of the buyer's cluster that the buyer

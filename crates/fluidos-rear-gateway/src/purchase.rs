@@ -253,7 +253,7 @@ impl State {
             .await?;
         let suffix = contract.rsplit('-').next().map(str::len).unwrap_or(4);
 
-        let liqo_delivery = self.delivers_by_liqo(&flavor, &tx, &req);
+        let liqo_delivery = self.delivers_by_liqo(&flavor, &tx, &req, caller);
         let spec = self.contract_spec(&flavor, &tx, &liqo_id, &req, liqo_delivery.is_some());
         // Independent objects: created concurrently to save a round trip.
         let ((stored, created), ()) = tokio::try_join!(
@@ -372,19 +372,24 @@ impl State {
     }
 
     /// The kubeconfig of the buyer's cluster when this Service sale is
-    /// delivered by Liqo: this node is configured so, and the buyer sent a
-    /// kubeconfig naming the cluster it reserved for. Otherwise `None` (the
-    /// sale is delivered over REAR, as the buyer may still ask).
+    /// delivered by Liqo: this node is configured so, the buyer is known by
+    /// its key (TLS; a Go buyer, over plain HTTP, always sends its own
+    /// near-admin kubeconfig and is delivered over REAR), and it sent a
+    /// kubeconfig a peer may hand over, for the cluster ID it reserved
+    /// with. Otherwise `None` (the sale is delivered over REAR, which the
+    /// buyer may still ask for).
     fn delivers_by_liqo<'r>(
         &self,
         flavor: &Flavor,
         tx: &Transaction,
         req: &'r PurchaseRequest,
+        caller: SaleOwner,
     ) -> Option<&'r str> {
         let service = flavor.spec.flavor_type.identifier()
             == Some(fluidos_api::common::FlavorTypeIdentifier::Service);
         let c = req.liqo_credentials.as_ref()?;
         (service
+            && matches!(caller, SaleOwner::Key(_))
             && self.cfg.service_delivery == ServiceDelivery::Liqo
             && !c.kubeconfig.is_empty()
             && c.cluster_id == tx.spec.cluster_id

@@ -111,10 +111,15 @@ pub async fn run(
     // Only a buyer asking for delivery by Liqo gets such Secrets (and holds
     // the right to watch them everywhere).
     if cfg.offloading.is_some() {
-        controller = controller.watches(
-            Api::<Secret>::all(client),
-            watcher::Config::default()
-                .labels(&format!("{}=true", service_delivery::CREDENTIALS_LABEL)),
+        use kube::runtime::WatchStreamExt;
+        controller = controller.watches_stream(
+            watcher::watcher(
+                Api::<Secret>::all(client),
+                watcher::Config::default()
+                    .labels(&format!("{}=true", service_delivery::CREDENTIALS_LABEL)),
+            )
+            .default_backoff()
+            .touched_objects(),
             offloaded,
         );
     }
@@ -219,10 +224,10 @@ async fn reconcile(cached: Arc<Allocation>, ctx: Arc<Ctx>) -> Result<Action, Err
         None if !ours => return Ok(Action::await_change()),
         _ => {}
     }
-    if let Some(c) = contract
-        .as_ref()
-        .filter(|c| service_delivery::by_liqo(&c.spec))
-    {
+    if let Some(c) = contract.as_ref().filter(|c| {
+        service_delivery::by_liqo(&c.spec)
+            && c.labels().contains_key(service_delivery::DELIVERY_LABEL)
+    }) {
         return offloaded(&ctx, &api, &allocation, c).await;
     }
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
@@ -330,7 +335,15 @@ async fn offloaded(
         .annotations()
         .get(fluidos_api::PROVIDER_FINGERPRINT_ANNOTATION);
     let seller_cluster = &contract.spec.peering_target_credentials.liqo_id;
+    let live = !contract
+        .spec
+        .expiration_time
+        .as_deref()
+        .is_some_and(fluidos_controller::time::is_past);
+    // Still delivering: this node's label says so until the delivery ends.
+    let delivering = live && service_delivery::bought_by_liqo(contract);
     if let (Some(issue), Some(key)) = (&ctx.cfg.offloading, seller_key)
+        && delivering
         && !seller_cluster.is_empty()
         && allocation.metadata.deletion_timestamp.is_none()
     {
@@ -347,17 +360,15 @@ async fn offloaded(
             message,
         })?;
     }
-    let live = !contract
-        .spec
-        .expiration_time
-        .as_deref()
-        .is_some_and(fluidos_controller::time::is_past);
     let namespace_exists = Api::<Namespace>::all(ctx.client.clone())
         .get_opt(&name)
         .await
         .map_err(Error::kube(Step::ReadSecret))?
-        // Being deleted: the seller's Liqo is taking it back.
-        .is_some_and(|n| n.metadata.deletion_timestamp.is_none());
+        // Liqo's, for this seller (not any namespace of that name); being
+        // deleted: the seller's Liqo is taking it back.
+        .is_some_and(|n| {
+            n.metadata.deletion_timestamp.is_none() && machine::offloaded_by(&n, seller_cluster)
+        });
     let listed = Api::<Secret>::namespaced(ctx.client.clone(), &name)
         .list(
             &ListParams::default().labels(&format!("{}=true", service_delivery::CREDENTIALS_LABEL)),
@@ -368,9 +379,11 @@ async fn offloaded(
     let status = machine::offloaded_status(
         allocation.status.as_ref(),
         &name,
-        live,
+        delivering,
         namespace_exists,
-        machine::reflected_credentials(&listed, &name),
+        namespace_exists
+            .then(|| machine::reflected_credentials(&listed, &name, seller_cluster))
+            .flatten(),
         &fluidos_controller::time::now_string(),
     );
     if allocation.status.as_ref() != Some(&status) {
@@ -391,6 +404,22 @@ async fn offloaded(
             &status,
         )
         .await?;
+    }
+    if status.status == Some(fluidos_api::allocation::AllocationState::Released)
+        && service_delivery::bought_by_liqo(contract)
+    {
+        // Ended: the seller's account, slice and Tenant here are kept no
+        // longer (they key on this label), even if the Contract stays.
+        let patch = serde_json::json!({"metadata": {"labels": {
+            service_delivery::DELIVERY_LABEL: service_delivery::ENDED,
+        }}});
+        Api::<Contract>::namespaced(
+            ctx.client.clone(),
+            &contract.namespace().unwrap_or_default(),
+        )
+        .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map_err(Error::kube(Step::Offload))?;
     }
     // The Secret's watch wakes it; a namespace is not watched, so a
     // delivery still waited for is looked at again now and then.

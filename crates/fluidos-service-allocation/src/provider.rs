@@ -322,13 +322,7 @@ async fn reconcile(cached: Arc<Allocation>, ctx: Arc<Ctx>) -> Result<Action, Err
         &observed,
     );
     let done = execute(&ctx, &api, &allocation, &contract_name, plan.effects).await?;
-    if let Some(c) = contract.as_deref().filter(|c| offloading::by_liqo(c))
-        && allocation.metadata.deletion_timestamp.is_none()
-        && done.refused.is_none()
-        && !done.removed
-    {
-        offload(&ctx, c, observed.namespace.as_ref()).await?;
-    }
+    let refused = done.refused.is_some();
     let (status, next) = match done.refused {
         Some(message) => (
             fluidos_api::allocation::AllocationStatus {
@@ -350,6 +344,15 @@ async fn reconcile(cached: Arc<Allocation>, ctx: Arc<Ctx>) -> Result<Action, Err
         )
         .await?;
     }
+    // After the status: a failure here is retried, and never keeps the
+    // service's own state from being said.
+    if let Some(c) = contract.as_deref()
+        && allocation.metadata.deletion_timestamp.is_none()
+        && !refused
+        && !done.removed
+    {
+        offload(&ctx, c, observed.namespace.as_ref()).await?;
+    }
     Ok(next.action())
 }
 
@@ -361,6 +364,14 @@ async fn offload(
     contract: &Contract,
     namespace: Option<&Namespace>,
 ) -> Result<(), Error> {
+    let ended = contract
+        .spec
+        .expiration_time
+        .as_deref()
+        .is_some_and(fluidos_controller::time::is_past);
+    if !offloading::by_liqo(contract) || ended {
+        return Ok(());
+    }
     let e = || Error::kube(Step::Offload);
     if let Some(companion) = offloading::companion_allocation(contract) {
         let ns = companion

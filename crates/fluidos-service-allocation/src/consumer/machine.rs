@@ -452,12 +452,37 @@ pub const OFFLOADED_MESSAGE: &str =
 pub const REFLECTED_AGAIN_MESSAGE: &str =
     "The credentials Secret reflected by Liqo is gone: waiting for Liqo to reflect it again";
 
-/// The credentials Secret the seller's Liqo reflected into `namespace`
-/// (the one named after the Contract), among `secrets` listed there.
-pub fn reflected_credentials<'s>(secrets: &'s [Secret], namespace: &str) -> Option<&'s Secret> {
+/// Liqo's label on a namespace it made for a peer's offloading: the peer.
+const LIQO_REMOTE_CLUSTER_LABEL: &str = "liqo.io/remote-cluster-id";
+/// Liqo's annotation on a namespace it made for a peer's offloading.
+const LIQO_NAMESPACE_MAP_ANNOTATION: &str = "liqo.io/managed-by-namespace-map";
+/// Liqo's label on an object its virtual kubelet reflected: where from.
+const LIQO_ORIGIN_LABEL: &str = "offloading.liqo.io/origin";
+
+/// True when `namespace` is one Liqo made here for `seller`'s offloading
+/// (not one that merely has the Contract's name).
+pub fn offloaded_by(namespace: &k8s_openapi::api::core::v1::Namespace, seller: &str) -> bool {
+    namespace
+        .labels()
+        .get(LIQO_REMOTE_CLUSTER_LABEL)
+        .map(String::as_str)
+        == Some(seller)
+        && namespace
+            .annotations()
+            .contains_key(LIQO_NAMESPACE_MAP_ANNOTATION)
+}
+
+/// The credentials Secret `seller`'s Liqo reflected into `namespace` (the
+/// one named after the Contract), among `secrets` listed there.
+pub fn reflected_credentials<'s>(
+    secrets: &'s [Secret],
+    namespace: &str,
+    seller: &str,
+) -> Option<&'s Secret> {
     secrets.iter().find(|s| {
         s.namespace().as_deref() == Some(namespace)
             && s.labels().get(CREDENTIALS_LABEL).map(String::as_str) == Some("true")
+            && s.labels().get(LIQO_ORIGIN_LABEL).map(String::as_str) == Some(seller)
     })
 }
 
@@ -481,7 +506,12 @@ pub fn offloaded_status(
             || (s.status == Some(AllocationState::Active) && s.resource_ref.is_some())
             || s.message.as_deref() == Some(REFLECTED_AGAIN_MESSAGE)
     });
+    let released = current.filter(|s| s.status == Some(AllocationState::Released));
     let (state, message, resource_ref) = match (contract_live, reflected) {
+        // Released stays as it was said.
+        (false, _) if let Some(m) = released.and_then(|s| s.message.clone()) => {
+            (AllocationState::Released, m, None)
+        }
         (false, _) => (
             AllocationState::Released,
             format!("Contract {contract} ended: the seller removes the offloaded namespace"),
@@ -944,19 +974,33 @@ mod tests {
 
     #[test]
     fn an_offloaded_service_is_active_once_liqo_reflects_its_credentials() {
-        let secret = |ns: &str, label: Option<&str>| {
+        let secret = |ns: &str, label: Option<&str>, origin: &str| {
             let mut s = Secret::default();
             s.metadata.name = Some("credentials-c".into());
             s.metadata.namespace = Some(ns.into());
+            let mut labels = BTreeMap::from([(LIQO_ORIGIN_LABEL.to_owned(), origin.to_owned())]);
             if let Some(v) = label {
-                s.metadata.labels = Some([(CREDENTIALS_LABEL.to_owned(), v.to_owned())].into());
+                labels.insert(CREDENTIALS_LABEL.to_owned(), v.to_owned());
             }
+            s.metadata.labels = Some(labels);
             s
         };
-        let listed = [secret("c", None), secret("other", Some("true"))];
-        assert!(reflected_credentials(&listed, "c").is_none());
-        let listed = [secret("c", Some("true"))];
-        let found = reflected_credentials(&listed, "c");
+        let listed = [
+            secret("c", None, "s"),
+            secret("other", Some("true"), "s"),
+            // Not reflected from the seller: somebody else's.
+            secret("c", Some("true"), "x"),
+        ];
+        assert!(reflected_credentials(&listed, "c", "s").is_none());
+        let listed = [secret("c", Some("true"), "s")];
+        let found = reflected_credentials(&listed, "c", "s");
+        let mut ns = k8s_openapi::api::core::v1::Namespace::default();
+        ns.metadata.labels = Some([(LIQO_REMOTE_CLUSTER_LABEL.to_owned(), "s".to_owned())].into());
+        assert!(!offloaded_by(&ns, "s"), "Liqo's annotation too");
+        ns.metadata.annotations =
+            Some([(LIQO_NAMESPACE_MAP_ANNOTATION.to_owned(), "t/n".to_owned())].into());
+        assert!(offloaded_by(&ns, "s"));
+        assert!(!offloaded_by(&ns, "x"));
         let waiting = offloaded_status(None, "c", true, false, None, "t0");
         assert_eq!(waiting.status, Some(AllocationState::Provisioning));
         assert!(waiting.message.as_deref().unwrap().contains("namespace c"));
