@@ -402,6 +402,16 @@ fn peer_key(contract: &Contract) -> Option<&String> {
     contract.annotations().get(key)
 }
 
+/// The tenant namespace to make for `provider`: the reverse peering's
+/// records the buyer's key.
+fn tenant_namespace_for(provider: &str, contract: &Contract) -> Namespace {
+    if reverse(contract) {
+        objects::reverse_tenant_namespace_object(provider, peer_key(contract).map(String::as_str))
+    } else {
+        objects::tenant_namespace_object(provider)
+    }
+}
+
 fn buyer_liqo_id(contract: &Contract) -> Option<String> {
     Some(contract.spec.buyer_cluster_id.clone()).filter(|s| !s.is_empty())
 }
@@ -481,7 +491,10 @@ async fn consumer(
     // already is left alone: an existing peering is not broken). Not an
     // Error, which is final: the namespace may be mended, or its owner
     // recorded by the gateway's next sale to that buyer.
-    if view.identity.is_none()
+    // The reverse peering (a Service delivered by Liqo) is checked always:
+    // another buyer stating the same cluster ID must not be served through
+    // the peering made for the first.
+    if (view.identity.is_none() || reverse(contract))
         && let Some(why) = namespace
             .as_ref()
             .and_then(|n| objects::foreign_tenant_namespace(n, peer_key(contract), &provider))
@@ -1014,7 +1027,7 @@ async fn apply(
     match effect {
         Effect::CreateTenantNamespace => create(
             &Api::<Namespace>::all(c.clone()),
-            &objects::tenant_namespace_object(provider),
+            &tenant_namespace_for(provider, contract),
         )
         .await
         .map_err(local("create_tenant_namespace")),

@@ -132,10 +132,12 @@ pub fn foreign_tenant_namespace(
         .labels()
         .get(MANAGED_BY.0)
         .is_some_and(|m| m == GATEWAY_MANAGER);
-    if !made_by_gateway {
+    let owner = ns.annotations().get(GATEWAY_OWNER);
+    // Made by the peering for a buyer's reverse peering (a Service
+    // delivered by Liqo), with that buyer's key: the same rule.
+    if !made_by_gateway && owner.is_none() {
         return None;
     }
-    let owner = ns.annotations().get(GATEWAY_OWNER);
     let seller = peer_key;
     if owner.is_some() && owner == seller {
         return None;
@@ -164,6 +166,19 @@ fn labels(pairs: &[(&str, &str)]) -> Option<BTreeMap<String, String>> {
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect(),
     )
+}
+
+/// [`tenant_namespace_object`] for the reverse peering of a Service sold
+/// to be delivered by Liqo: it records the key the buyer bought with, so
+/// that another buyer stating the same cluster ID is not served through it
+/// ([`foreign_tenant_namespace`]).
+pub fn reverse_tenant_namespace_object(peer: &str, buyer_key: Option<&str>) -> Namespace {
+    let mut ns = tenant_namespace_object(peer);
+    if let Some(key) = buyer_key {
+        ns.metadata.annotations =
+            Some(BTreeMap::from([(GATEWAY_OWNER.to_owned(), key.to_owned())]));
+    }
+    ns
 }
 
 /// The tenant namespace for `peer`, with the two labels Liqo finds it by.
@@ -577,6 +592,11 @@ pub(crate) mod tests {
             )
             .is_none()
         );
+        // Made by the peering for a buyer's reverse peering: its key.
+        let reverse = reverse_tenant_namespace_object("prov", Some(&fp));
+        assert!(foreign_tenant_namespace(&reverse, key(&c).as_ref(), "prov").is_none());
+        let other_buyer = reverse_tenant_namespace_object("prov", Some("sha256:other"));
+        assert!(foreign_tenant_namespace(&other_buyer, key(&c).as_ref(), "prov").is_some());
         // For another key, none recorded, or nothing pinned: refused.
         let other = format!("sha256:{}", "b".repeat(64));
         let why = foreign_tenant_namespace(

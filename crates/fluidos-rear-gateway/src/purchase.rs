@@ -170,7 +170,7 @@ impl State {
         crate::limits::check_purchase(&req)?;
         let (tx, from_memory) = match self.open_transaction(tx_id, caller).await? {
             Some(found) => found,
-            None => return self.sold_contract(tx_id, caller).await,
+            None => return self.sold_contract(tx_id, caller, &req).await,
         };
         let Some(liqo_id) = self.cfg.liqo_cluster_id.clone().filter(|s| !s.is_empty()) else {
             return Err(ApiError::unavailable(
@@ -212,7 +212,7 @@ impl State {
                 Ok(Some(_)) => {}
                 Ok(None) => {
                     self.recent.forget(tx_id);
-                    return self.sold_contract(tx_id, caller).await;
+                    return self.sold_contract(tx_id, caller, &req).await;
                 }
                 Err(e) => return Err(ApiError::kube("reading the Transaction", &e)),
             }
@@ -565,6 +565,7 @@ impl State {
         &self,
         tx_id: &str,
         caller: SaleOwner,
+        req: &PurchaseRequest,
     ) -> Result<WireContract, ApiError> {
         let lp = labels::sale(tx_id);
         let list = self
@@ -579,6 +580,15 @@ impl State {
                     caller,
                     &format!("transaction {tx_id}"),
                 )?;
+                // Sold to be delivered by Liqo, the process dying before it
+                // stored the buyer's kubeconfig: this repeated purchase
+                // brings it again (create-or-adopt keeps a stored one).
+                if service_delivery::by_liqo(&c.spec)
+                    && let Some(k) = req.liqo_credentials.as_ref().map(|k| k.kubeconfig.as_str())
+                    && crate::peering_secret::buyer_kubeconfig_is_readable(k)
+                {
+                    self.store_buyer_credentials(c, k).await?;
+                }
                 let kubeconfig = self.contract_kubeconfig(c, None).await?;
                 self.wire_contract(c, kubeconfig)
             }
