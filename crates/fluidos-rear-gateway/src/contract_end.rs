@@ -24,7 +24,7 @@ use std::time::Duration;
 use fluidos_api::Transaction;
 use fluidos_api::ledger::LedgerState;
 use fluidos_api::service_delivery;
-use fluidos_api::{Contract, Flavor};
+use fluidos_api::{Contract, Flavor, Reservation};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{DeleteParams, ListParams};
@@ -462,7 +462,9 @@ impl State {
     }
 
     /// The sellers of this node's live Contracts for Services delivered by
-    /// Liqo (the consumer labels them), fresh from the API server.
+    /// Liqo (the consumer labels them), and, when this node buys so, of its
+    /// purchases under way (the account a Service purchase issues exists
+    /// before its Contract does), fresh from the API server.
     async fn offloading_sellers(&self) -> Result<BTreeSet<String>, kube::Error> {
         let selector = format!(
             "{}={}",
@@ -474,7 +476,7 @@ impl State {
             .contracts
             .list(&ListParams::default().labels(&selector))
             .await?;
-        Ok(list
+        let mut sellers: BTreeSet<String> = list
             .items
             .iter()
             .filter(|c| {
@@ -483,7 +485,21 @@ impl State {
                     && !c.spec.expiration_time.as_deref().is_some_and(time::is_past)
             })
             .map(|c| c.spec.seller.node_id.clone())
-            .collect())
+            .collect();
+        if self.cfg.service_delivery == service_delivery::ServiceDelivery::Liqo {
+            let reservations =
+                Api::<Reservation>::namespaced(self.client.clone(), &self.cfg.namespace)
+                    .list(&ListParams::default())
+                    .await?;
+            sellers.extend(
+                reservations
+                    .items
+                    .iter()
+                    .filter(|r| purchase_under_way(r))
+                    .map(|r| r.spec.seller.node_id.clone()),
+            );
+        }
+        Ok(sellers)
     }
 
     /// Carries out one revocation step for `buyer`; errors are logged and
@@ -531,6 +547,18 @@ impl State {
             Err(e) => tracing::warn!(%buyer, error = %e, "marking a pending revocation"),
         }
     }
+}
+
+/// True for a Reservation of this node whose purchase is asked for and not
+/// settled (neither solved nor failed).
+fn purchase_under_way(r: &Reservation) -> bool {
+    use fluidos_api::Phase;
+    let settled = r
+        .status
+        .as_ref()
+        .and_then(|s| s.purchase_phase.as_ref())
+        .is_some_and(|p| matches!(p, Phase::Solved | Phase::Failed));
+    r.spec.purchase == Some(true) && !settled
 }
 
 fn tx_key(t: &Transaction, accounts: &BTreeMap<String, PeerAccount>) -> TxKey {
@@ -681,6 +709,32 @@ mod tests {
                 (s("old"), Revocation::Delete),
             ]
         );
+    }
+
+    #[test]
+    fn a_purchase_under_way_is_one_asked_for_and_not_settled() {
+        use fluidos_api::Phase;
+        let mut r: Reservation = serde_json::from_value(serde_json::json!({
+            "apiVersion": "reservation.fluidos.eu/v1alpha1", "kind": "Reservation",
+            "metadata": {"name": "r"},
+            "spec": {"solverID": "s", "buyer": {"domain": "d", "nodeID": "b", "ip": "i"},
+                "seller": {"domain": "d", "nodeID": "p", "ip": "i"},
+                "reserve": true, "purchase": true}}))
+        .unwrap();
+        assert!(purchase_under_way(&r));
+        for (phase, under_way) in [
+            (Phase::Running, true),
+            (Phase::Solved, false),
+            (Phase::Failed, false),
+        ] {
+            let mut st = r.status.clone().unwrap_or_default();
+            st.purchase_phase = Some(phase);
+            r.status = Some(st);
+            assert_eq!(purchase_under_way(&r), under_way);
+        }
+        r.spec.purchase = Some(false);
+        r.status = None;
+        assert!(!purchase_under_way(&r));
     }
 
     #[test]
