@@ -34,9 +34,6 @@ pub const DELIVERY_LABEL: &str = "fluidos.eu/service-delivery";
 /// Value of [`DELIVERY_LABEL`] once the delivery ended (the seller took
 /// the namespace back, or the Contract ended): nothing is granted any more.
 pub const ENDED: &str = "ended";
-/// Annotation on the buyer's copy of a Contract delivered by Liqo: the
-/// seller's node ID (whose account here the Contract keeps).
-pub const SELLER_ANNOTATION: &str = "fluidos.eu/seller-id";
 /// Annotation on the seller's Allocation driving the reverse peering: the
 /// Contract (same namespace) whose service it delivers.
 pub const OFFLOADING_FOR_ANNOTATION: &str = "fluidos.eu/offloading-for";
@@ -133,6 +130,17 @@ pub fn bought_by_liqo(contract: &Contract) -> bool {
             .labels()
             .get(DELIVERY_LABEL)
             .is_some_and(|v| v == LIQO)
+}
+
+/// The node ID the buyer's account for the seller of `contract` is named
+/// after: the flavor's owner, as the purchase saw it (else the seller).
+pub fn seller_node_id(contract: &Contract) -> &str {
+    let owner = &contract.spec.flavor.spec.owner.node_id;
+    if owner.is_empty() {
+        &contract.spec.seller.node_id
+    } else {
+        owner
+    }
 }
 
 /// The `extraInformation` entry of a Contract delivered by Liqo.

@@ -484,7 +484,7 @@ impl State {
                     && c.spec.buyer.node_id == me.node_id
                     && !c.spec.expiration_time.as_deref().is_some_and(time::is_past)
             })
-            .map(|c| c.spec.seller.node_id.clone())
+            .map(|c| service_delivery::seller_node_id(c).to_owned())
             .collect();
         if self.cfg.service_delivery == service_delivery::ServiceDelivery::Liqo {
             let reservations =

@@ -350,7 +350,7 @@ async fn offloaded(
         // The seller's rights in its tenant namespace here (its account was
         // made at the purchase); free once in place (watch caches).
         issue(OffloadingGrant {
-            seller_node_id: contract.spec.seller.node_id.clone(),
+            seller_node_id: service_delivery::seller_node_id(contract).to_owned(),
             seller_key: key.clone(),
             seller_cluster_id: Some(seller_cluster.clone()),
         })

@@ -738,17 +738,13 @@ pub fn after_purchase(
             fingerprint.to_string(),
         );
     }
-    // Delivered by Liqo: this node's gateway keeps the seller's account
-    // (the one the purchase sent) while the Contract lives.
+    // Delivered by Liqo: this node's own mark, which its gateway, class
+    // and cleanup key on (the executor drops it when this node sent no
+    // kubeconfig).
     if fluidos_api::service_delivery::by_liqo(&contract.spec) {
         contract.labels_mut().insert(
             fluidos_api::service_delivery::DELIVERY_LABEL.to_owned(),
             fluidos_api::service_delivery::LIQO.to_owned(),
-        );
-        let seller = contract.spec.seller.node_id.clone();
-        contract.annotations_mut().insert(
-            fluidos_api::service_delivery::SELLER_ANNOTATION.to_owned(),
-            seller,
         );
     }
     let credentials = take_credentials(&mut contract, now);
