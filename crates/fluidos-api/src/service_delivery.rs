@@ -203,6 +203,45 @@ mod tests {
         );
     }
 
+    fn contract(service: bool, extra: bool, label: Option<&str>) -> Contract {
+        let type_id = if service { "Service" } else { "K8Slice" };
+        let mut c: Contract = serde_json::from_value(serde_json::json!({
+            "apiVersion": "reservation.fluidos.eu/v1alpha1", "kind": "Contract",
+            "metadata": {"name": "c"},
+            "spec": {
+                "flavor": {"metadata": {"name": "f"}, "spec": {
+                    "flavorType": {"typeIdentifier": type_id, "typeData": {}},
+                    "owner": {"domain": "d", "nodeID": "owner", "ip": "i"}, "providerID": "p",
+                    "price": {"amount": "", "currency": "", "period": ""},
+                    "availability": true, "networkPropertyType": "", "location": {}}},
+                "transactionID": "t", "buyer": {"domain": "d", "nodeID": "b", "ip": "i"},
+                "buyerClusterID": "b", "seller": {"domain": "d", "nodeID": "s", "ip": "i"},
+                "peeringTargetCredentials": {"liqoID": "l", "kubeconfig": ""}}}))
+        .unwrap();
+        if extra {
+            c.spec.extra_information = Some(extra_information());
+        }
+        if let Some(v) = label {
+            c.metadata.labels = Some([(DELIVERY_LABEL.to_owned(), v.to_owned())].into());
+        }
+        c
+    }
+
+    #[test]
+    fn the_buyer_keys_on_its_own_mark_besides_the_sellers_word() {
+        assert!(bought_by_liqo(&contract(true, true, Some(LIQO))));
+        // The seller's word alone, the delivery ended, or no Service.
+        assert!(!bought_by_liqo(&contract(true, true, None)));
+        assert!(!bought_by_liqo(&contract(true, true, Some(ENDED))));
+        assert!(!bought_by_liqo(&contract(true, false, Some(LIQO))));
+        assert!(!bought_by_liqo(&contract(false, true, Some(LIQO))));
+        // The account is named after the flavor's owner, as at the purchase.
+        let mut c = contract(true, true, None);
+        assert_eq!(seller_node_id(&c), "owner");
+        c.spec.flavor.spec.owner.node_id.clear();
+        assert_eq!(seller_node_id(&c), "s");
+    }
+
     #[test]
     fn derived_names_stay_object_names() {
         assert_eq!(offloading_allocation("c-1"), "offloading-c-1");
