@@ -227,12 +227,17 @@ impl State {
         }
         let mut endings = decide(&sold, &peers, &transactions, &contracts);
         // Sellers delivering by Liqo a Service this node bought keep their
-        // account here: their reverse peering uses it.
-        match self.offloading_sellers().await {
-            Ok(sellers) => endings.unused.retain(|b| !sellers.contains(b)),
-            Err(e) => {
-                tracing::warn!(error = %e, "listing the Contracts bought and delivered by Liqo");
-                return;
+        // account here: their reverse peering uses it. Only a node buying
+        // so issues such accounts (and pays for the listings); when they
+        // cannot be listed, nobody is revoked this sweep, but Contracts
+        // still end and capacity still returns.
+        if self.cfg.service_delivery == service_delivery::ServiceDelivery::Liqo {
+            match self.offloading_sellers().await {
+                Ok(sellers) => endings.unused.retain(|b| !sellers.contains(b)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "listing the Contracts bought and delivered by Liqo: no revocation this sweep");
+                    endings.unused.clear();
+                }
             }
         }
 
@@ -462,8 +467,7 @@ impl State {
     }
 
     /// The sellers of this node's live Contracts for Services delivered by
-    /// Liqo (the consumer labels them), and, when this node buys so, of its
-    /// purchases under way (the account a Service purchase issues exists
+    /// Liqo (the consumer labels them), and of its purchases under way (the account a Service purchase issues exists
     /// before its Contract does), fresh from the API server.
     async fn offloading_sellers(&self) -> Result<BTreeSet<String>, kube::Error> {
         let selector = format!(
@@ -486,19 +490,16 @@ impl State {
             })
             .map(|c| service_delivery::seller_node_id(c).to_owned())
             .collect();
-        if self.cfg.service_delivery == service_delivery::ServiceDelivery::Liqo {
-            let reservations =
-                Api::<Reservation>::namespaced(self.client.clone(), &self.cfg.namespace)
-                    .list(&ListParams::default())
-                    .await?;
-            sellers.extend(
-                reservations
-                    .items
-                    .iter()
-                    .filter(|r| purchase_under_way(r))
-                    .map(|r| r.spec.seller.node_id.clone()),
-            );
-        }
+        let reservations = Api::<Reservation>::namespaced(self.client.clone(), &self.cfg.namespace)
+            .list(&ListParams::default())
+            .await?;
+        sellers.extend(
+            reservations
+                .items
+                .iter()
+                .filter(|r| purchase_under_way(r))
+                .map(|r| r.spec.seller.node_id.clone()),
+        );
         Ok(sellers)
     }
 
