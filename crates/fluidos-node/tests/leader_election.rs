@@ -11,7 +11,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // in tests a panic is the failure report
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fluidos_api::solver::{Selector, SolverSpec};
@@ -25,7 +24,9 @@ use tokio::process::Child;
 
 mod support;
 
-use support::{NS, cluster, free_port, node_command, spawn_collecting, test_node_log};
+use support::{
+    CollectedOutput, NS, cluster, free_port, node_command, spawn_collecting, test_node_log,
+};
 
 /// The provider's namespace.
 const PROVIDER_NS: &str = "provider";
@@ -43,7 +44,7 @@ const RETRY_SECONDS: u64 = 2;
 struct Node {
     name: &'static str,
     child: Child,
-    log: Arc<Mutex<String>>,
+    log: CollectedOutput,
     rear: u16,
     probes: u16,
     metrics: u16,
@@ -126,7 +127,7 @@ impl Node {
     }
 
     fn log(&self) -> String {
-        format!("--- {}\n{}", self.name, self.log.lock().unwrap())
+        format!("--- {}\n{}", self.name, self.log.text())
     }
 
     /// GET `path` on `port`: status and body, `None` when nothing answers.
@@ -175,11 +176,12 @@ impl Node {
             .status()
             .unwrap();
         assert!(status.success());
-        tokio::time::timeout(Duration::from_secs(5), self.child.wait())
+        let status = tokio::time::timeout(Duration::from_secs(5), self.child.wait())
             .await
             .expect("the node did not stop within 5 s of SIGTERM")
-            .unwrap()
-            .code()
+            .unwrap();
+        self.log.drained(Duration::from_secs(5)).await;
+        status.code()
     }
 }
 
@@ -546,6 +548,8 @@ async fn a_leader_that_loses_the_lease_exits_1() {
     .await
     .unwrap_or_else(|_| panic!("the replica kept running\n{}", node.log()))
     .unwrap();
+    // Its last lines are read after its exit is seen.
+    node.log.drained(Duration::from_secs(5)).await;
     assert_eq!(status.code(), Some(1), "{}", node.log());
     assert!(node.log().contains("leadership lost"), "{}", node.log());
     cp.stop().await;

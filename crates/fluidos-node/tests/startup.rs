@@ -77,6 +77,8 @@ struct Node {
     child: Child,
     stdout: Arc<Mutex<String>>,
     stderr: Arc<Mutex<String>>,
+    /// The tasks reading stdout and stderr.
+    readers: Vec<tokio::task::JoinHandle<()>>,
     probes: SocketAddr,
     metrics: SocketAddr,
     rear: SocketAddr,
@@ -139,12 +141,13 @@ impl Node {
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         let mut child = cmd.spawn().unwrap();
-        let stdout = collect(child.stdout.take().unwrap());
-        let stderr = collect(child.stderr.take().unwrap());
+        let (stdout, out_reader) = collect(child.stdout.take().unwrap());
+        let (stderr, err_reader) = collect(child.stderr.take().unwrap());
         Node {
             child,
             stdout,
             stderr,
+            readers: vec![out_reader, err_reader],
             probes,
             metrics,
             rear,
@@ -156,8 +159,10 @@ impl Node {
             .await
             .unwrap_or_else(|_| panic!("node still running after {limit:?}\n{}", self.output()))
             .unwrap();
-        // Let the readers drain what the process wrote last.
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Its exit is seen before the readers reach the end of its pipes.
+        for reader in std::mem::take(&mut self.readers) {
+            let _ = tokio::time::timeout(Duration::from_secs(5), reader).await;
+        }
         status
     }
 
@@ -205,10 +210,12 @@ impl Node {
 /// at once on two cores (over 10 s once in a cold CI run).
 const READY_WITHIN: Duration = Duration::from_secs(30);
 
-fn collect(stream: impl AsyncRead + Unpin + Send + 'static) -> Arc<Mutex<String>> {
+fn collect(
+    stream: impl AsyncRead + Unpin + Send + 'static,
+) -> (Arc<Mutex<String>>, tokio::task::JoinHandle<()>) {
     let buf = Arc::new(Mutex::new(String::new()));
     let sink = buf.clone();
-    tokio::spawn(async move {
+    let reader = tokio::spawn(async move {
         let mut lines = BufReader::new(stream).lines();
         while let Ok(Some(line)) = lines.next_line().await {
             let mut out = sink.lock().unwrap();
@@ -216,7 +223,7 @@ fn collect(stream: impl AsyncRead + Unpin + Send + 'static) -> Arc<Mutex<String>
             out.push('\n');
         }
     });
-    buf
+    (buf, reader)
 }
 
 /// Status code and body of an HTTP/1.0 GET, or None if nothing answers.

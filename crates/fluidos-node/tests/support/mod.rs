@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use fluidos_testenv::{ControlPlane, ControlPlaneOptions, fixtures};
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
+use tokio::task::JoinHandle;
 
 /// The namespace every test node uses.
 pub const NS: &str = "fluidos";
@@ -51,7 +52,7 @@ pub async fn prepare(cp: &ControlPlane, node_id: &str, rear_port: u16) -> String
 /// A `fluidos-node` process, its output collected for failure messages.
 pub struct NodeProcess {
     child: Child,
-    log: Arc<Mutex<String>>,
+    log: CollectedOutput,
 }
 
 impl NodeProcess {
@@ -92,7 +93,7 @@ impl NodeProcess {
 
     /// Everything it printed so far.
     pub fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
+        self.log.text()
     }
 
     /// SIGKILL.
@@ -119,21 +120,50 @@ pub fn test_node_log() -> String {
     std::env::var("FLUIDOS_TEST_NODE_LOG").unwrap_or_else(|_| "info,kube=warn".into())
 }
 
+/// A process's stdout and stderr, read line by line into one text.
+pub struct CollectedOutput {
+    text: Arc<Mutex<String>>,
+    readers: Vec<JoinHandle<()>>,
+}
+
+impl CollectedOutput {
+    /// Everything read so far.
+    pub fn text(&self) -> String {
+        self.text.lock().unwrap().clone()
+    }
+
+    /// Waits until both streams ended (the process exited and its last
+    /// lines were read), at most `limit`: a process's exit is seen before
+    /// the readers reach the end of its pipes.
+    pub async fn drained(&mut self, limit: Duration) {
+        let readers = std::mem::take(&mut self.readers);
+        let _ = tokio::time::timeout(limit, join_readers(readers)).await;
+    }
+}
+
+async fn join_readers(readers: Vec<JoinHandle<()>>) {
+    for reader in readers {
+        let _ = reader.await;
+    }
+}
+
 /// Spawns `cmd` with stdin closed, collecting stdout and stderr into one
 /// log; the process is killed when the `Child` is dropped.
-pub fn spawn_collecting(mut cmd: Command) -> (Child, Arc<Mutex<String>>) {
+pub fn spawn_collecting(mut cmd: Command) -> (Child, CollectedOutput) {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
     let mut child = cmd.spawn().unwrap();
-    let log = Arc::new(Mutex::new(String::new()));
-    collect(child.stdout.take().unwrap(), log.clone());
-    collect(child.stderr.take().unwrap(), log.clone());
-    (child, log)
+    let text = Arc::new(Mutex::new(String::new()));
+    let readers = vec![
+        collect(child.stdout.take().unwrap(), text.clone()),
+        collect(child.stderr.take().unwrap(), text.clone()),
+    ];
+    (child, CollectedOutput { text, readers })
 }
 
-fn collect(r: impl AsyncRead + Unpin + Send + 'static, into: Arc<Mutex<String>>) {
+fn collect(r: impl AsyncRead + Unpin + Send + 'static, into: Arc<Mutex<String>>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut lines = BufReader::new(r).lines();
         while let Ok(Some(line)) = lines.next_line().await {
@@ -141,7 +171,7 @@ fn collect(r: impl AsyncRead + Unpin + Send + 'static, into: Arc<Mutex<String>>)
             s.push_str(&line);
             s.push('\n');
         }
-    });
+    })
 }
 
 /// Polls `f` until it returns `Some`, failing with `what` and the logs.
