@@ -1112,3 +1112,297 @@ async fn chart_rbac_lets_the_gateway_grant_the_cidrs_in_liqo() {
         .expect_err("a binding of the peer Role in liqo");
     assert!(err.to_string().contains("fluidos-peer-guard"), "{err}");
 }
+
+/// The rights `serviceDelivery=liqo` adds to the defaults, committed.
+fn liqo_delivery_grants_file() -> PathBuf {
+    fluidos_testenv::workspace_root().join("deploy/helm/rbac-grants-service-delivery-liqo.txt")
+}
+
+/// The lines of a committed grants file, comments and blank lines dropped.
+fn committed_grants(path: &std::path::Path) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// With `serviceDelivery=liqo`, only the rear-gateway and the rear-manager
+/// are started with `--service-delivery=liqo` (it parses), and they get
+/// exactly the rights committed in
+/// deploy/helm/rbac-grants-service-delivery-liqo.txt on top of the
+/// defaults, without wildcards; the chart refuses to render it without
+/// peering, and any other value.
+#[test]
+fn chart_service_delivery_by_liqo_adds_the_committed_rights() {
+    use std::collections::BTreeSet;
+    let Some(bin) = helm::helm_bin() else { return };
+    let default = helm::template(&bin, &[], &[]);
+    let liqo = helm::template(&bin, &["serviceDelivery=liqo".into()], &[]);
+    assert_args_parse(&liqo);
+    for component in COMPONENTS {
+        let args = args_of(&liqo, component);
+        let wanted = matches!(component, "rear-gateway" | "rear-manager");
+        assert_eq!(
+            args.contains(&"--service-delivery=liqo".to_owned()),
+            wanted,
+            "{component}: {args:?}"
+        );
+        let argv = std::iter::once("fluidos-node".to_owned()).chain(args.iter().cloned());
+        let parsed = fluidos_node::cli::Args::parse_invocation(argv).unwrap();
+        assert_eq!(
+            parsed.service_delivery == fluidos_api::service_delivery::ServiceDelivery::Liqo,
+            wanted,
+            "{component}"
+        );
+        assert!(
+            !args_of(&default, component)
+                .iter()
+                .any(|a| a.starts_with("--service-delivery")),
+            "{component}: the default (rear) is not passed"
+        );
+    }
+    let strings = |objects: &[Value]| -> BTreeSet<String> {
+        helm::grants(objects)
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    };
+    let (before, after) = (strings(&default), strings(&liqo));
+    assert!(
+        before.is_subset(&after),
+        "serviceDelivery=liqo drops {:?}",
+        before.difference(&after).collect::<Vec<_>>()
+    );
+    let added: String = after
+        .difference(&before)
+        .map(|g| format!("{g}\n"))
+        .collect();
+    assert!(
+        added == committed_grants(&liqo_delivery_grants_file()),
+        "serviceDelivery=liqo adds other rights than {}; if the change is intended, put this there:\n{added}",
+        liqo_delivery_grants_file().display()
+    );
+    assert!(!added.contains('*'), "wildcard: {added}");
+    for (sets, why) in [
+        (
+            vec![
+                "serviceDelivery=liqo".to_owned(),
+                "peering.enabled=false".to_owned(),
+            ],
+            "serviceDelivery=liqo needs peering.enabled",
+        ),
+        (
+            vec!["serviceDelivery=ftp".to_owned()],
+            "serviceDelivery must be rear or liqo, not ftp",
+        ),
+    ] {
+        let refused = std::panic::catch_unwind(|| helm::template(&bin, &sets, &[]))
+            .expect_err("the chart rendered");
+        let message = refused
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default();
+        assert!(message.contains(why), "{sets:?}: {message}");
+    }
+}
+
+/// With `serviceDelivery=liqo`, the rear-manager's offloading issuer (the
+/// gateway's credentials code, as `rear_manager.rs` builds it), run as the
+/// chart's rear-manager ServiceAccount, gives a seller its account, a token
+/// that works, and Liqo's peering-user rights in the seller's tenant
+/// namespace only; the peer-Role guard holds the manager to the gateway's
+/// rules. The gateway may create and read NamespaceOffloadings and list
+/// Reservations.
+#[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "install, issue, use, refuse: the scenario reads top to bottom"
+)]
+async fn chart_rbac_lets_the_manager_issue_a_sellers_credentials() {
+    use fluidos_rear_gateway::credentials::{Credentials, CredentialsConfig, PeeringGrant};
+    use k8s_openapi::api::rbac::v1::RoleBinding;
+
+    let Some(bin) = helm::helm_bin() else { return };
+    let buyer = ControlPlane::start(ControlPlaneOptions {
+        workloads: false,
+        crd_dirs: vec![helm::chart_dir().join("crds")],
+    })
+    .await
+    .unwrap();
+    let admin = buyer.client();
+    let objects = helm::template(&bin, &["serviceDelivery=liqo".into()], &[]);
+    fixtures::namespace(&buyer, "liqo").await.unwrap();
+    helm::install(&buyer, &objects).await;
+    let as_component = |component: &'static str| {
+        let (admin, objects, kubeconfig) =
+            (admin.clone(), objects.clone(), buyer.kubeconfig().clone());
+        async move {
+            let sa = helm::service_account(&objects, component);
+            let token = helm::service_account_token(&admin, NS, &sa).await;
+            let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .unwrap();
+            config.auth_info = kube::config::AuthInfo {
+                token: Some(token.into()),
+                ..Default::default()
+            };
+            (kube::Client::try_from(config).unwrap(), sa)
+        }
+    };
+    let (manager, _) = as_component("rear-manager").await;
+    let ca_pem = buyer
+        .kubeconfig()
+        .clusters
+        .first()
+        .and_then(|c| c.cluster.as_ref())
+        .and_then(|c| c.certificate_authority_data.clone())
+        .map(|b64| {
+            String::from_utf8(
+                base64::Engine::decode(&base64::engine::general_purpose::STANDARD, b64).unwrap(),
+            )
+            .unwrap()
+        });
+    let (credentials, driver) = Credentials::new(
+        manager.clone(),
+        CredentialsConfig {
+            namespace: NS.into(),
+            role_namespace: None,
+            api_server_url: buyer.server_url().to_owned(),
+            ca_pem,
+            token_ttl: Duration::from_secs(3600),
+            go_peering: false,
+        },
+    );
+    let driver = tokio::spawn(driver);
+    let seller_key = format!("sha256:{}", "ab".repeat(32));
+    let kubeconfig = credentials
+        .issue(
+            "seller0001",
+            &seller_key,
+            "buyer-liqo-id",
+            Some(PeeringGrant::TenantNamespace("seller-liqo-id")),
+        )
+        .await
+        .unwrap();
+    let tenant = "liqo-tenant-seller-liqo-id";
+    let binding = Api::<RoleBinding>::namespaced(admin.clone(), tenant)
+        .get("fluidos-peer-seller0001")
+        .await
+        .unwrap();
+    assert_eq!(binding.role_ref.name, "fluidos-peer");
+    // The seller's kubeconfig (base64, as REAR carries it) works, in its
+    // tenant namespace only.
+    let kubeconfig = String::from_utf8(
+        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, kubeconfig).unwrap(),
+    )
+    .unwrap();
+    let seller = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::from_yaml(&kubeconfig).unwrap(),
+            &Default::default(),
+        )
+        .await
+        .unwrap(),
+    )
+    .unwrap();
+    let secret = |ns: &str| {
+        serde_json::from_value::<Secret>(json!({
+            "metadata": {"name": "probe", "namespace": ns},
+            "stringData": {"k": "v"}
+        }))
+        .unwrap()
+    };
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(seller.clone(), tenant)
+        .create(&dry, &secret(tenant))
+        .await
+        .unwrap();
+    Api::<Secret>::namespaced(seller.clone(), NS)
+        .create(&dry, &secret(NS))
+        .await
+        .expect_err("a seller's Secret in the node's namespace");
+    driver.abort();
+
+    // The guard holds the manager to the peer rules (dry runs: admission and
+    // RBAC answer the same, nothing is written). The API server loads
+    // admission policies asynchronously: asked until the guard answers.
+    let mut pp = PatchParams::apply("evil").force();
+    pp.dry_run = true;
+    let evil_role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "fluidos-peer", "namespace": "default"},
+        "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let err = loop {
+        match Api::<Role>::namespaced(manager.clone(), "default")
+            .patch("fluidos-peer", &pp, &Patch::Apply(&evil_role))
+            .await
+        {
+            Err(e) => break e,
+            Ok(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Ok(_) => panic!("the manager wrote the peer Role outside a tenant namespace"),
+        }
+    };
+    assert!(err.to_string().contains("fluidos-peer-guard"), "{err}");
+    let evil_binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "fluidos-peer-evil", "namespace": tenant},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "fluidos-peer"},
+        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": NS}]
+    });
+    let err = Api::<RoleBinding>::namespaced(manager.clone(), tenant)
+        .patch("fluidos-peer-evil", &pp, &Patch::Apply(&evil_binding))
+        .await
+        .expect_err("a binding of the peer Role to another account");
+    assert!(err.to_string().contains("fluidos-peer-guard"), "{err}");
+
+    // The gateway's extra rights: the NamespaceOffloading of a sold
+    // service's namespace, and the Reservations.
+    let gateway = format!(
+        "system:serviceaccount:{NS}:{}",
+        helm::service_account(&objects, "rear-gateway")
+    );
+    for verb in ["get", "create"] {
+        assert!(
+            sar_allows(
+                &admin,
+                &gateway,
+                verb,
+                "offloading.liqo.io",
+                "namespaceoffloadings",
+                "contract-x"
+            )
+            .await
+        );
+    }
+    assert!(
+        !sar_allows(
+            &admin,
+            &gateway,
+            "delete",
+            "offloading.liqo.io",
+            "namespaceoffloadings",
+            "contract-x"
+        )
+        .await
+    );
+    assert!(
+        sar_allows(
+            &admin,
+            &gateway,
+            "list",
+            "reservation.fluidos.eu",
+            "reservations",
+            NS
+        )
+        .await
+    );
+}

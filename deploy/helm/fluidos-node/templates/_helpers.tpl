@@ -23,6 +23,21 @@ rearManager: rear-manager
 networkManager: network-manager
 {{- end -}}
 
+{{/*
+serviceDelivery, checked: `rear` or `liqo`, and `liqo` only with peering
+(the reverse peering is Liqo's).
+*/}}
+{{- define "fluidos-node.serviceDelivery" -}}
+{{- $delivery := .Values.serviceDelivery | default "rear" -}}
+{{- if not (has $delivery (list "rear" "liqo")) -}}
+{{- fail (printf "serviceDelivery must be rear or liqo, not %v" $delivery) -}}
+{{- end -}}
+{{- if and (eq $delivery "liqo") (not .Values.peering.enabled) -}}
+{{- fail "serviceDelivery=liqo needs peering.enabled: the service is delivered through a reverse Liqo peering" -}}
+{{- end -}}
+{{- $delivery -}}
+{{- end -}}
+
 {{/* Labels every object carries. */}}
 {{- define "fluidos-node.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}

@@ -190,6 +190,14 @@ cluster:
   - apiGroups: [networking.k8s.io]
     resources: [ingresses]
     verbs: [create, patch]
+  {{- if eq (include "fluidos-node.serviceDelivery" .) "liqo" }}
+  # service-allocation provider.rs `offload` (serviceDelivery liqo): the
+  # NamespaceOffloading `offloading` of a sold service's namespace, read and
+  # created (it goes with the namespace).
+  - apiGroups: [offloading.liqo.io]
+    resources: [namespaceoffloadings]
+    verbs: [get, create]
+  {{- end }}
 namespace:
   # catalog.rs, book.rs: the Flavor watch cache, and the capacity ledger in
   # the Flavor's status (replace with resourceVersion).
@@ -220,6 +228,14 @@ namespace:
   - apiGroups: [nodecore.fluidos.eu]
     resources: [serviceblueprints]
     verbs: [get]
+  {{- if eq (include "fluidos-node.serviceDelivery" .) "liqo" }}
+  # contract_end.rs `offloading_sellers` (serviceDelivery liqo): the account
+  # of a seller of a Service delivered by Liqo is kept while a Reservation
+  # buying from it is under way.
+  - apiGroups: [reservation.fluidos.eu]
+    resources: [reservations]
+    verbs: [list]
+  {{- end }}
   # credentials.rs: one ServiceAccount per buyer (`fluidos-peer-<buyer>`),
   # created with its owner on a buyer ID's first sale (claim_account), then
   # applied; a bounded token for it (TokenRequest), revocation;
@@ -344,6 +360,25 @@ cluster:
     verbs: [get]
   {{- end }}
   {{- end }}
+  {{- if eq (include "fluidos-node.serviceDelivery" .) "liqo" }}
+  # rear_manager.rs `offloading_issuer` (serviceDelivery liqo), with the
+  # gateway's credentials.rs: the seller of a Service delivered by Liqo gets
+  # Liqo's peering-user rights in its tenant namespace here, as a K8Slice
+  # buyer gets them from the gateway: the namespace's owner annotation, the
+  # Role `fluidos-peer` (written without holding its rules: escalate) and
+  # its binding (bind), watched everywhere; the peer-Role guard confines
+  # these writes as it does the gateway's. Revocation is the gateway's.
+  - apiGroups: [""]
+    resources: [namespaces]
+    verbs: [patch]
+  - apiGroups: [rbac.authorization.k8s.io]
+    resources: [roles, rolebindings]
+    verbs: [list, watch, create, patch]
+  - apiGroups: [rbac.authorization.k8s.io]
+    resources: [roles]
+    resourceNames: [fluidos-peer]
+    verbs: [bind, escalate]
+  {{- end }}
 namespace:
   # consumer solver.rs: Solvers (status only).
   - apiGroups: [nodecore.fluidos.eu]
@@ -398,6 +433,22 @@ namespace:
   - apiGroups: [""]
     resources: [secrets]
     verbs: [get, list, watch, create, patch, delete]
+  {{- if eq (include "fluidos-node.serviceDelivery" .) "liqo" }}
+  # rear_manager.rs `offloading_issuer` (serviceDelivery liqo): the
+  # seller's account `fluidos-peer-<seller node ID>` (created with its
+  # owner, applied, watched by label) and its bounded tokens
+  # (TokenRequest); credentials.rs also removes the peer grants earlier
+  # versions made in this namespace (label-selected, under the guard).
+  - apiGroups: [""]
+    resources: [serviceaccounts]
+    verbs: [get, list, watch, create, patch]
+  - apiGroups: [""]
+    resources: [serviceaccounts/token]
+    verbs: [create]
+  - apiGroups: [rbac.authorization.k8s.io]
+    resources: [roles, rolebindings]
+    verbs: [deletecollection]
+  {{- end }}
   {{- include "fluidos-node.rules.events" . | nindent 2 }}
   {{- include "fluidos-node.rules.leases" (dict "root" . "component" "rear-manager") | nindent 2 }}
 liqo:
@@ -407,10 +458,12 @@ liqo:
     resources: [secrets]
     resourceNames: [authentication-keys]
     verbs: [get]
-  {{- if .Values.peering.networking }}
+  {{- if or .Values.peering.networking (eq (include "fluidos-node.serviceDelivery" .) "liqo") }}
   # peering allocation.rs: Liqo's networking phase: this cluster's pod and
   # external CIDRs (IPAM Networks, listed by label) for the Configuration
-  # made on the provider.
+  # made on the provider. With serviceDelivery liqo, credentials.rs also
+  # grants a seller their reading (the Role `fluidos-peer-network`, which
+  # it holds).
   - apiGroups: [ipam.liqo.io]
     resources: [networks]
     verbs: [get, list]
