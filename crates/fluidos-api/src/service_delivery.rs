@@ -20,7 +20,9 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::Contract;
-use crate::common::FlavorTypeIdentifier;
+use crate::common::{Configuration, FlavorTypeIdentifier, HostingPolicy};
+use crate::configuration::ConfigurationData;
+use crate::flavor::FlavorTypeData;
 use crate::naming::hash_prefix;
 use crate::reservation::ContractSpec;
 
@@ -171,16 +173,65 @@ pub fn offloading_allocation(contract: &str) -> String {
     derived_name("offloading-", contract)
 }
 
-/// What the buyer's cluster grants the seller's slice, whatever it asks
-/// for: the service's pods stay on the seller (pods `Local`), so the
-/// virtual node only needs to exist. It is still a grant of compute: the
-/// seller, Liqo's consumer here, could offload pods of its own up to it,
-/// so it is the least a virtual node is made with.
-pub fn offloading_resources() -> BTreeMap<String, String> {
+/// Where the pods of the Service sold in `spec` run: the buyer's
+/// `hostingPolicy`, else the flavor's first policy, else `Provider` (the Go
+/// node's `ForgeHostingPolicyFromContract`, which reads the blueprint the
+/// flavor is made from; the flavor lists the blueprint's policies). Both
+/// sides read it from their copy of the Contract, so they agree on the
+/// slice the seller's pods get.
+pub fn hosting_policy(spec: &ContractSpec) -> HostingPolicy {
+    asked_hosting_policy(spec.configuration.as_ref())
+        .or_else(|| match spec.flavor.spec.flavor_type.parse() {
+            Ok(FlavorTypeData::Service(s)) => s.hosting_policies.first().copied(),
+            _ => None,
+        })
+        .unwrap_or(HostingPolicy::Provider)
+}
+
+/// The hosting policy a buyer's service configuration asks for, if any.
+pub fn asked_hosting_policy(configuration: Option<&Configuration>) -> Option<HostingPolicy> {
+    configuration
+        .and_then(|c| c.parse("configuration").ok())
+        .and_then(|c| match c {
+            ConfigurationData::Service(s) => s.hosting_policy,
+            ConfigurationData::K8Slice(_) | ConfigurationData::Unparsed(_) => None,
+        })
+}
+
+/// Liqo's `podOffloadingStrategy` for a hosting policy (upstream's mapping):
+/// the service's pods on the seller, on the buyer, or on either.
+pub fn pod_offloading_strategy(policy: HostingPolicy) -> &'static str {
+    match policy {
+        HostingPolicy::Provider => "Local",
+        HostingPolicy::Consumer => "Remote",
+        HostingPolicy::Shared => "LocalAndRemote",
+    }
+}
+
+/// Whether the service's pods may run on the buyer's cluster.
+pub fn pods_on_buyer(policy: HostingPolicy) -> bool {
+    policy != HostingPolicy::Provider
+}
+
+/// What the buyer's cluster grants the seller's slice for a service of
+/// `policy`, whatever the seller asks for (the seller asks for the same).
+/// `Provider`: the pods stay on the seller, so the virtual node only needs
+/// to exist; it is still a grant of compute (the seller, Liqo's consumer
+/// here, could offload pods of its own up to it), so it is the least a
+/// virtual node is made with. `Consumer`, `Shared`: the service's pods run
+/// here, within the Go node's fixed slice for services (800m CPU, 800M,
+/// 10 pods): a service asking more stays unschedulable, and its Allocation
+/// says so.
+pub fn offloading_resources(policy: HostingPolicy) -> BTreeMap<String, String> {
+    let (cpu, memory, pods) = if pods_on_buyer(policy) {
+        ("800m", "800M", "10")
+    } else {
+        ("100m", "128Mi", "1")
+    };
     BTreeMap::from([
-        ("cpu".to_owned(), "100m".to_owned()),
-        ("memory".to_owned(), "128Mi".to_owned()),
-        ("pods".to_owned(), "1".to_owned()),
+        ("cpu".to_owned(), cpu.to_owned()),
+        ("memory".to_owned(), memory.to_owned()),
+        ("pods".to_owned(), pods.to_owned()),
     ])
 }
 
@@ -240,6 +291,46 @@ mod tests {
         assert_eq!(seller_node_id(&c), "owner");
         c.spec.flavor.spec.owner.node_id.clear();
         assert_eq!(seller_node_id(&c), "s");
+    }
+
+    #[test]
+    fn the_hosting_policy_is_the_buyers_else_the_flavors_first_else_provider() {
+        let mut c = contract(true, true, Some(LIQO));
+        assert_eq!(hosting_policy(&c.spec), HostingPolicy::Provider);
+        c.spec.flavor.spec.flavor_type.type_data = serde_json::json!({
+            "name": "mq", "description": "", "category": "message-queue", "tags": [],
+            "hostingPolicies": ["Consumer", "Provider"], "configurationTemplate": {}
+        });
+        assert_eq!(hosting_policy(&c.spec), HostingPolicy::Consumer);
+        c.spec.configuration = Some(Configuration {
+            type_: "Service".into(),
+            data: serde_json::json!({"hostingPolicy": "Shared", "configurationData": {}}),
+        });
+        assert_eq!(hosting_policy(&c.spec), HostingPolicy::Shared);
+        // A configuration without a policy leaves the flavor's default.
+        c.spec.configuration = Some(Configuration {
+            type_: "Service".into(),
+            data: serde_json::json!({"configurationData": {}}),
+        });
+        assert_eq!(hosting_policy(&c.spec), HostingPolicy::Consumer);
+    }
+
+    #[test]
+    fn pods_on_the_buyer_get_the_go_nodes_service_slice_and_the_strategy() {
+        assert_eq!(pod_offloading_strategy(HostingPolicy::Provider), "Local");
+        assert_eq!(pod_offloading_strategy(HostingPolicy::Consumer), "Remote");
+        assert_eq!(
+            pod_offloading_strategy(HostingPolicy::Shared),
+            "LocalAndRemote"
+        );
+        assert_eq!(offloading_resources(HostingPolicy::Provider)["pods"], "1");
+        for p in [HostingPolicy::Consumer, HostingPolicy::Shared] {
+            let r = offloading_resources(p);
+            assert_eq!(
+                (r["cpu"].as_str(), r["memory"].as_str(), r["pods"].as_str()),
+                ("800m", "800M", "10")
+            );
+        }
     }
 
     #[test]

@@ -47,31 +47,168 @@ fn state(a: &Allocation) -> Option<AllocationState> {
     a.status.as_ref().and_then(|s| s.status.clone())
 }
 
+/// The upstream sample blueprint and Solver (`fluidos-samples/<file>`), or
+/// `None` after saying why the test is skipped (no Liqo binaries, no
+/// `../shared/reference`).
+fn samples(blueprint: &str, solver: &str) -> Option<(ServiceBlueprint, Solver)> {
+    if let Some(why) = skip_reason() {
+        eprintln!("SKIP: {why}");
+        return None;
+    }
+    let Some(dir) = fluidos_testenv::shared_reference_dir().map(|d| d.join("fluidos-samples"))
+    else {
+        eprintln!(
+            "SKIP: ../shared/reference is absent (blueprint and Solver samples come from there)"
+        );
+        return None;
+    };
+    let read = |file: &str| std::fs::read_to_string(dir.join(file)).unwrap();
+    Some((
+        serde_yaml::from_str(&read(blueprint)).unwrap(),
+        serde_yaml::from_str(&read(solver)).unwrap(),
+    ))
+}
+
+/// The seller's node (TwoClusters' provider): the LRM, the gateway and the
+/// REAR manager, delivering Services by Liqo.
+fn seller_node(stage: &TwoClusters) -> NodeProcess {
+    NodeProcess::spawn(
+        &stage.provider,
+        stage.provider_port(),
+        "local-resource-manager,rear-gateway,rear-manager",
+        "0",
+        &[
+            "--liqo-cluster-id",
+            PROVIDER_ID,
+            "--service-delivery",
+            "liqo",
+        ],
+    )
+}
+
+/// The buyer's node (TwoClusters' consumer): the gateway (it issues the
+/// seller's credentials) and the REAR manager, buying by Liqo.
+fn buyer_node(stage: &TwoClusters) -> NodeProcess {
+    NodeProcess::spawn(
+        &stage.consumer,
+        stage.consumer_port(),
+        "rear-gateway,rear-manager",
+        "0",
+        &[
+            "--liqo-cluster-id",
+            CONSUMER_ID,
+            "--service-delivery",
+            "liqo",
+            "--peer-timeout-ms",
+            "10000",
+        ],
+    )
+}
+
+/// Once the seller publishes its Service flavor, creates `solver` on the
+/// buyer; returns the Contract the seller sold, which says it is delivered
+/// by Liqo.
+async fn buy(stage: &TwoClusters, nodes: &[&NodeProcess], solver: &Solver) -> Contract {
+    let (seller, buyer) = (&stage.provider, &stage.consumer);
+    until("the seller's Service flavor", nodes, &mut [], || async {
+        let flavors = Api::<fluidos_api::Flavor>::namespaced(seller.client(), NS)
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        flavors
+            .items
+            .iter()
+            .any(|f| f.spec.flavor_type.type_identifier == "Service")
+            .then_some(())
+            .ok_or_else(|| "no Service flavor yet".to_owned())
+    })
+    .await;
+    Api::<Solver>::namespaced(buyer.client(), NS)
+        .create(&PostParams::default(), solver)
+        .await
+        .unwrap();
+    let contract = until("the seller's Contract", nodes, &mut [], || async {
+        Api::<Contract>::namespaced(seller.client(), NS)
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .into_iter()
+            .next()
+            .ok_or_else(|| "no Contract yet".to_owned())
+    })
+    .await;
+    assert!(
+        fluidos_api::service_delivery::by_liqo(&contract.spec),
+        "{:?}",
+        contract.spec.extra_information
+    );
+    assert_eq!(contract.spec.buyer_cluster_id, CONSUMER_ID);
+    contract
+}
+
+/// Waits until Liqo deletes the virtual-kubelet Deployment `deployment` in
+/// the seller's `tenant` namespace (unpeering), then ends its stand-in, as
+/// the pod would end (its credentials go with the peering, so it may die
+/// first: no Liqo process is checked meanwhile).
+async fn virtual_kubelet_gone(
+    stage: &TwoClusters,
+    seller_liqo: &mut fluidos_testenv::Liqo,
+    nodes: &[&NodeProcess],
+    tenant: &str,
+    deployment: &str,
+) {
+    until(
+        "the virtual-kubelet Deployment gone",
+        nodes,
+        &mut [],
+        || async {
+            match Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(
+                stage.provider.client(),
+                tenant,
+            )
+            .get_opt(deployment)
+            .await
+            .map_err(|e| e.to_string())?
+            {
+                None => Ok(()),
+                Some(_) => Err("the Deployment is still there".to_owned()),
+            }
+        },
+    )
+    .await;
+    seller_liqo.stop_virtual_kubelet(deployment).await;
+}
+
+/// `Ok` once namespace `name` is gone from both clusters, and the buyer's
+/// service Allocation is `Released`.
+async fn service_gone(stage: &TwoClusters, name: &str) -> Result<(), String> {
+    for (side, cp) in [("seller", &stage.provider), ("buyer", &stage.consumer)] {
+        if Api::<Namespace>::all(cp.client())
+            .get_opt(name)
+            .await
+            .map_err(|e| e.to_string())?
+            .is_some()
+        {
+            return Err(format!("namespace {name} still on the {side}"));
+        }
+    }
+    let a = service_allocation(&stage.consumer.client()).await?;
+    (state(&a) == Some(AllocationState::Released))
+        .then_some(())
+        .ok_or_else(|| format!("buyer's Allocation {:?}", a.status))
+}
+
 #[tokio::test]
 #[expect(
     clippy::too_many_lines,
     reason = "two clusters, two nodes, one purchase delivered and ended: the scenario reads top to bottom"
 )]
 async fn a_service_bought_is_delivered_by_liqo_offloading_and_taken_down_with_its_contract() {
-    if let Some(why) = skip_reason() {
-        eprintln!("SKIP: {why}");
-        return;
-    }
-    let Some(samples) = fluidos_testenv::shared_reference_dir().map(|d| d.join("fluidos-samples"))
+    let Some((blueprint, solver)) = samples("service-blueprint-db.yaml", "solver-service.yaml")
     else {
-        eprintln!(
-            "SKIP: ../shared/reference is absent (blueprint and Solver samples come from there)"
-        );
         return;
     };
-    let blueprint: ServiceBlueprint = serde_yaml::from_str(
-        &std::fs::read_to_string(samples.join("service-blueprint-db.yaml")).unwrap(),
-    )
-    .unwrap();
-    let solver: Solver = serde_yaml::from_str(
-        &std::fs::read_to_string(samples.join("solver-service.yaml")).unwrap(),
-    )
-    .unwrap();
     let mut phases = Phases::new();
     // The seller is TwoClusters' provider, the buyer its consumer; in the
     // reverse peering the seller is Liqo's consumer.
@@ -88,82 +225,18 @@ async fn a_service_bought_is_delivered_by_liqo_offloading_and_taken_down_with_it
         .unwrap();
     phases.mark("two control planes, Liqo on both, the blueprint");
 
-    let seller_node = || {
-        NodeProcess::spawn(
-            seller,
-            stage.provider_port(),
-            "local-resource-manager,rear-gateway,rear-manager",
-            "0",
-            &[
-                "--liqo-cluster-id",
-                PROVIDER_ID,
-                "--service-delivery",
-                "liqo",
-            ],
-        )
-    };
-    let buyer_node = || {
-        NodeProcess::spawn(
-            buyer,
-            stage.consumer_port(),
-            "rear-gateway,rear-manager",
-            "0",
-            &[
-                "--liqo-cluster-id",
-                CONSUMER_ID,
-                "--service-delivery",
-                "liqo",
-                "--peer-timeout-ms",
-                "10000",
-            ],
-        )
-    };
-    let (s_node, b_node) = (seller_node(), buyer_node());
+    let (s_node, b_node) = (seller_node(&stage), buyer_node(&stage));
     let nodes = [&s_node, &b_node];
-    until("the seller's Service flavor", &nodes, &mut [], || async {
-        let flavors = Api::<fluidos_api::Flavor>::namespaced(seller.client(), NS)
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        flavors
-            .items
-            .iter()
-            .any(|f| f.spec.flavor_type.type_identifier == "Service")
-            .then_some(())
-            .ok_or_else(|| "no Service flavor yet".to_owned())
-    })
-    .await;
-    Api::<Solver>::namespaced(buyer.client(), NS)
-        .create(&PostParams::default(), &solver)
-        .await
-        .unwrap();
-
     // The sale, delivered by Liqo: the seller's Contract says so, and it
     // keeps the buyer's kubeconfig.
-    let contract = until("the seller's Contract", &nodes, &mut [], || async {
-        Api::<Contract>::namespaced(seller.client(), NS)
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| e.to_string())?
-            .items
-            .into_iter()
-            .next()
-            .ok_or_else(|| "no Contract yet".to_owned())
-    })
-    .await;
+    let contract = buy(&stage, &nodes, &solver).await;
     let name = contract.name_any();
-    assert!(
-        fluidos_api::service_delivery::by_liqo(&contract.spec),
-        "{:?}",
-        contract.spec.extra_information
-    );
-    assert_eq!(contract.spec.buyer_cluster_id, CONSUMER_ID);
     phases.mark("Service sold, to be delivered by Liqo");
     // Both nodes crash in the middle (SIGKILL) and start again: everything
     // is in the API servers, so the delivery goes on.
     s_node.kill().await;
     b_node.kill().await;
-    let (s_node, b_node) = (seller_node(), buyer_node());
+    let (s_node, b_node) = (seller_node(&stage), buyer_node(&stage));
     let nodes = [&s_node, &b_node];
 
     // The reverse peering: the seller's slice in its tenant namespace for
@@ -277,44 +350,13 @@ async fn a_service_bought_is_delivered_by_liqo_offloading_and_taken_down_with_it
         .delete(&name, &DeleteParams::default())
         .await
         .unwrap();
-    // The stand-in plays the virtual-kubelet pod: it ends when Liqo deletes
-    // the pod's Deployment, as the pod would (its credentials go with the
-    // peering, so it may die first: no Liqo process is checked here).
-    until(
-        "the virtual-kubelet Deployment gone",
-        &nodes,
-        &mut [],
-        || async {
-            match Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(
-                seller.client(),
-                &s_tenant,
-            )
-            .get_opt(&deployment)
-            .await
-            .map_err(|e| e.to_string())?
-            {
-                None => Ok(()),
-                Some(_) => Err("the Deployment is still there".to_owned()),
-            }
-        },
-    )
-    .await;
-    seller_liqo.stop_virtual_kubelet(&deployment).await;
+    virtual_kubelet_gone(&stage, &mut seller_liqo, &nodes, &s_tenant, &deployment).await;
     until(
         "the service gone from both clusters",
         &nodes,
         &mut [&mut seller_liqo, &mut buyer_liqo],
         || async {
-            for (side, cp) in [("seller", seller), ("buyer", buyer)] {
-                if Api::<Namespace>::all(cp.client())
-                    .get_opt(&name)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .is_some()
-                {
-                    return Err(format!("namespace {name} still on the {side}"));
-                }
-            }
+            service_gone(&stage, &name).await?;
             let slices = dynamic(
                 &seller.client(),
                 "authentication.liqo.io",
@@ -341,10 +383,7 @@ async fn a_service_bought_is_delivered_by_liqo_offloading_and_taken_down_with_it
             if companions > 0 {
                 return Err("the seller's companion Allocation is still there".into());
             }
-            let a = service_allocation(&buyer.client()).await?;
-            (state(&a) == Some(AllocationState::Released))
-                .then_some(())
-                .ok_or_else(|| format!("buyer's Allocation {:?}", a.status))
+            Ok(())
         },
     )
     .await;
@@ -381,5 +420,187 @@ async fn a_service_bought_is_delivered_by_liqo_offloading_and_taken_down_with_it
     .await;
     phases.mark("buyer: the seller's account revoked");
     say("service delivered by Liqo and taken down");
+    phases.summary();
+}
+
+/// The hosting policy `Consumer` (the upstream message-queue blueprint's
+/// only one), delivered by Liqo: the seller offloads the service namespace
+/// with pods `Remote`, its reverse slice is the Go node's service slice
+/// (800m, 800M, 10 pods), the seller's scheduler places the queue's pod on
+/// the buyer's virtual node, the virtual kubelet reflects it into the
+/// buyer's cluster, where it runs (kwok), and its status comes back: both
+/// Allocations are Active with no seller Node able to run it. Ending the
+/// Contract takes the pod and both namespaces away.
+#[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "two clusters, two nodes, one purchase whose pods run on the buyer: the scenario reads top to bottom"
+)]
+async fn a_consumer_hosted_service_runs_its_pods_on_the_buyers_cluster() {
+    use k8s_openapi::api::core::v1::Pod;
+    let Some((blueprint, solver)) = samples("service-blueprint-mq.yaml", "solver-service-mq.yaml")
+    else {
+        return;
+    };
+    assert_eq!(
+        blueprint.spec.hosting_policies,
+        [fluidos_api::common::HostingPolicy::Consumer]
+    );
+    let mut phases = Phases::new();
+    let (stage, mut buyer_liqo, mut seller_liqo) = TwoClusters::start(0).await;
+    let (seller, buyer) = (&stage.provider, &stage.consumer);
+    // The only Node that runs pods is the buyer's: the seller has none.
+    Api::<k8s_openapi::api::core::v1::Node>::all(buyer.client())
+        .create(
+            &PostParams::default(),
+            &fluidos_testenv::liqo::kwok_node("buyer-kwok"),
+        )
+        .await
+        .unwrap();
+    Api::<ServiceBlueprint>::namespaced(seller.client(), NS)
+        .create(&PostParams::default(), &blueprint)
+        .await
+        .unwrap();
+    let (s_node, b_node) = (seller_node(&stage), buyer_node(&stage));
+    let nodes = [&s_node, &b_node];
+    let contract = buy(&stage, &nodes, &solver).await;
+    let name = contract.name_any();
+    phases.mark("two control planes, Liqo on both; message queue sold, by Liqo");
+
+    // The reverse peering, with the service slice.
+    let s_tenant = format!("liqo-tenant-{CONSUMER_ID}");
+    let (node, deployment) = ready_virtual_node(
+        seller,
+        &mut seller_liqo,
+        &mut buyer_liqo,
+        &nodes,
+        &s_tenant,
+        &name,
+    )
+    .await;
+    let virtual_node = node.name_any();
+    let allocatable = node.status.unwrap().allocatable.unwrap();
+    assert_eq!(allocatable["cpu"].0, "800m", "{allocatable:?}");
+    assert_eq!(allocatable["pods"].0, "10", "{allocatable:?}");
+    let offloading = dynamic(
+        &seller.client(),
+        "offloading.liqo.io",
+        "NamespaceOffloading",
+        "namespaceoffloadings",
+        &name,
+    )
+    .get("offloading")
+    .await
+    .unwrap();
+    assert_eq!(offloading.data["spec"]["podOffloadingStrategy"], "Remote");
+    phases.mark("reverse peering: the buyer's virtual node on the seller, pods Remote");
+
+    // The queue's pod: on the virtual node on the seller, running on the
+    // buyer's kwok Node in the offloaded namespace.
+    let s_pods = Api::<Pod>::namespaced(seller.client(), &name);
+    let b_pods = Api::<Pod>::namespaced(buyer.client(), &name);
+    let running =
+        |pod: &Pod| pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+    let (s_pod, b_pod) = until(
+        "the queue's pod Running on the buyer and on the virtual node",
+        &nodes,
+        &mut [&mut seller_liqo, &mut buyer_liqo],
+        || async {
+            let s = s_pods
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .into_iter()
+                .next()
+                .ok_or("no pod on the seller yet")?;
+            let b = b_pods
+                .get_opt(&s.name_any())
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or("no pod on the buyer yet")?;
+            if running(&s) && running(&b) {
+                Ok((s, b))
+            } else {
+                Err(format!(
+                    "seller pod {:?} on {:?}, buyer pod {:?}",
+                    s.status.as_ref().and_then(|s| s.phase.clone()),
+                    s.spec.as_ref().and_then(|s| s.node_name.clone()),
+                    b.status.as_ref().and_then(|s| s.phase.clone())
+                ))
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        s_pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+        Some(virtual_node.as_str())
+    );
+    assert_eq!(
+        b_pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+        Some("buyer-kwok")
+    );
+    phases.mark("the queue's pod runs on the buyer's cluster");
+
+    // Both Allocations Active; the buyer's points at the reflected
+    // credentials.
+    let allocation = until(
+        "both Allocations Active",
+        &nodes,
+        &mut [&mut seller_liqo, &mut buyer_liqo],
+        || async {
+            let s = service_allocation(&seller.client()).await?;
+            if state(&s) != Some(AllocationState::Active) {
+                return Err(format!("seller's {:?}", s.status));
+            }
+            let b = service_allocation(&buyer.client()).await?;
+            match state(&b) {
+                Some(AllocationState::Active) => Ok(b),
+                _ => Err(format!("buyer's {:?}", b.status)),
+            }
+        },
+    )
+    .await;
+    let r = allocation.status.unwrap().resource_ref.unwrap();
+    let reflected = Api::<Secret>::namespaced(buyer.client(), &name)
+        .get(r.name.as_deref().unwrap())
+        .await
+        .unwrap();
+    let data = reflected.data.unwrap();
+    for key in ["endpoints", "username", "password"] {
+        assert!(data.contains_key(key), "no {key} in {:?}", data.keys());
+    }
+    // Honoured: no warning saying otherwise on the seller's Allocation.
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(seller.client(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let reasons: Vec<_> = events
+        .items
+        .iter()
+        .filter_map(|e| e.reason.clone())
+        .collect();
+    assert!(reasons.iter().any(|r| r == "ServiceCreated"), "{reasons:?}");
+    assert!(
+        !reasons.iter().any(|r| r == "HostingPolicyNotHonoured"),
+        "{reasons:?}"
+    );
+    phases.mark("both Allocations Active");
+
+    // Ending the Contract takes the pod and both namespaces away.
+    Api::<Contract>::namespaced(seller.client(), NS)
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    virtual_kubelet_gone(&stage, &mut seller_liqo, &nodes, &s_tenant, &deployment).await;
+    until(
+        "the service gone from both clusters",
+        &nodes,
+        &mut [&mut seller_liqo, &mut buyer_liqo],
+        || service_gone(&stage, &name),
+    )
+    .await;
+    phases.mark("Contract ended: pod, offloading and namespaces gone");
+    say("consumer-hosted service ran on the buyer and was taken down");
     phases.summary();
 }

@@ -1089,7 +1089,9 @@ async fn apply(
             // grants the offloading slice whatever is asked.
             let (resources, class) = if reverse(contract) {
                 (
-                    service_delivery::offloading_resources(),
+                    service_delivery::offloading_resources(service_delivery::hosting_policy(
+                        &contract.spec,
+                    )),
                     slice_class::FLUIDOS_CLASS,
                 )
             } else {

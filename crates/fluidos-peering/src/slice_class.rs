@@ -207,7 +207,9 @@ pub fn decide(
         return refuse(format!("Contract {name} expired at {end}"));
     }
     let resources = if offloading {
-        Ok(service_delivery::offloading_resources())
+        Ok(service_delivery::offloading_resources(
+            service_delivery::hosting_policy(spec),
+        ))
     } else {
         objects::contracted_resources(spec)
     };
@@ -737,6 +739,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
+    use fluidos_api::common::HostingPolicy;
     use fluidos_liqo_api::generated::resource_slice::{
         ResourceSliceSpec, ResourceSliceStatusAuthParams,
     };
@@ -865,12 +868,26 @@ mod tests {
         let s = slice("contract-s", FLUIDOS_CLASS, "100");
         let offloading = Grant::Accept {
             contract: "contract-s".into(),
-            resources: service_delivery::offloading_resources(),
+            resources: service_delivery::offloading_resources(HostingPolicy::Provider),
         };
         let c = bought_service("contract-s", true);
         assert_eq!(
             decide(&s, FLUIDOS_CLASS, Some(&c), &seller(), true, now()),
             offloading
+        );
+        // A service whose pods run here (the flavor's default policy is
+        // Consumer): the Go node's service slice.
+        let mut c = bought_service("contract-s", true);
+        c.spec.flavor.spec.flavor_type.type_data = serde_json::json!({
+            "name": "mq", "description": "", "category": "message-queue", "tags": [],
+            "hostingPolicies": ["Consumer"], "configurationTemplate": {}
+        });
+        assert_eq!(
+            decide(&s, FLUIDOS_CLASS, Some(&c), &seller(), true, now()),
+            Grant::Accept {
+                contract: "contract-s".into(),
+                resources: service_delivery::offloading_resources(HostingPolicy::Consumer),
+            }
         );
         // The seller's word alone (this node sent no kubeconfig): nothing.
         let c = bought_service("contract-s", false);

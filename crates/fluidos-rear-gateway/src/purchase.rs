@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use fluidos_api::allocation::AllocationSpec;
+use fluidos_api::common::HostingPolicy;
 use fluidos_api::embedded::EmbeddedFlavor;
 use fluidos_api::flavor::FlavorTypeData;
 use fluidos_api::ledger::{self, LedgerEntry, LedgerState};
@@ -179,15 +180,7 @@ impl State {
         };
         let flavor_id = tx.spec.flavor_id.clone();
         let mut flavor = self.book.cached_or_fetch(&flavor_id).await?;
-        if let FlavorTypeData::Service(_) = flavor_data(&flavor)?
-            && req.liqo_credentials.is_none()
-        {
-            // Upstream requires them for services (and then ignores them).
-            return Err(
-                ApiError::bad_request("Error: Liqo credentials not provided")
-                    .field("liqoCredentials"),
-            );
-        }
+        self.check_service_purchase(&flavor, &tx, &req, caller)?;
         let entry_of = |f: &Flavor| -> Option<LedgerEntry> {
             f.status
                 .as_ref()
@@ -369,6 +362,42 @@ impl State {
                 grant,
             )
             .await?)
+    }
+
+    /// What a Service purchase must carry: Liqo credentials (upstream
+    /// requires them), and a kubeconfig to deliver with when the buyer asked
+    /// for the service's pods on its cluster.
+    fn check_service_purchase(
+        &self,
+        flavor: &Flavor,
+        tx: &Transaction,
+        req: &PurchaseRequest,
+        caller: SaleOwner,
+    ) -> Result<(), ApiError> {
+        if let FlavorTypeData::Service(_) = flavor_data(flavor)?
+            && req.liqo_credentials.is_none()
+        {
+            // Upstream requires them for services (and then ignores them).
+            return Err(
+                ApiError::bad_request("Error: Liqo credentials not provided")
+                    .field("liqoCredentials"),
+            );
+        }
+        // Pods on the buyer's cluster were accepted at RESERVE only from a
+        // node delivering by Liqo: the buyer must now send what that takes.
+        if let Some(p @ (HostingPolicy::Consumer | HostingPolicy::Shared)) =
+            service_delivery::asked_hosting_policy(tx.spec.configuration.as_ref())
+            && self.delivers_by_liqo(flavor, tx, req, caller).is_none()
+        {
+            return Err(ApiError::bad_request(format!(
+                "hosting policy {p:?} puts the service's pods on the buyer's cluster, which needs \
+             delivery by Liqo: send liqoCredentials with a kubeconfig of your cluster (an https \
+             server, inline CA and token) for the cluster ID you reserved with, as FLUIDOS-rs \
+             buyers with --service-delivery liqo do"
+            ))
+            .field("liqoCredentials"));
+        }
+        Ok(())
     }
 
     /// The kubeconfig of the buyer's cluster when this Service sale is

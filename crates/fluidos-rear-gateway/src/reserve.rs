@@ -21,6 +21,7 @@ use fluidos_api::ledger::{
 };
 use fluidos_api::rear::{ReserveRequest, WireConfiguration, WireTransaction};
 use fluidos_api::reservation::TransactionSpec;
+use fluidos_api::service_delivery::ServiceDelivery;
 use fluidos_api::{Configuration, Flavor, FlavorTypeIdentifier, Transaction};
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
@@ -63,7 +64,13 @@ pub(crate) fn flavor_data(f: &Flavor) -> Result<FlavorTypeData, ApiError> {
 const HOLD_CAP_RETRY_AFTER_SECS: u64 = 30;
 
 /// Checks a service configuration: hosting policy offered, data valid for the template.
-fn check_service(s: &ServiceFlavor, c: &ServiceConfiguration) -> Result<(), ApiError> {
+/// `pods_on_buyer`: whether this sale may put the service's pods on the
+/// buyer's cluster (this node delivers by Liqo, to a buyer known by its key).
+fn check_service(
+    s: &ServiceFlavor,
+    c: &ServiceConfiguration,
+    pods_on_buyer: bool,
+) -> Result<(), ApiError> {
     if let Some(p) = c.hosting_policy
         && !s.hosting_policies.contains(&p)
     {
@@ -73,14 +80,17 @@ fn check_service(s: &ServiceFlavor, c: &ServiceConfiguration) -> Result<(), ApiE
         ))
         .field("configuration.data.hostingPolicy"));
     }
-    // Asked for explicitly, a policy this provider cannot honour is refused
-    // now rather than silently served from the provider after the sale (the
+    // Asked for explicitly, a policy this sale cannot honour is refused now
+    // rather than silently served from the provider after the sale (the
     // blueprint's default, when nothing is asked, is served from here with a
-    // warning event).
-    if let Some(p @ (HostingPolicy::Consumer | HostingPolicy::Shared)) = c.hosting_policy {
+    // warning event). The purchase checks the buyer then sends a kubeconfig.
+    if let Some(p @ (HostingPolicy::Consumer | HostingPolicy::Shared)) = c.hosting_policy
+        && !pods_on_buyer
+    {
         return Err(ApiError::bad_request(format!(
-            "hosting policy {p:?} puts service pods on the buyer's cluster, which needs Liqo \
-             namespace offloading; this provider runs services on its own cluster only: ask for \
+            "hosting policy {p:?} puts service pods on the buyer's cluster, which needs delivery \
+             by Liqo namespace offloading: this provider delivers services over REAR (they run on \
+             its own cluster), or the buyer is not known by its key (plain HTTP); ask for \
              Provider or leave hostingPolicy out"
         ))
         .field("configuration.data.hostingPolicy"));
@@ -111,6 +121,7 @@ fn check_service(s: &ServiceFlavor, c: &ServiceConfiguration) -> Result<(), ApiE
 pub(crate) fn validate(
     f: &Flavor,
     req: &ReserveRequest,
+    pods_on_buyer: bool,
 ) -> Result<(Option<Configuration>, Want), ApiError> {
     let data = flavor_data(f)?;
     let flavor_type = match &data {
@@ -148,11 +159,12 @@ pub(crate) fn validate(
                     hosting_policy: None,
                     configuration_data: serde_json::json!({}),
                 },
+                pods_on_buyer,
             )?;
             Ok((None, Want::Service))
         }
         (FlavorTypeData::Service(s), Some((crd, ConfigurationData::Service(c)))) => {
-            check_service(&s, &c)?;
+            check_service(&s, &c, pods_on_buyer)?;
             Ok((Some(crd), Want::Service))
         }
         _ => Err(
@@ -507,6 +519,13 @@ enum Refresh {
 }
 
 impl State {
+    /// Whether a sale to `caller` may put a service's pods on its cluster:
+    /// only a buyer known by its key can be delivered by Liqo (its purchase
+    /// must then carry a kubeconfig, which the purchase checks).
+    fn pods_on_buyer(&self, caller: SaleOwner) -> bool {
+        self.cfg.service_delivery == ServiceDelivery::Liqo && matches!(caller, SaleOwner::Key(_))
+    }
+
     /// Handles a RESERVE body.
     pub(crate) async fn reserve(
         &self,
@@ -515,7 +534,7 @@ impl State {
     ) -> Result<WireTransaction, ApiError> {
         let (req, liqo_id) = decode_reserve(body)?;
         let mut flavor = self.book.cached_or_fetch(&req.flavor_id).await?;
-        let (crd_config, want) = validate(&flavor, &req)?;
+        let (crd_config, want) = validate(&flavor, &req, self.pods_on_buyer(caller))?;
 
         let (buyer, buyer_key) = (req.buyer.id.clone(), caller.annotation());
         let mut slot = None;
@@ -860,7 +879,7 @@ mod tests {
     }
 
     #[test]
-    fn an_explicit_hosting_policy_off_the_provider_is_refused() {
+    fn an_explicit_hosting_policy_off_the_provider_needs_delivery_by_liqo() {
         let flavor: ServiceFlavor = serde_json::from_value(serde_json::json!({
             "name": "mq", "description": "d", "category": "message-queue", "tags": [],
             "hostingPolicies": ["Consumer", "Provider", "Shared"],
@@ -870,17 +889,36 @@ mod tests {
             hosting_policy: p,
             configuration_data: serde_json::json!({}),
         };
-        assert!(check_service(&flavor, &asking(None)).is_ok());
-        assert!(check_service(&flavor, &asking(Some(HostingPolicy::Provider))).is_ok());
+        for pods_on_buyer in [false, true] {
+            assert!(check_service(&flavor, &asking(None), pods_on_buyer).is_ok());
+            assert!(
+                check_service(
+                    &flavor,
+                    &asking(Some(HostingPolicy::Provider)),
+                    pods_on_buyer
+                )
+                .is_ok()
+            );
+        }
         for p in [HostingPolicy::Consumer, HostingPolicy::Shared] {
-            let e = check_service(&flavor, &asking(Some(p))).unwrap_err();
+            let e = check_service(&flavor, &asking(Some(p)), false).unwrap_err();
             assert_eq!(e.status, 400);
             assert_eq!(
                 e.body.field.as_deref(),
                 Some("configuration.data.hostingPolicy")
             );
             assert!(e.body.error.contains("Liqo"), "{}", e.body.error);
+            // A node delivering by Liqo, to a buyer known by its key.
+            assert!(check_service(&flavor, &asking(Some(p)), true).is_ok());
         }
+        // Still only the policies the flavor offers.
+        let provider_only = ServiceFlavor {
+            hosting_policies: vec![HostingPolicy::Provider],
+            ..flavor
+        };
+        assert!(
+            check_service(&provider_only, &asking(Some(HostingPolicy::Consumer)), true).is_err()
+        );
     }
 
     #[test]

@@ -544,3 +544,95 @@ async fn an_apply_naming_an_accounts_uid_neither_makes_nor_takes_another() {
     let now = api.get("uid-checked").await.unwrap();
     assert_eq!(now.annotations().get(OWNER_ANNOTATION).unwrap(), "b");
 }
+
+/// A provider delivering Services by Liqo takes a `Consumer` hosting policy
+/// asked for explicitly at RESERVE from a buyer known by its key (TLS), and
+/// refuses the purchase (400, `liqoCredentials`) when the buyer then sends
+/// no kubeconfig to deliver with, so nothing is sold that would run
+/// elsewhere than asked. Over plain HTTP (no key) the same RESERVE is a 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_on_the_buyer_are_sold_only_to_be_delivered_by_liqo() {
+    use fluidos_api::common::HostingPolicy;
+    use fluidos_api::rear::WireLiqoCredentials;
+
+    let cp = control_plane().await;
+    let kube = cp.client();
+    namespace(&kube, NS).await;
+    let mq = service(
+        "message-queue",
+        &["mqtt"],
+        &[HostingPolicy::Consumer, HostingPolicy::Provider],
+        serde_json::json!({"type": "object"}),
+    );
+    create_flavor(
+        &kube,
+        NS,
+        "fluidos.eu-service-mq01",
+        spec(FlavorType::service(&mq), true),
+    )
+    .await;
+    let provider_key = NodeKey::generate("provider").unwrap();
+    let alice = Arc::new(NodeKey::generate("alice").unwrap());
+    let mut cfg = config(&cp, NS);
+    cfg.service_delivery = fluidos_api::service_delivery::ServiceDelivery::Liqo;
+    cfg = cfg.with_node_key(&provider_key).unwrap();
+    let served = serve(&kube, cfg).await;
+    let addr = served.base.trim_start_matches("http://").to_owned();
+    let pinned = ProviderAddress::pinned(addr.clone(), provider_key.fingerprint());
+    let plain = ProviderAddress::plain(addr);
+
+    let want: ReserveRequest = serde_json::from_value(serde_json::json!({
+        "flavorID": "fluidos.eu-service-mq01", "buyerID": buyer("alice"),
+        "configuration": {"type": "service", "data": {
+            "hostingPolicy": "Consumer", "configurationData": {}}}
+    }))
+    .unwrap();
+    // No key: nothing can be delivered by Liqo, so the policy is refused.
+    let (code, text) = status(client(None).reserve(&plain, &want).await);
+    assert_eq!(code, 400, "{text}");
+    assert!(text.contains("hostingPolicy"), "{text}");
+    // Alice, over TLS: held.
+    let alice_c = client(Some(&alice));
+    let tx = alice_c.reserve(&pinned, &want).await.unwrap();
+    // Her purchase without a kubeconfig to deliver with: refused, unsold.
+    let no_kubeconfig = PurchaseRequest {
+        liqo_credentials: Some(WireLiqoCredentials {
+            cluster_id: "liqo-alice".into(),
+            kubeconfig: String::new(),
+        }),
+        ..PurchaseRequest::default()
+    };
+    let (code, text) = status(
+        alice_c
+            .purchase(&pinned, &tx.transaction_id, &no_kubeconfig)
+            .await,
+    );
+    assert_eq!(code, 400, "{text}");
+    assert!(
+        text.contains("liqoCredentials") && text.contains("delivery by Liqo"),
+        "{text}"
+    );
+    assert!(
+        Api::<Contract>::namespaced(kube.clone(), NS)
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "nothing sold"
+    );
+    let flavor = Api::<Flavor>::namespaced(kube.clone(), NS)
+        .get("fluidos.eu-service-mq01")
+        .await
+        .unwrap();
+    assert!(
+        flavor
+            .status
+            .and_then(|s| s.ledger)
+            .unwrap_or_default()
+            .iter()
+            .all(|e| e.state != LedgerState::Sold),
+        "the hold is not sold"
+    );
+    served.stop();
+}

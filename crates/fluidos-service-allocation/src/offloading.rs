@@ -7,14 +7,18 @@
 //!   ends; owned by the Contract, so it goes with it;
 //! - the NamespaceOffloading `offloading` in the service namespace (Liqo
 //!   mirrors the namespace into the buyer's cluster and reflects its
-//!   Services and Secrets there): the namespace keeps its name, the pods
-//!   stay here, towards the buyer's cluster only. It goes with the service
-//!   namespace.
+//!   Services and Secrets there): the namespace keeps its name, towards the
+//!   buyer's cluster only, the pods where the hosting policy says. It goes
+//!   with the service namespace. When the pods may run on the buyer, the
+//!   service's objects are applied only once Liqo has enabled the
+//!   namespace for remote scheduling ([`SCHEDULING_LABEL`]): Liqo places
+//!   only the pods created after that.
 //!
 //! The objects are built here (pure); the provider controller creates them
 //! (create-or-adopt).
 
 use fluidos_api::allocation::AllocationSpec;
+use fluidos_api::common::HostingPolicy;
 use fluidos_api::service_delivery::{self, OFFLOADING_FOR_ANNOTATION, OFFLOADING_NAME};
 use fluidos_api::{Allocation, Contract, GenericRef};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ObjectMeta};
@@ -23,6 +27,17 @@ use serde_json::json;
 
 /// Liqo's label naming a virtual node's remote cluster.
 const REMOTE_CLUSTER_ID_LABEL: &str = "liqo.io/remote-cluster-id";
+/// The label Liqo puts on a namespace whose NamespaceOffloading lets pods
+/// run remotely; its pod webhook places only pods of namespaces so labelled.
+pub const SCHEDULING_LABEL: &str = "liqo.io/scheduling-enabled";
+
+/// Whether Liqo has enabled `namespace` for remote scheduling.
+pub fn remote_scheduling_enabled(namespace: &k8s_openapi::api::core::v1::Namespace) -> bool {
+    namespace
+        .labels()
+        .get(SCHEDULING_LABEL)
+        .is_some_and(|v| v == "true")
+}
 
 /// True for a Contract whose service this node delivers by Liqo.
 pub fn by_liqo(contract: &Contract) -> bool {
@@ -67,17 +82,19 @@ pub fn namespace_offloading_resource() -> ApiResource {
 }
 
 /// The NamespaceOffloading of the service namespace `namespace`, towards
-/// the buyer's cluster `buyer_cluster` only. Its pods stay on this cluster
-/// (`Local`, upstream's strategy for the hosting policy `Provider`)
-/// whatever the hosting policy: running them on the buyer's cluster
-/// (`Remote`, `LocalAndRemote`) is not done, and the provider's Allocation
-/// says so (`HostingPolicyNotHonoured`), as without Liqo.
-pub fn namespace_offloading(namespace: &str, buyer_cluster: &str) -> DynamicObject {
+/// the buyer's cluster `buyer_cluster` only, its pods placed as the hosting
+/// policy says (upstream's mapping: `Provider` keeps them here, `Consumer`
+/// puts them on the buyer's virtual node only, `Shared` on either).
+pub fn namespace_offloading(
+    namespace: &str,
+    buyer_cluster: &str,
+    policy: HostingPolicy,
+) -> DynamicObject {
     let mut o =
         DynamicObject::new(OFFLOADING_NAME, &namespace_offloading_resource()).within(namespace);
     o.data = json!({"spec": {
         "namespaceMappingStrategy": "EnforceSameName",
-        "podOffloadingStrategy": "Local",
+        "podOffloadingStrategy": service_delivery::pod_offloading_strategy(policy),
         "clusterSelector": {"nodeSelectorTerms": [{"matchExpressions": [{
             "key": REMOTE_CLUSTER_ID_LABEL,
             "operator": "In",
@@ -138,7 +155,7 @@ mod tests {
 
     #[test]
     fn the_offloading_keeps_the_name_and_selects_the_buyer_only() {
-        let o = namespace_offloading("contract-x", "buyer-1");
+        let o = namespace_offloading("contract-x", "buyer-1", HostingPolicy::Provider);
         assert_eq!(o.name_any(), "offloading");
         assert_eq!(o.namespace().as_deref(), Some("contract-x"));
         assert_eq!(
@@ -150,5 +167,12 @@ mod tests {
             &o.data["spec"]["clusterSelector"]["nodeSelectorTerms"][0]["matchExpressions"][0];
         assert_eq!(term["key"], REMOTE_CLUSTER_ID_LABEL);
         assert_eq!(term["values"], json!(["buyer-1"]));
+        for (policy, strategy) in [
+            (HostingPolicy::Consumer, "Remote"),
+            (HostingPolicy::Shared, "LocalAndRemote"),
+        ] {
+            let o = namespace_offloading("contract-x", "buyer-1", policy);
+            assert_eq!(o.data["spec"]["podOffloadingStrategy"], strategy);
+        }
     }
 }

@@ -104,8 +104,10 @@ pub fn configuration_data(contract: &Contract) -> Result<Value, PrepareError> {
 }
 
 /// Where the buyer asked the service to run: the configuration's
-/// `hostingPolicy`, else the blueprint's first policy, else `Provider`
-/// (the Go node's `ForgeHostingPolicyFromContract`).
+/// `hostingPolicy`, else the sold flavor's first policy (the blueprint's
+/// at the sale; the buyer reads the same, see
+/// `fluidos_api::service_delivery::hosting_policy`), else the blueprint's
+/// first, else `Provider` (the Go node's `ForgeHostingPolicyFromContract`).
 pub fn hosting_policy(contract: &Contract, blueprint: Option<&ServiceBlueprint>) -> HostingPolicy {
     let asked = contract
         .spec
@@ -116,7 +118,12 @@ pub fn hosting_policy(contract: &Contract, blueprint: Option<&ServiceBlueprint>)
             ConfigurationData::Service(s) => s.hosting_policy,
             ConfigurationData::K8Slice(_) | ConfigurationData::Unparsed(_) => None,
         });
+    let sold = match contract.spec.flavor.spec.flavor_type.parse() {
+        Ok(FlavorTypeData::Service(s)) => s.hosting_policies.first().copied(),
+        _ => None,
+    };
     asked
+        .or(sold)
         .or_else(|| blueprint.and_then(|b| b.spec.hosting_policies.first().copied()))
         .unwrap_or(HostingPolicy::Provider)
 }
@@ -248,10 +255,15 @@ mod tests {
     }
 
     #[test]
-    fn hosting_policy_is_the_buyers_else_the_blueprints_first_else_provider() {
+    fn hosting_policy_is_the_buyers_else_the_flavors_else_the_blueprints_first_else_provider() {
         let mut bp = blueprint(json!([]));
         bp.spec.hosting_policies = vec![HostingPolicy::Consumer, HostingPolicy::Provider];
-        let plain = contract(Some(good()), true);
+        // The sold flavor's first policy (Provider), as the buyer reads it.
+        let sold = contract(Some(good()), true);
+        assert_eq!(hosting_policy(&sold, Some(&bp)), HostingPolicy::Provider);
+        // A flavor listing none: the blueprint's.
+        let mut plain = sold.clone();
+        plain.spec.flavor.spec.flavor_type.type_data["hostingPolicies"] = json!([]);
         assert_eq!(hosting_policy(&plain, Some(&bp)), HostingPolicy::Consumer);
         assert_eq!(hosting_policy(&plain, None), HostingPolicy::Provider);
         bp.spec.hosting_policies.clear();

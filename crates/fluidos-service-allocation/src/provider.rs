@@ -308,6 +308,7 @@ async fn reconcile(cached: Arc<Allocation>, ctx: Arc<Ctx>) -> Result<Action, Err
             contract_exists: contract.is_some(),
             prepared: prepared.as_ref(),
             hosting_policy,
+            offloaded: contract.as_deref().is_some_and(offloading::by_liqo),
             random_drawn: &random_drawn,
             exposure: &ctx.cfg.exposure,
             node_host: &node_host,
@@ -401,8 +402,14 @@ async fn offload(
     {
         return Ok(());
     }
-    let offloading = offloading::namespace_offloading(&ns, &contract.spec.buyer_cluster_id);
-    tracing::info!(namespace = %ns, buyer = %contract.spec.buyer_cluster_id, "offloading the service namespace to the buyer");
+    let policy = fluidos_api::service_delivery::hosting_policy(&contract.spec);
+    let offloading = offloading::namespace_offloading(&ns, &contract.spec.buyer_cluster_id, policy);
+    tracing::info!(
+        namespace = %ns,
+        buyer = %contract.spec.buyer_cluster_id,
+        hosting_policy = ?policy,
+        "offloading the service namespace to the buyer"
+    );
     ok_if_exists(api.create(&PostParams::default(), &offloading).await).map_err(e())
 }
 

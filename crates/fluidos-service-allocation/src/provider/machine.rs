@@ -16,6 +16,7 @@ use std::time::Duration;
 use fluidos_api::Allocation;
 use fluidos_api::allocation::{AllocationState, AllocationStatus};
 use fluidos_api::common::HostingPolicy;
+use fluidos_api::service_delivery;
 use fluidos_blueprint::{CONTRACT_LABEL, ServiceInstance};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
@@ -35,6 +36,9 @@ pub const CREATED_MESSAGE: &str = "Allocation has created the namespace and appl
 
 /// How often an unavailable service is looked at again (pods are not watched).
 pub const RECHECK: Duration = Duration::from_secs(3);
+/// Status message while the objects of a service whose pods may run on the
+/// buyer wait for Liqo to enable its namespace for remote scheduling.
+pub const AWAITING_OFFLOADING_MESSAGE: &str = "Allocation has created the namespace and waits for Liqo to offload it to the buyer's cluster (NamespaceOffloading offloading) before applying the manifests: the hosting policy puts the service's pods there";
 /// How often an Active service is looked at again besides the watches.
 pub const ACTIVE_RECHECK: Duration = Duration::from_secs(60);
 
@@ -87,6 +91,9 @@ pub struct Input<'a> {
     pub prepared: Option<&'a Result<ServiceInstance, PrepareError>>,
     /// Where the buyer asked the service to run (read with `prepared`).
     pub hosting_policy: HostingPolicy,
+    /// The service is delivered by Liqo: its namespace is offloaded to the
+    /// buyer's cluster, where its pods may then run.
+    pub offloaded: bool,
     /// The random bytes drawn to render `prepared` (the replayed ones first,
     /// see [`replayed_random`]).
     pub random_drawn: &'a [u8],
@@ -499,19 +506,38 @@ impl Machine<'_> {
                 Next::AwaitChange
             }
             Ok(instance) => {
-                let objects = objects_to_apply(
+                let mut objects = objects_to_apply(
                     instance,
                     self.input.contract_name,
                     &owner_of(self.input.allocation),
                     self.input.random_drawn,
                     self.input.exposure,
                 );
+                if self.awaits_offloading() {
+                    // Liqo places only pods created once the namespace is
+                    // enabled for remote scheduling: the namespace (and the
+                    // render's random bytes, so the render after is the
+                    // same) first; the provider controller then offloads it.
+                    objects.truncate(2);
+                    self.effects.push(Effect::Apply(objects));
+                    self.set(
+                        AllocationState::ResourceCreation,
+                        AWAITING_OFFLOADING_MESSAGE,
+                    );
+                    return Next::Requeue(RECHECK);
+                }
                 self.effects.push(Effect::Apply(objects));
                 let gone = missing_parts(self.observed);
                 let applied_before = matches!(
                     state(self.input.allocation),
                     Some(AllocationState::Active | AllocationState::ResourceCreation)
-                );
+                ) && self
+                    .input
+                    .allocation
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.message.as_deref())
+                    != Some(AWAITING_OFFLOADING_MESSAGE);
                 if applied_before && !gone.is_empty() {
                     // Made before, partly removed since: made again, said.
                     self.event(
@@ -522,7 +548,7 @@ impl Machine<'_> {
                     self.set(AllocationState::ResourceCreation, CREATED_MESSAGE);
                     return Next::Requeue(RECHECK);
                 }
-                if self.input.hosting_policy != HostingPolicy::Provider {
+                if self.input.hosting_policy != HostingPolicy::Provider && !self.input.offloaded {
                     self.event(
                         true,
                         "HostingPolicyNotHonoured",
@@ -542,6 +568,18 @@ impl Machine<'_> {
                 Next::Requeue(RECHECK)
             }
         }
+    }
+
+    /// A service whose pods may run on the buyer, delivered by Liqo, whose
+    /// namespace Liqo has not enabled for remote scheduling yet.
+    fn awaits_offloading(&self) -> bool {
+        self.input.offloaded
+            && service_delivery::pods_on_buyer(self.input.hosting_policy)
+            && !self
+                .observed
+                .namespace
+                .as_ref()
+                .is_some_and(crate::offloading::remote_scheduling_enabled)
     }
 
     fn health(&mut self) -> Next {
@@ -613,8 +651,8 @@ impl Machine<'_> {
 pub fn hosting_note(policy: HostingPolicy) -> String {
     format!(
         "hosting policy {policy:?} asks for service pods on the buyer's cluster, which needs \
-         delivery by Liqo namespace offloading (not supported yet); the service runs on the provider \
-         and the buyer reaches it at its endpoints"
+         delivery by Liqo (--service-delivery liqo on both nodes); this sale is delivered over \
+         REAR, so the service runs on the provider and the buyer reaches it at its endpoints"
     )
 }
 
@@ -775,6 +813,7 @@ mod tests {
         contract_exists: bool,
         prepared: Option<Result<ServiceInstance, PrepareError>>,
         hosting_policy: HostingPolicy,
+        offloaded: bool,
         deleting_for: Option<i64>,
     }
 
@@ -784,6 +823,7 @@ mod tests {
             contract_exists: true,
             prepared: None,
             hosting_policy: HostingPolicy::Provider,
+            offloaded: false,
             deleting_for: None,
         }
     }
@@ -797,6 +837,7 @@ mod tests {
                 contract_exists: c.contract_exists,
                 prepared: c.prepared.as_ref(),
                 hosting_policy: c.hosting_policy,
+                offloaded: c.offloaded,
                 random_drawn: DRAWN,
                 exposure: &exposure,
                 node_host: "192.0.2.10",
@@ -1011,6 +1052,93 @@ mod tests {
         ));
         assert!(has(&p, |e| matches!(e, Effect::Apply(_))));
         assert_eq!(p.next, Next::Requeue(RECHECK));
+    }
+
+    #[test]
+    fn pods_for_the_buyer_wait_for_the_offloaded_namespace() {
+        let mut c = case(allocation(None, true));
+        c.prepared = Some(Ok(instance()));
+        c.hosting_policy = HostingPolicy::Consumer;
+        c.offloaded = true;
+        // The namespace and the render's random bytes only, until Liqo
+        // enables it for remote scheduling.
+        let p = run(&c, &Observed::default());
+        let Some(Effect::Apply(objects)) = p.effects.iter().find(|e| matches!(e, Effect::Apply(_)))
+        else {
+            panic!("no apply: {:?}", p.effects);
+        };
+        let kinds: Vec<&str> = objects
+            .iter()
+            .map(|o| o["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, ["Namespace", "Secret"]);
+        assert_eq!(objects[1]["metadata"]["name"], RANDOM_SECRET);
+        assert_eq!(
+            state_of(&p),
+            (
+                Some(AllocationState::ResourceCreation),
+                AWAITING_OFFLOADING_MESSAGE.into()
+            )
+        );
+        assert_eq!(p.next, Next::Requeue(RECHECK));
+        // Still waiting: the next reconcile renders again (the random bytes
+        // are kept) and applies the same.
+        let mut waiting = allocation(Some(AllocationState::ResourceCreation), true);
+        waiting.status.as_mut().unwrap().message = Some(AWAITING_OFFLOADING_MESSAGE.into());
+        let mut ns = namespace(false);
+        ns.annotations_mut()
+            .insert(PARTS_ANNOTATION.into(), "Deployment/db".into());
+        let random: Secret = serde_json::from_value(random_secret_object(C, DRAWN)).unwrap();
+        let mut o = Observed {
+            namespace: Some(ns),
+            random: Some(random),
+            ..Observed::default()
+        };
+        assert!(needs_instance(&waiting, true, &o));
+        // Enabled: everything, as a first creation (no repair said), and
+        // the policy is honoured (no warning).
+        o.namespace
+            .as_mut()
+            .unwrap()
+            .labels_mut()
+            .insert(crate::offloading::SCHEDULING_LABEL.into(), "true".into());
+        c.allocation = waiting;
+        let p = run(&c, &o);
+        let Some(Effect::Apply(objects)) = p.effects.iter().find(|e| matches!(e, Effect::Apply(_)))
+        else {
+            panic!("no apply: {:?}", p.effects);
+        };
+        assert_eq!(objects.len(), 5);
+        assert!(has(&p, |e| matches!(
+            e,
+            Effect::Event {
+                reason: "ServiceCreated",
+                ..
+            }
+        )));
+        assert!(!has(&p, |e| matches!(
+            e,
+            Effect::Event {
+                reason: "ServiceRepaired" | "HostingPolicyNotHonoured",
+                ..
+            }
+        )));
+        assert_eq!(
+            state_of(&p),
+            (
+                Some(AllocationState::ResourceCreation),
+                CREATED_MESSAGE.into()
+            )
+        );
+        // Pods kept on the provider (Provider) need no wait.
+        let mut c = case(allocation(None, true));
+        c.prepared = Some(Ok(instance()));
+        c.offloaded = true;
+        let p = run(&c, &Observed::default());
+        assert!(has(
+            &p,
+            |e| matches!(e, Effect::Apply(objects) if objects.len() == 5)
+        ));
     }
 
     #[test]
