@@ -42,6 +42,30 @@ pub const OFFLOADING_FOR_ANNOTATION: &str = "fluidos.eu/offloading-for";
 /// Label the Go node puts on a service's credentials Secret (the one Liqo
 /// reflects to the buyer).
 pub const CREDENTIALS_LABEL: &str = "nodecore.fluidos.eu/flavor-service-credentials";
+/// Annotation the seller keeps on the credentials Secret of a service
+/// delivered by Liqo: the state of its own Allocation (`Active` once the
+/// service's workloads are available). Liqo reflects it to the buyer with
+/// the Secret, which is how the buyer learns the service's health.
+pub const SERVICE_STATE_ANNOTATION: &str = "fluidos.eu/service-state";
+/// With [`SERVICE_STATE_ANNOTATION`]: the seller's status message (why it is
+/// not available), at most [`SERVICE_MESSAGE_MAX`] bytes.
+pub const SERVICE_MESSAGE_ANNOTATION: &str = "fluidos.eu/service-message";
+/// The longest [`SERVICE_MESSAGE_ANNOTATION`] either side writes or shows.
+pub const SERVICE_MESSAGE_MAX: usize = 512;
+
+/// `message` cut to at most [`SERVICE_MESSAGE_MAX`] bytes, on a character
+/// boundary.
+pub fn bounded_message(message: &str) -> &str {
+    if message.len() <= SERVICE_MESSAGE_MAX {
+        return message;
+    }
+    let mut end = SERVICE_MESSAGE_MAX;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    &message[..end]
+}
+
 /// Name of the NamespaceOffloading in a service namespace (upstream's).
 pub const OFFLOADING_NAME: &str = "offloading";
 /// Key of the kubeconfig YAML in the seller's copy of the buyer's credentials.
@@ -331,6 +355,15 @@ mod tests {
                 ("800m", "800M", "10")
             );
         }
+    }
+
+    #[test]
+    fn reported_messages_are_bounded_on_a_character() {
+        assert_eq!(bounded_message("short"), "short");
+        let long = "é".repeat(SERVICE_MESSAGE_MAX);
+        let cut = bounded_message(&long);
+        assert!(cut.len() <= SERVICE_MESSAGE_MAX && cut.len() >= SERVICE_MESSAGE_MAX - 1);
+        assert!(cut.chars().all(|c| c == 'é'));
     }
 
     #[test]

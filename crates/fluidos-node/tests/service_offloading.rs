@@ -180,6 +180,18 @@ async fn virtual_kubelet_gone(
     seller_liqo.stop_virtual_kubelet(deployment).await;
 }
 
+/// Cordons (or uncordons) Node `name` of `cp`.
+async fn set_unschedulable(cp: &fluidos_testenv::ControlPlane, name: &str, cordoned: bool) {
+    Api::<k8s_openapi::api::core::v1::Node>::all(cp.client())
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"unschedulable": cordoned}})),
+        )
+        .await
+        .unwrap();
+}
+
 /// `Ok` once namespace `name` is gone from both clusters, and the buyer's
 /// service Allocation is `Released`.
 async fn service_gone(stage: &TwoClusters, name: &str) -> Result<(), String> {
@@ -344,6 +356,53 @@ async fn a_service_bought_is_delivered_by_liqo_offloading_and_taken_down_with_it
         },
     )
     .await;
+
+    // Health reaches the buyer through Liqo: the seller's worker cordoned
+    // and the database's pod deleted, its replacement cannot be scheduled;
+    // the seller says so on the credentials Secret, Liqo reflects it, and
+    // the buyer's Allocation shows it (credentials kept). Uncordoned, both
+    // are Active again.
+    set_unschedulable(seller, "worker-1", true).await;
+    let s_pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(seller.client(), &name);
+    s_pods
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await
+        .unwrap();
+    let degraded = until(
+        "the buyer's Allocation showing the seller's degraded service",
+        &nodes,
+        &mut [&mut seller_liqo, &mut buyer_liqo],
+        || async {
+            let a = service_allocation(&buyer.client()).await?;
+            let status = a.status.clone().unwrap_or_default();
+            match (&status.status, status.message.as_deref()) {
+                (Some(AllocationState::Provisioning), Some(m)) if m.contains("seller reports") => {
+                    Ok(status)
+                }
+                _ => Err(format!("{status:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(degraded.resource_ref.is_some(), "{degraded:?}");
+    phases.mark("buyer: the seller's degraded service shown");
+    set_unschedulable(seller, "worker-1", false).await;
+    until(
+        "both Allocations Active again",
+        &nodes,
+        &mut [&mut seller_liqo, &mut buyer_liqo],
+        || async {
+            for (side, cp) in [("seller", seller), ("buyer", buyer)] {
+                let a = service_allocation(&cp.client()).await?;
+                if state(&a) != Some(AllocationState::Active) {
+                    return Err(format!("{side}'s {:?}", a.status));
+                }
+            }
+            Ok(())
+        },
+    )
+    .await;
+    phases.mark("service available again, on both sides");
 
     // Ending the Contract on the seller takes it all down.
     Api::<Contract>::namespaced(seller.client(), NS)

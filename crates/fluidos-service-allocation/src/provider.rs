@@ -490,6 +490,19 @@ async fn execute(
                     .await
                     .map_err(Error::kube(Step::AnnotateCredentials))?;
             }
+            Effect::ReportState { state, message } => {
+                Api::<Secret>::namespaced(ctx.client.clone(), contract_name)
+                    .patch(
+                        &fluidos_api::naming::credentials_secret_name(contract_name),
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"metadata": {"annotations": {
+                            fluidos_api::service_delivery::SERVICE_STATE_ANNOTATION: state,
+                            fluidos_api::service_delivery::SERVICE_MESSAGE_ANNOTATION: message,
+                        }}})),
+                    )
+                    .await
+                    .map_err(Error::kube(Step::AnnotateCredentials))?;
+            }
             Effect::DeleteNamespace(ns) => {
                 tracing::info!(namespace = ns, "deleting the service namespace");
                 ok_if_not_found(

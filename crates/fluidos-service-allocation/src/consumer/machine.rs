@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use fluidos_api::allocation::{AllocationState, AllocationStatus};
 use fluidos_api::rear::ServiceAccess;
+use fluidos_api::service_delivery;
 use fluidos_api::{Allocation, GenericRef};
 use fluidos_blueprint::{CONTRACT_LABEL, CREDENTIALS_LABEL};
 use fluidos_rear_client::RearError;
@@ -486,6 +487,26 @@ pub fn reflected_credentials<'s>(
     })
 }
 
+/// What the seller reports on the reflected credentials Secret when its
+/// service is not available (its Allocation not `Active`), bounded; `None`
+/// when it is, or when the seller reports nothing (an earlier version:
+/// delivered is then taken as available, as before).
+fn seller_reports_unavailable(secret: &Secret) -> Option<String> {
+    let annotations = secret.annotations();
+    let state = annotations.get(service_delivery::SERVICE_STATE_ANNOTATION)?;
+    if state == "Active" {
+        return None;
+    }
+    let message = annotations
+        .get(service_delivery::SERVICE_MESSAGE_ANNOTATION)
+        .map(|m| service_delivery::bounded_message(m).to_owned())
+        .unwrap_or_default();
+    Some(format!(
+        "Credentials delivered through Liqo; the seller reports the service {}: {message}",
+        service_delivery::bounded_message(state)
+    ))
+}
+
 /// The status of the buyer's Allocation of a Service delivered by Liqo
 /// (pure): `Released` once the Contract is gone or over; `Active`, pointing
 /// at the reflected credentials Secret, once Liqo has put it in the
@@ -503,7 +524,7 @@ pub fn offloaded_status(
     // waiting for a Secret that was there.
     let delivered_before = current.is_some_and(|s| {
         s.status == Some(AllocationState::Released)
-            || (s.status == Some(AllocationState::Active) && s.resource_ref.is_some())
+            || s.resource_ref.is_some()
             || s.message.as_deref() == Some(REFLECTED_AGAIN_MESSAGE)
     });
     let released = current.filter(|s| s.status == Some(AllocationState::Released));
@@ -526,16 +547,23 @@ pub fn offloaded_status(
             ),
             None,
         ),
-        (true, Some(secret)) => (
-            AllocationState::Active,
-            OFFLOADED_MESSAGE.to_owned(),
-            Some(GenericRef {
+        (true, Some(secret)) => {
+            let reference = Some(GenericRef {
                 name: Some(secret.name_any()),
                 namespace: secret.namespace(),
                 api_version: Some("v1".into()),
                 kind: Some("Secret".into()),
-            }),
-        ),
+            });
+            match seller_reports_unavailable(secret) {
+                // The credentials stay usable; the service is not (yet).
+                Some(why) => (AllocationState::Provisioning, why, reference),
+                None => (
+                    AllocationState::Active,
+                    OFFLOADED_MESSAGE.to_owned(),
+                    reference,
+                ),
+            }
+        }
         (true, None) if delivered_before => (
             AllocationState::Provisioning,
             REFLECTED_AGAIN_MESSAGE.to_owned(),
@@ -974,17 +1002,6 @@ mod tests {
 
     #[test]
     fn an_offloaded_service_is_active_once_liqo_reflects_its_credentials() {
-        let secret = |ns: &str, label: Option<&str>, origin: &str| {
-            let mut s = Secret::default();
-            s.metadata.name = Some("credentials-c".into());
-            s.metadata.namespace = Some(ns.into());
-            let mut labels = BTreeMap::from([(LIQO_ORIGIN_LABEL.to_owned(), origin.to_owned())]);
-            if let Some(v) = label {
-                labels.insert(CREDENTIALS_LABEL.to_owned(), v.to_owned());
-            }
-            s.metadata.labels = Some(labels);
-            s
-        };
         let listed = [
             secret("c", None, "s"),
             secret("other", Some("true"), "s"),
@@ -1039,5 +1056,68 @@ mod tests {
         // Never delivered and no namespace yet: waiting.
         let fresh = offloaded_status(Some(&waiting), "c", true, false, None, "t7");
         assert_eq!(fresh, waiting);
+    }
+
+    /// A credentials Secret `credentials-c` in `ns`, labelled `label`,
+    /// reflected by Liqo from cluster `origin`.
+    fn secret(ns: &str, label: Option<&str>, origin: &str) -> Secret {
+        let mut s = Secret::default();
+        s.metadata.name = Some("credentials-c".into());
+        s.metadata.namespace = Some(ns.into());
+        let mut labels = BTreeMap::from([(LIQO_ORIGIN_LABEL.to_owned(), origin.to_owned())]);
+        if let Some(v) = label {
+            labels.insert(CREDENTIALS_LABEL.to_owned(), v.to_owned());
+        }
+        s.metadata.labels = Some(labels);
+        s
+    }
+
+    #[test]
+    fn the_sellers_reported_state_shows_on_the_buyer() {
+        let with = |state: Option<&str>, message: &str| {
+            let mut s = secret("c", Some("true"), "s");
+            if let Some(state) = state {
+                s.metadata.annotations = Some(
+                    [
+                        (
+                            service_delivery::SERVICE_STATE_ANNOTATION.to_owned(),
+                            state.to_owned(),
+                        ),
+                        (
+                            service_delivery::SERVICE_MESSAGE_ANNOTATION.to_owned(),
+                            message.to_owned(),
+                        ),
+                    ]
+                    .into(),
+                );
+            }
+            s
+        };
+        // Reported available, or nothing reported (an earlier seller): Active.
+        for s in [with(Some("Active"), "Service is running"), with(None, "")] {
+            let a = offloaded_status(None, "c", true, true, Some(&s), "t0");
+            assert_eq!(a.status, Some(AllocationState::Active));
+        }
+        // Degraded: Provisioning, saying why, the credentials still named.
+        let degraded = with(
+            Some("ResourceCreation"),
+            "Service degraded: pod db-1: Unschedulable",
+        );
+        let active = offloaded_status(None, "c", true, true, Some(&with(None, "")), "t0");
+        let d = offloaded_status(Some(&active), "c", true, true, Some(&degraded), "t1");
+        assert_eq!(d.status, Some(AllocationState::Provisioning));
+        let m = d.message.clone().unwrap();
+        assert!(
+            m.contains("ResourceCreation") && m.contains("Unschedulable"),
+            "{m}"
+        );
+        assert!(d.resource_ref.is_some());
+        // Delivered before: the namespace going now is the seller's end.
+        let ended = offloaded_status(Some(&d), "c", true, false, None, "t2");
+        assert_eq!(ended.status, Some(AllocationState::Released));
+        // A seller's message is bounded.
+        let huge = with(Some("ResourceCreation"), &"x".repeat(100_000));
+        let h = offloaded_status(None, "c", true, true, Some(&huge), "t3");
+        assert!(h.message.unwrap().len() < 2 * service_delivery::SERVICE_MESSAGE_MAX);
     }
 }

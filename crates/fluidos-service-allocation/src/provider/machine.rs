@@ -120,6 +120,14 @@ pub enum Effect {
     Apply(Vec<Value>),
     /// Record the external endpoints on the credentials Secret.
     AnnotateCredentials(String),
+    /// Delivered by Liqo: record this Allocation's state and message on the
+    /// credentials Secret, which Liqo reflects to the buyer.
+    ReportState {
+        /// The state (`Active`, `ResourceCreation`, ...).
+        state: String,
+        /// The message, bounded.
+        message: String,
+    },
     /// Delete the service namespace (and so everything in it).
     DeleteNamespace(String),
     /// Publish an event on the Allocation.
@@ -582,7 +590,37 @@ impl Machine<'_> {
                 .is_some_and(crate::offloading::remote_scheduling_enabled)
     }
 
+    /// [`Machine::assess_health`], then (delivered by Liqo) the state it
+    /// says recorded where the buyer sees it.
     fn health(&mut self) -> Next {
+        let next = self.assess_health();
+        self.report_state();
+        next
+    }
+
+    /// Keeps the buyer told, through the credentials Secret Liqo reflects to
+    /// it, of this Allocation's state: written only when it changed.
+    fn report_state(&mut self) {
+        let (true, Some(secret), Some(state)) = (
+            self.input.offloaded,
+            &self.observed.credentials,
+            self.status.status.as_ref(),
+        ) else {
+            return;
+        };
+        let state = state.to_string();
+        let message =
+            service_delivery::bounded_message(self.status.message.as_deref().unwrap_or_default())
+                .to_owned();
+        let annotations = secret.annotations();
+        if annotations.get(service_delivery::SERVICE_STATE_ANNOTATION) != Some(&state)
+            || annotations.get(service_delivery::SERVICE_MESSAGE_ANNOTATION) != Some(&message)
+        {
+            self.effects.push(Effect::ReportState { state, message });
+        }
+    }
+
+    fn assess_health(&mut self) -> Next {
         let o = self.observed;
         let gone = missing_parts(o);
         if !gone.is_empty() {
@@ -1252,6 +1290,50 @@ mod tests {
             }
         )));
         assert_eq!(p.next, Next::Requeue(RECHECK));
+    }
+
+    #[test]
+    fn delivered_by_liqo_the_state_is_reported_on_the_credentials() {
+        let reported = |p: &Plan| {
+            p.effects.iter().find_map(|e| match e {
+                Effect::ReportState { state, message } => Some((state.clone(), message.clone())),
+                _ => None,
+            })
+        };
+        let mut c = case(allocation(Some(AllocationState::ResourceCreation), true));
+        // Over REAR: nothing reported on the Secret.
+        assert_eq!(reported(&run(&c, &running(1))), None);
+        c.offloaded = true;
+        let p = run(&c, &running(1));
+        assert_eq!(
+            reported(&p),
+            Some(("Active".to_owned(), ACTIVE_MESSAGE.to_owned()))
+        );
+        // Already there: not written again.
+        let mut o = running(1);
+        o.credentials.as_mut().unwrap().metadata.annotations = Some(
+            [
+                (
+                    EXTERNAL_ENDPOINTS_ANNOTATION.to_owned(),
+                    "192.0.2.10:31000".to_owned(),
+                ),
+                (
+                    service_delivery::SERVICE_STATE_ANNOTATION.to_owned(),
+                    "Active".to_owned(),
+                ),
+                (
+                    service_delivery::SERVICE_MESSAGE_ANNOTATION.to_owned(),
+                    ACTIVE_MESSAGE.to_owned(),
+                ),
+            ]
+            .into(),
+        );
+        assert_eq!(reported(&run(&c, &o)), None);
+        // Degraded: said, with the reason.
+        let p = run(&c, &running(0));
+        let (state, message) = reported(&p).unwrap();
+        assert_eq!(state, "ResourceCreation");
+        assert!(message.contains("0/1 available"), "{message}");
     }
 
     #[test]
