@@ -18,6 +18,10 @@
 //! refused by design (see `refused_by_design`), every call is covered by
 //! the chart's grants, and no component logs a refusal.
 //!
+//! With `serviceDelivery: liqo` on both charts, the same holds for a
+//! Service delivered by Liqo (`chart_rbac_suffices_for_a_service_delivered_by_liqo`):
+//! the buyer's gateway and rear-manager, the seller's three components.
+//!
 //! Needs `FLUIDOS_HELM_BIN_DIR`, `FLUIDOS_LIQO_BIN_DIR`,
 //! `FLUIDOS_CP_BIN_DIR` and `../shared/reference`; without them the test
 //! prints `SKIP: ...` and passes (without helm in CI it fails).
@@ -88,8 +92,10 @@ fn refused_by_design(component: &str, a: &Access) -> bool {
         // first: refused, it looks no further), which the chart lets the
         // rear-manager read only with `peering.networking` on (off here: it
         // made none).
+        // (Both directions: the seller of a Service delivered by Liqo
+        // unpeers from its buyer's cluster the same way.)
         "rear-manager" => {
-            a.scope == format!("liqo-tenant-{PROVIDER_ID}")
+            a.scope.starts_with("liqo-tenant-")
                 && a.group == "networking.liqo.io"
                 && a.resource == "gatewayclients"
                 && a.verb == "get"
@@ -590,4 +596,250 @@ async fn chart_rbac_suffices_for_a_k8slice_peering_and_its_teardown() {
     }
     drop(c_liqo);
     drop(p_liqo);
+}
+
+/// The Allocation of `cp` that is not a seller's companion, with its state.
+async fn service_allocation(cp: &ControlPlane) -> Result<(Allocation, String), String> {
+    let a = Api::<Allocation>::namespaced(cp.client(), NS)
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?
+        .items
+        .into_iter()
+        .find(|a| {
+            !a.annotations()
+                .contains_key(fluidos_api::service_delivery::OFFLOADING_FOR_ANNOTATION)
+        })
+        .ok_or_else(|| "no Allocation yet".to_owned())?;
+    let state = a
+        .status
+        .as_ref()
+        .and_then(|s| s.status.as_ref())
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    Ok((a, state))
+}
+
+/// Service delivery by Liqo (`serviceDelivery: liqo` on both charts), under
+/// the charts' RBAC: the upstream message-queue blueprint (hosting policy
+/// `Consumer`) bought by the upstream `solver-service-mq.yaml`. The buyer's
+/// rear-manager issues the seller's credentials; the seller's gateway sells
+/// and stores them, its rear-manager peers with the buyer as Liqo's consumer
+/// (the reverse peering) and its gateway's service controller offloads the
+/// namespace; the queue's pod runs on the buyer's cluster; both Allocations
+/// are `Active`. Ending the Contract on the seller takes it all down, and the
+/// buyer's gateway revokes the seller's account. No call is refused (but by
+/// design) and every one is covered by the chart's grants.
+#[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "install, run, buy, deliver, end, check: the scenario reads top to bottom"
+)]
+async fn chart_rbac_suffices_for_a_service_delivered_by_liqo() {
+    use fluidos_api::ServiceBlueprint;
+    let Some(bin) = helm::helm_bin() else { return };
+    if let Some(reason) = skip_reason() {
+        say(&format!("SKIP: {reason}"));
+        return;
+    }
+    let Some(samples) = fluidos_testenv::shared_reference_dir().map(|d| d.join("fluidos-samples"))
+    else {
+        say("SKIP: ../shared/reference is absent (blueprint and Solver samples come from there)");
+        return;
+    };
+    let read = |file: &str| std::fs::read_to_string(samples.join(file)).unwrap();
+    let blueprint: ServiceBlueprint =
+        serde_yaml::from_str(&read("service-blueprint-mq.yaml")).unwrap();
+    let solver: Solver = serde_yaml::from_str(&read("solver-service-mq.yaml")).unwrap();
+    let mut phases = Phases::new();
+    // The seller is TwoClusters' provider, the buyer its consumer.
+    let (stage, mut b_liqo, mut s_liqo) = TwoClusters::start(0).await;
+    let (seller, buyer) = (&stage.provider, &stage.consumer);
+    let (sport, bport) = (stage.provider_port(), stage.consumer_port());
+    // The queue's pod runs on the buyer (hosting policy Consumer).
+    Api::<k8s_openapi::api::core::v1::Node>::all(buyer.client())
+        .create(
+            &PostParams::default(),
+            &fluidos_testenv::liqo::kwok_node("buyer-kwok"),
+        )
+        .await
+        .unwrap();
+    Api::<ServiceBlueprint>::namespaced(seller.client(), NS)
+        .create(&PostParams::default(), &blueprint)
+        .await
+        .unwrap();
+    phases.mark("two control planes, Liqo on both, the blueprint");
+    let seller_objects = render(&bin, "provider01", sport, &["serviceDelivery=liqo"]);
+    let buyer_objects = render(
+        &bin,
+        "consumer01",
+        bport,
+        &[
+            "serviceDelivery=liqo",
+            "rearManager.pod.extraArgs[0]=--peer-timeout-ms=10000",
+        ],
+    );
+    helm::install(seller, &seller_objects).await;
+    helm::install(buyer, &buyer_objects).await;
+    let (s_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let run = async |cp, objects, component, port, dir: &tempfile::TempDir| {
+        helm::run_component_with(cp, objects, component, port, dir.path(), true)
+            .await
+            .0
+    };
+    let lrm = run(
+        seller,
+        &seller_objects,
+        "local-resource-manager",
+        sport,
+        &s_dir,
+    )
+    .await;
+    let s_gateway = run(seller, &seller_objects, "rear-gateway", sport, &s_dir).await;
+    let s_manager = run(seller, &seller_objects, "rear-manager", sport, &s_dir).await;
+    let b_gateway = run(buyer, &buyer_objects, "rear-gateway", bport, &b_dir).await;
+    let b_manager = run(buyer, &buyer_objects, "rear-manager", bport, &b_dir).await;
+    let nodes = [
+        &lrm.node,
+        &s_gateway.node,
+        &s_manager.node,
+        &b_gateway.node,
+        &b_manager.node,
+    ];
+    wait_ready(&[&lrm, &s_gateway, &s_manager, &b_gateway, &b_manager]).await;
+    let flavors = Api::<fluidos_api::Flavor>::namespaced(seller.client(), NS);
+    until("the seller's Service flavor", &nodes, &mut [], || async {
+        match flavors.list(&ListParams::default()).await {
+            Ok(l) if !l.items.is_empty() => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    phases.mark("charts installed, components ready as their ServiceAccounts");
+
+    Api::<Solver>::namespaced(buyer.client(), NS)
+        .create(&PostParams::default(), &solver)
+        .await
+        .unwrap();
+    let contract = until(
+        "the seller's Contract",
+        &nodes,
+        &mut [&mut b_liqo, &mut s_liqo],
+        || async { new_contract(seller, &[]).await },
+    )
+    .await;
+    let name = contract.name_any();
+    assert!(fluidos_api::service_delivery::by_liqo(&contract.spec));
+    let s_tenant = format!("liqo-tenant-{CONSUMER_ID}");
+    let (_node, deployment) =
+        ready_virtual_node(seller, &mut s_liqo, &mut b_liqo, &nodes, &s_tenant, &name).await;
+    until(
+        "both Allocations Active",
+        &nodes,
+        &mut [&mut b_liqo, &mut s_liqo],
+        || async {
+            for (side, cp) in [("seller", seller), ("buyer", buyer)] {
+                let (a, state) = service_allocation(cp).await?;
+                if state != "Active" {
+                    return Err(format!("{side}'s {:?}", a.status));
+                }
+            }
+            Ok(())
+        },
+    )
+    .await;
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(buyer.client(), &name)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(
+        pods.items
+            .iter()
+            .any(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some("buyer-kwok")),
+        "the queue's pod runs on the buyer"
+    );
+    phases.mark("delivered by Liqo: both Allocations Active, the pod on the buyer");
+
+    // The seller ends the Contract: the delivery goes, and the buyer's
+    // gateway revokes the seller's account.
+    Api::<Contract>::namespaced(seller.client(), NS)
+        .delete(&name, &DeleteParams::background())
+        .await
+        .unwrap();
+    until(
+        "the virtual-kubelet Deployment gone",
+        &nodes,
+        &mut [],
+        || async {
+            let d = Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(
+                seller.client(),
+                &s_tenant,
+            );
+            match exists(&d, &deployment).await? {
+                false => Ok(()),
+                true => Err("the Deployment is still there".to_owned()),
+            }
+        },
+    )
+    .await;
+    s_liqo.stop_virtual_kubelet(&deployment).await;
+    let account = service_account_name("provider01");
+    until(
+        "the delivery gone and the seller's account revoked",
+        &nodes,
+        &mut [&mut b_liqo, &mut s_liqo],
+        || async {
+            let mut left = Vec::new();
+            for (side, cp) in [("seller", seller), ("buyer", buyer)] {
+                let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(cp.client());
+                if exists(&namespaces, &name).await? {
+                    left.push(format!("namespace on the {side}"));
+                }
+            }
+            let (a, state) = service_allocation(buyer).await?;
+            if state != "Released" {
+                left.push(format!("buyer's Allocation {:?}", a.status));
+            }
+            if exists(
+                &Api::<ServiceAccount>::namespaced(buyer.client(), NS),
+                &account,
+            )
+            .await?
+            {
+                left.push(format!("{account} on the buyer"));
+            }
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("left: {left:?}"))
+            }
+        },
+    )
+    .await;
+    phases.mark("Contract ended: delivery gone, the seller's account revoked");
+
+    let mut report = String::new();
+    check_calls(
+        "seller",
+        &[
+            Seen::of(&[&lrm]),
+            Seen::of(&[&s_gateway]),
+            Seen::of(&[&s_manager]),
+        ],
+        &seller_objects,
+        &mut report,
+    );
+    check_calls(
+        "buyer",
+        &[Seen::of(&[&b_gateway]), Seen::of(&[&b_manager])],
+        &buyer_objects,
+        &mut report,
+    );
+    eprintln!("{report}");
+    phases.summary();
+    for r in [lrm, s_gateway, s_manager, b_gateway, b_manager] {
+        r.node.kill().await;
+    }
+    drop(b_liqo);
+    drop(s_liqo);
 }
