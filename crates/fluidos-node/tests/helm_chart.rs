@@ -1009,6 +1009,7 @@ async fn chart_rbac_lets_the_gateway_grant_the_cidrs_in_liqo() {
             ca_pem: None,
             token_ttl: Duration::from_secs(3600),
             go_peering: false,
+            remove_stale_grants: true,
         },
     );
     let driver = tokio::spawn(driver);
@@ -1197,6 +1198,23 @@ fn chart_service_delivery_by_liqo_adds_the_committed_rights() {
             vec!["serviceDelivery=ftp".to_owned()],
             "serviceDelivery must be rear or liqo, not ftp",
         ),
+        // Checked whichever components run.
+        (
+            vec![
+                "serviceDelivery=ftp".to_owned(),
+                "rearController.enabled=false".to_owned(),
+                "rearManager.enabled=false".to_owned(),
+            ],
+            "serviceDelivery must be rear or liqo, not ftp",
+        ),
+        // Nothing would revoke the sellers' accounts.
+        (
+            vec![
+                "serviceDelivery=liqo".to_owned(),
+                "rearController.enabled=false".to_owned(),
+            ],
+            "serviceDelivery=liqo needs rearController.enabled",
+        ),
     ] {
         let refused = std::panic::catch_unwind(|| helm::template(&bin, &sets, &[]))
             .expect_err("the chart rendered");
@@ -1273,6 +1291,8 @@ async fn chart_rbac_lets_the_manager_issue_a_sellers_credentials() {
             ca_pem,
             token_ttl: Duration::from_secs(3600),
             go_peering: false,
+            // As rear_manager.rs `offloading_issuer`: the gateway's job.
+            remove_stale_grants: false,
         },
     );
     let driver = tokio::spawn(driver);
@@ -1292,6 +1312,13 @@ async fn chart_rbac_lets_the_manager_issue_a_sellers_credentials() {
         .await
         .unwrap();
     assert_eq!(binding.role_ref.name, "fluidos-peer");
+    // And the reading of this cluster's CIDRs in Liqo's namespace, which
+    // the manager holds to grant.
+    let network = Api::<RoleBinding>::namespaced(admin.clone(), "liqo")
+        .get("fluidos-peer-seller0001")
+        .await
+        .unwrap();
+    assert_eq!(network.role_ref.name, "fluidos-peer-network");
     // The seller's kubeconfig (base64, as REAR carries it) works, in its
     // tenant namespace only.
     let kubeconfig = String::from_utf8(
@@ -1363,6 +1390,31 @@ async fn chart_rbac_lets_the_manager_issue_a_sellers_credentials() {
         .await
         .expect_err("a binding of the peer Role to another account");
     assert!(err.to_string().contains("fluidos-peer-guard"), "{err}");
+
+    // Tokens for the peers' accounts only: not the gateway's own (the
+    // guard), and no namespace patches (the gateway records owners).
+    let gateway_sa = helm::service_account(&objects, "rear-gateway");
+    let token_request: k8s_openapi::api::authentication::v1::TokenRequest =
+        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 600}}))
+            .unwrap();
+    let err = Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(manager.clone(), NS)
+        .create_token_request(&gateway_sa, &PostParams::default(), &token_request)
+        .await
+        .expect_err("a token for the gateway's account");
+    assert!(
+        err.to_string().contains("fluidos-peer-tokenrequest-guard"),
+        "{err}"
+    );
+    let manager_user = format!(
+        "system:serviceaccount:{NS}:{}",
+        helm::service_account(&objects, "rear-manager")
+    );
+    for (verb, resource) in [("patch", "namespaces"), ("delete", "serviceaccounts")] {
+        assert!(
+            !sar_allows(&admin, &manager_user, verb, "", resource, tenant).await,
+            "{verb} {resource}"
+        );
+    }
 
     // The gateway's extra rights: the NamespaceOffloading of a sold
     // service's namespace, and the Reservations.

@@ -206,6 +206,11 @@ pub struct CredentialsConfig {
     /// Whether unmodified Go consumers may be granted peering rights
     /// ([`crate::go_peering`]); its cluster-wide objects are applied then.
     pub go_peering: bool,
+    /// Whether to remove, at start, the peer grants earlier versions made
+    /// in the node's namespace (without [`Self::role_namespace`]): the
+    /// gateway's job; the rear-manager issuing for sellers leaves it (and
+    /// holds no right to it).
+    pub remove_stale_grants: bool,
 }
 
 struct Cached {
@@ -570,9 +575,7 @@ impl Credentials {
         );
         // Earlier versions bound every peer in the node's namespace: without
         // a compatibility namespace those grants go.
-        let stale = cfg
-            .role_namespace
-            .is_none()
+        let stale = (cfg.remove_stale_grants && cfg.role_namespace.is_none())
             .then(|| (client.clone(), cfg.namespace.clone()));
         let driver = async move {
             if let Some((client, ns)) = stale {
@@ -1497,7 +1500,7 @@ impl Credentials {
         if existing.annotations().contains_key(OWNER_ANNOTATION) {
             return Ok(());
         }
-        Api::<Namespace>::all(self.client.clone())
+        match Api::<Namespace>::all(self.client.clone())
             .patch(
                 ns,
                 &PatchParams::default(),
@@ -1506,11 +1509,23 @@ impl Credentials {
                 ),
             )
             .await
-            .map(drop)
-            .map_err(|source| CredentialsError::Kube {
+        {
+            Ok(_) => Ok(()),
+            // The rear-manager issuing for sellers may not patch namespaces
+            // (the chart grants it no such right): a namespace an earlier
+            // version made keeps no owner until the gateway records it.
+            Err(e) if api_error::is_forbidden(&e) => {
+                tracing::info!(
+                    namespace = ns,
+                    "not allowed to record the owner of a Liqo tenant namespace made by an earlier version; the REAR gateway records it"
+                );
+                Ok(())
+            }
+            Err(source) => Err(CredentialsError::Kube {
                 step: "recording the owner of the buyer's Liqo tenant namespace",
                 source,
-            })
+            }),
+        }
     }
 
     async fn read_tenant_namespace(

@@ -282,6 +282,7 @@ impl GatewayConfig {
             // a shorter contract is ended by revocation instead.
             token_ttl: self.contract_ttl.max(MIN_TOKEN_TTL),
             go_peering: self.go_peering_grant.is_on(),
+            remove_stale_grants: true,
         }
     }
 

@@ -11,7 +11,7 @@ use fluidos_consumer::{
 };
 use fluidos_controller::readiness::ReadinessGate;
 use fluidos_rear_client::{ADDRESS_FORM, ClientConfig, ProviderAddress};
-use fluidos_rear_gateway::credentials::{Credentials, PeeringGrant};
+use fluidos_rear_gateway::credentials::{Credentials, CredentialsConfig, PeeringGrant};
 use tokio_util::sync::CancellationToken;
 
 use super::Error;
@@ -150,7 +150,13 @@ async fn offloading_issuer(
             "--service-delivery liqo needs this cluster's Liqo cluster ID".into(),
         ));
     };
-    let (credentials, driver) = Credentials::new(ctx.client.clone(), gateway.credentials());
+    // The gateway's accounts, minus its start-up clean-up of earlier
+    // versions' grants (the gateway's job).
+    let config = CredentialsConfig {
+        remove_stale_grants: false,
+        ..gateway.credentials()
+    };
+    let (credentials, driver) = Credentials::new(ctx.client.clone(), config);
     let stop = shutdown.clone();
     tokio::spawn(async move {
         tokio::select! {

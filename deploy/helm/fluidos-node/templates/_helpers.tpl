@@ -35,6 +35,9 @@ serviceDelivery, checked: `rear` or `liqo`, and `liqo` only with peering
 {{- if and (eq $delivery "liqo") (not .Values.peering.enabled) -}}
 {{- fail "serviceDelivery=liqo needs peering.enabled: the service is delivered through a reverse Liqo peering" -}}
 {{- end -}}
+{{- if and (eq $delivery "liqo") .Values.rearManager.enabled (not .Values.rearController.enabled) -}}
+{{- fail "serviceDelivery=liqo needs rearController.enabled with rearManager: the REAR gateway revokes the sellers' accounts the rear-manager issues" -}}
+{{- end -}}
 {{- $delivery -}}
 {{- end -}}
 

@@ -364,13 +364,11 @@ cluster:
   # rear_manager.rs `offloading_issuer` (serviceDelivery liqo), with the
   # gateway's credentials.rs: the seller of a Service delivered by Liqo gets
   # Liqo's peering-user rights in its tenant namespace here, as a K8Slice
-  # buyer gets them from the gateway: the namespace's owner annotation, the
-  # Role `fluidos-peer` (written without holding its rules: escalate) and
-  # its binding (bind), watched everywhere; the peer-Role guard confines
-  # these writes as it does the gateway's. Revocation is the gateway's.
-  - apiGroups: [""]
-    resources: [namespaces]
-    verbs: [patch]
+  # buyer gets them from the gateway: the Role `fluidos-peer` (written
+  # without holding its rules: escalate) and its binding (bind), watched
+  # everywhere; the peer-Role guard confines these writes as it does the
+  # gateway's. Revocation, and recording the owner on a tenant namespace
+  # an earlier version made (a namespace patch), are the gateway's.
   - apiGroups: [rbac.authorization.k8s.io]
     resources: [roles, rolebindings]
     verbs: [list, watch, create, patch]
@@ -436,18 +434,15 @@ namespace:
   {{- if eq (include "fluidos-node.serviceDelivery" .) "liqo" }}
   # rear_manager.rs `offloading_issuer` (serviceDelivery liqo): the
   # seller's account `fluidos-peer-<seller node ID>` (created with its
-  # owner, applied, watched by label) and its bounded tokens
-  # (TokenRequest); credentials.rs also removes the peer grants earlier
-  # versions made in this namespace (label-selected, under the guard).
+  # owner, applied, watched by label) and its bounded tokens (TokenRequest;
+  # the peer-token guard lets the manager mint tokens for `fluidos-peer-*`
+  # accounts only).
   - apiGroups: [""]
     resources: [serviceaccounts]
     verbs: [get, list, watch, create, patch]
   - apiGroups: [""]
     resources: [serviceaccounts/token]
     verbs: [create]
-  - apiGroups: [rbac.authorization.k8s.io]
-    resources: [roles, rolebindings]
-    verbs: [deletecollection]
   {{- end }}
   {{- include "fluidos-node.rules.events" . | nindent 2 }}
   {{- include "fluidos-node.rules.leases" (dict "root" . "component" "rear-manager") | nindent 2 }}
