@@ -22,7 +22,7 @@ use std::str::FromStr;
 use crate::Contract;
 use crate::common::{Configuration, FlavorTypeIdentifier, HostingPolicy};
 use crate::configuration::ConfigurationData;
-use crate::flavor::FlavorTypeData;
+use crate::flavor::{FlavorType, FlavorTypeData};
 use crate::naming::hash_prefix;
 use crate::reservation::ContractSpec;
 
@@ -204,9 +204,23 @@ pub fn offloading_allocation(contract: &str) -> String {
 /// sides read it from their copy of the Contract, so they agree on the
 /// slice the seller's pods get.
 pub fn hosting_policy(spec: &ContractSpec) -> HostingPolicy {
-    asked_hosting_policy(spec.configuration.as_ref())
-        .or_else(|| match spec.flavor.spec.flavor_type.parse() {
-            Ok(FlavorTypeData::Service(s)) => s.hosting_policies.first().copied(),
+    policy_from(
+        spec.configuration.as_ref(),
+        Some(&spec.flavor.spec.flavor_type),
+    )
+}
+
+/// The hosting policy of a service `configuration` for a flavor of type
+/// `flavor_type` (unknown: `None`): the configuration's, else the flavor's
+/// first, else `Provider`. The buyer checks with it that a seller's
+/// Contract says what it bought.
+pub fn policy_from(
+    configuration: Option<&Configuration>,
+    flavor_type: Option<&FlavorType>,
+) -> HostingPolicy {
+    asked_hosting_policy(configuration)
+        .or_else(|| match flavor_type.map(FlavorType::parse) {
+            Some(Ok(FlavorTypeData::Service(s))) => s.hosting_policies.first().copied(),
             _ => None,
         })
         .unwrap_or(HostingPolicy::Provider)

@@ -541,16 +541,27 @@ async fn a_consumer_hosted_service_runs_its_pods_on_the_buyers_cluster() {
     let allocatable = node.status.unwrap().allocatable.unwrap();
     assert_eq!(allocatable["cpu"].0, "800m", "{allocatable:?}");
     assert_eq!(allocatable["pods"].0, "10", "{allocatable:?}");
-    let offloading = dynamic(
+    // Made once the reverse peering is up (the companion Active).
+    let offloadings = dynamic(
         &seller.client(),
         "offloading.liqo.io",
         "NamespaceOffloading",
         "namespaceoffloadings",
         &name,
+    );
+    let offloading = until(
+        "the seller's NamespaceOffloading",
+        &nodes,
+        &mut [&mut seller_liqo, &mut buyer_liqo],
+        || async {
+            offloadings
+                .get_opt("offloading")
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "no NamespaceOffloading yet".to_owned())
+        },
     )
-    .get("offloading")
-    .await
-    .unwrap();
+    .await;
     assert_eq!(offloading.data["spec"]["podOffloadingStrategy"], "Remote");
     phases.mark("reverse peering: the buyer's virtual node on the seller, pods Remote");
 

@@ -180,7 +180,7 @@ impl State {
         };
         let flavor_id = tx.spec.flavor_id.clone();
         let mut flavor = self.book.cached_or_fetch(&flavor_id).await?;
-        self.check_service_purchase(&flavor, &tx, &req, caller)?;
+        Self::check_service_purchase(&flavor, &req)?;
         let entry_of = |f: &Flavor| -> Option<LedgerEntry> {
             f.status
                 .as_ref()
@@ -228,6 +228,7 @@ impl State {
                 }
                 None => {}
             }
+            self.check_pods_on_buyer(&flavor, &tx, &req, caller)?;
         }
 
         let buyer_id = tx.spec.buyer.node_id.clone();
@@ -365,15 +366,8 @@ impl State {
     }
 
     /// What a Service purchase must carry: Liqo credentials (upstream
-    /// requires them), and a kubeconfig to deliver with when the buyer asked
-    /// for the service's pods on its cluster.
-    fn check_service_purchase(
-        &self,
-        flavor: &Flavor,
-        tx: &Transaction,
-        req: &PurchaseRequest,
-        caller: SaleOwner,
-    ) -> Result<(), ApiError> {
+    /// requires them).
+    fn check_service_purchase(flavor: &Flavor, req: &PurchaseRequest) -> Result<(), ApiError> {
         if let FlavorTypeData::Service(_) = flavor_data(flavor)?
             && req.liqo_credentials.is_none()
         {
@@ -383,8 +377,20 @@ impl State {
                     .field("liqoCredentials"),
             );
         }
-        // Pods on the buyer's cluster were accepted at RESERVE only from a
-        // node delivering by Liqo: the buyer must now send what that takes.
+        Ok(())
+    }
+
+    /// An unsold Service hold whose buyer asked for the service's pods on its
+    /// cluster: accepted at RESERVE only by a node delivering by Liqo, so the
+    /// purchase must carry what that takes. (A hold already sold is
+    /// answered as sold, whatever this retry carries.)
+    fn check_pods_on_buyer(
+        &self,
+        flavor: &Flavor,
+        tx: &Transaction,
+        req: &PurchaseRequest,
+        caller: SaleOwner,
+    ) -> Result<(), ApiError> {
         if let Some(p @ (HostingPolicy::Consumer | HostingPolicy::Shared)) =
             service_delivery::asked_hosting_policy(tx.spec.configuration.as_ref())
             && self.delivers_by_liqo(flavor, tx, req, caller).is_none()

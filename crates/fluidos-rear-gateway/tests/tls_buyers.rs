@@ -625,14 +625,64 @@ async fn pods_on_the_buyer_are_sold_only_to_be_delivered_by_liqo() {
         .get("fluidos.eu-service-mq01")
         .await
         .unwrap();
-    assert!(
-        flavor
-            .status
-            .and_then(|s| s.ledger)
-            .unwrap_or_default()
-            .iter()
-            .all(|e| e.state != LedgerState::Sold),
-        "the hold is not sold"
+    let ledger = flavor.status.and_then(|s| s.ledger).unwrap_or_default();
+    let hold = ledger
+        .iter()
+        .find(|e| e.transaction_id == tx.transaction_id)
+        .expect("the hold is kept");
+    assert_ne!(hold.state, LedgerState::Sold, "the hold is not sold");
+
+    // With a kubeconfig to deliver with (an https server, inline CA and
+    // token, for the cluster ID reserved with): sold, to be delivered by
+    // Liqo, with the policy asked (Shared here: pods on either cluster).
+    let shared: ReserveRequest = serde_json::from_value(serde_json::json!({
+        "flavorID": "fluidos.eu-service-mq01", "buyerID": buyer("alice"),
+        "configuration": {"type": "service", "data": {
+            "hostingPolicy": "Shared", "configurationData": {}}}
+    }))
+    .unwrap();
+    let mq = service(
+        "message-queue",
+        &["mqtt"],
+        &[HostingPolicy::Shared],
+        serde_json::json!({"type": "object"}),
+    );
+    create_flavor(
+        &kube,
+        NS,
+        "fluidos.eu-service-mq02",
+        spec(FlavorType::service(&mq), true),
+    )
+    .await;
+    let mut shared = shared;
+    shared.flavor_id = "fluidos.eu-service-mq02".into();
+    let tx = alice_c.reserve(&pinned, &shared).await.unwrap();
+    let kubeconfig = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    \
+        server: https://127.0.0.1:6443\n    certificate-authority-data: Y2E=\nusers:\n- name: u\n  \
+        user:\n    token: t\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\n\
+        current-context: c\n";
+    let with_kubeconfig = PurchaseRequest {
+        liqo_credentials: Some(WireLiqoCredentials {
+            cluster_id: "liqo-alice".into(),
+            kubeconfig: base64::Engine::encode(
+                &base64::engine::general_purpose::STANDARD,
+                kubeconfig,
+            ),
+        }),
+        ..PurchaseRequest::default()
+    };
+    let sold = alice_c
+        .purchase(&pinned, &tx.transaction_id, &with_kubeconfig)
+        .await
+        .unwrap();
+    let contract = Api::<Contract>::namespaced(kube.clone(), NS)
+        .get(&sold.contract_id)
+        .await
+        .unwrap();
+    assert!(fluidos_api::service_delivery::by_liqo(&contract.spec));
+    assert_eq!(
+        fluidos_api::service_delivery::hosting_policy(&contract.spec),
+        HostingPolicy::Shared
     );
     served.stop();
 }

@@ -291,7 +291,7 @@ async fn reconcile(cached: Arc<Allocation>, ctx: Arc<Ctx>) -> Result<Action, Err
                 Err(e) => Err(e),
                 Ok(f) => {
                     let bp = blueprint(&ctx, c).await?;
-                    hosting_policy = prepare::hosting_policy(c, bp.as_ref());
+                    hosting_policy = hosting_policy_of(c, bp.as_ref());
                     let random = Replay::new(replay, drawn.clone());
                     prepare_bounded(c, f, bp, random).await
                 }
@@ -351,42 +351,78 @@ async fn reconcile(cached: Arc<Allocation>, ctx: Arc<Ctx>) -> Result<Action, Err
         && allocation.metadata.deletion_timestamp.is_none()
         && !refused
         && !done.removed
+        && offload(&ctx, c, observed.namespace.as_ref()).await? == Offload::Pending
     {
-        offload(&ctx, c, observed.namespace.as_ref()).await?;
+        // Nothing watched here says when the reverse peering is up.
+        return Ok(crate::Next::Requeue(machine::RECHECK).action());
     }
     Ok(next.action())
 }
 
+/// Where the service's pods run: delivered by Liqo, the Contract's policy
+/// (the one the NamespaceOffloading and both sides' slice follow); else
+/// the provider's reading, which falls back on the blueprint.
+fn hosting_policy_of(contract: &Contract, blueprint: Option<&ServiceBlueprint>) -> HostingPolicy {
+    if offloading::by_liqo(contract) {
+        fluidos_api::service_delivery::hosting_policy(&contract.spec)
+    } else {
+        prepare::hosting_policy(contract, blueprint)
+    }
+}
+
+/// Where a delivery by Liqo stands, for the controller.
+#[derive(Debug, PartialEq, Eq)]
+enum Offload {
+    /// Nothing (more) to do: not delivered by Liqo, ended, or offloaded.
+    Done,
+    /// Waiting for the service namespace or the reverse peering.
+    Pending,
+}
+
 /// Delivery by Liqo: the companion Allocation that peers with the buyer,
-/// and once the service namespace exists (and is not going) its
-/// NamespaceOffloading; both create-or-adopt.
+/// and once the service namespace exists (and is not going) and that
+/// peering is up (the companion `Active`: this buyer's key, not whichever
+/// cluster answers to the ID it gave), its NamespaceOffloading; both
+/// create-or-adopt.
 async fn offload(
     ctx: &Ctx,
     contract: &Contract,
     namespace: Option<&Namespace>,
-) -> Result<(), Error> {
+) -> Result<Offload, Error> {
     let ended = contract
         .spec
         .expiration_time
         .as_deref()
         .is_some_and(fluidos_controller::time::is_past);
     if !offloading::by_liqo(contract) || ended {
-        return Ok(());
+        return Ok(Offload::Done);
     }
     let e = || Error::kube(Step::Offload);
-    if let Some(companion) = offloading::companion_allocation(contract) {
-        let ns = companion
+    let Some(companion) = offloading::companion_allocation(contract) else {
+        return Ok(Offload::Pending);
+    };
+    let allocations = Api::<Allocation>::namespaced(
+        ctx.client.clone(),
+        &companion
             .namespace()
-            .unwrap_or_else(|| ctx.cfg.namespace.clone());
-        ok_if_exists(
-            Api::<Allocation>::namespaced(ctx.client.clone(), &ns)
-                .create(&PostParams::default(), &companion)
-                .await,
-        )
-        .map_err(e())?;
-    }
+            .unwrap_or_else(|| ctx.cfg.namespace.clone()),
+    );
+    let live = match allocations
+        .get_opt(&companion.name_any())
+        .await
+        .map_err(e())?
+    {
+        Some(live) => live,
+        None => {
+            ok_if_exists(allocations.create(&PostParams::default(), &companion).await)
+                .map_err(e())?;
+            return Ok(Offload::Pending);
+        }
+    };
+    let peered = live.status.as_ref().and_then(|s| s.status.as_ref())
+        == Some(&fluidos_api::allocation::AllocationState::Active);
     let Some(ns) = namespace.filter(|n| n.metadata.deletion_timestamp.is_none()) else {
-        return Ok(());
+        return Ok(Offload::Pending);
     };
     let ns = ns.name_any();
     let api = Api::<DynamicObject>::namespaced_with(
@@ -400,7 +436,10 @@ async fn offload(
         .map_err(e())?
         .is_some()
     {
-        return Ok(());
+        return Ok(Offload::Done);
+    }
+    if !peered {
+        return Ok(Offload::Pending);
     }
     let policy = fluidos_api::service_delivery::hosting_policy(&contract.spec);
     let offloading = offloading::namespace_offloading(&ns, &contract.spec.buyer_cluster_id, policy);
@@ -410,7 +449,8 @@ async fn offload(
         hosting_policy = ?policy,
         "offloading the service namespace to the buyer"
     );
-    ok_if_exists(api.create(&PostParams::default(), &offloading).await).map_err(e())
+    ok_if_exists(api.create(&PostParams::default(), &offloading).await).map_err(e())?;
+    Ok(Offload::Done)
 }
 
 /// `Ok` for an object that exists already (create-or-adopt).

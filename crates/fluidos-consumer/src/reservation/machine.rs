@@ -17,7 +17,7 @@ use fluidos_api::rear::{
     PurchaseRequest, ReserveRequest, WireConfiguration, WireContract, WireLiqoCredentials,
     WireNodeIdentity, WireTelemetryServer, WireTransaction,
 };
-use fluidos_api::reservation::{ReservationStatus, TransactionSpec};
+use fluidos_api::reservation::{ContractSpec, ReservationStatus, TransactionSpec};
 use fluidos_api::{
     Contract, NodeIdentity, PROVIDER_FINGERPRINT_ANNOTATION, PeeringCandidate, Phase, Reservation,
     Transaction,
@@ -700,14 +700,7 @@ pub fn after_purchase(
         Err(refusal) => return purchase_refused(input, st, refusal, first_attempt, seller),
     };
     if let Some(why) = foreign_contract(wire, st.transaction_id.as_deref(), stored) {
-        st.purchase_phase = Some(Phase::Failed);
-        // The provider may have sold it: the candidate stays held.
-        return fail(
-            st,
-            None,
-            &format!("Reservation failed: error when purchasing flavor: {why}"),
-            now,
-        );
+        return purchase_failed(st, &why, now);
     }
     let spec = match wire.to_crd(&ns) {
         Ok(s) => s,
@@ -724,6 +717,9 @@ pub fn after_purchase(
             );
         }
     };
+    if let Some(why) = altered_hosting(r, input.candidate, &spec) {
+        return purchase_failed(st, &why, now);
+    }
     let mut contract = Contract::new(&wire.contract_id, spec);
     contract.meta_mut().namespace = Some(ns.clone());
     // Bought from a pinned provider: later calls about this Contract (the
@@ -774,6 +770,46 @@ pub fn after_purchase(
         after,
         requeue: None,
     }
+}
+
+/// The Reservation failed on the provider's answer to PURCHASE: `why`. The
+/// provider may have sold it: the candidate stays held.
+fn purchase_failed(mut st: ReservationStatus, why: &str, now: &str) -> Plan {
+    st.purchase_phase = Some(Phase::Failed);
+    fail(
+        st,
+        None,
+        &format!("Reservation failed: error when purchasing flavor: {why}"),
+        now,
+    )
+}
+
+/// Why a Service Contract delivered by Liqo would put the service's pods
+/// elsewhere than this node bought, if it would (pure): its hosting policy
+/// decides the compute this cluster grants the seller, so it must be the
+/// one the Reservation's configuration and the candidate's flavor (as this
+/// node listed it) say, not the seller's word. Without a candidate (a
+/// Reservation made by hand), only an asked policy counts.
+fn altered_hosting(
+    r: &Reservation,
+    candidate: Option<&PeeringCandidate>,
+    spec: &ContractSpec,
+) -> Option<String> {
+    use fluidos_api::service_delivery;
+    if !service_delivery::by_liqo(spec) {
+        return None;
+    }
+    let bought = service_delivery::policy_from(
+        r.spec.configuration.as_ref(),
+        candidate.map(|c| &c.spec.flavor.spec.flavor_type),
+    );
+    let answered = service_delivery::hosting_policy(spec);
+    (bought != answered).then(|| {
+        format!(
+            "the provider's contract says hosting policy {answered:?} (where the service's pods run, \
+             and the compute this cluster grants the seller), not {bought:?} as bought"
+        )
+    })
 }
 
 /// Why the Contract a provider answered with cannot be stored as this
@@ -1175,6 +1211,47 @@ mod tests {
             network_authorizations: None,
             ingress_telemetry_endpoint: None,
         }
+    }
+
+    #[test]
+    fn a_seller_may_not_change_where_the_services_pods_run() {
+        let service = |policies: serde_json::Value| fluidos_api::flavor::FlavorType {
+            type_identifier: "Service".into(),
+            type_data: serde_json::json!({
+                "name": "mq", "description": "", "category": "message-queue", "tags": [],
+                "hostingPolicies": policies, "configurationTemplate": {}
+            }),
+        };
+        let mut pc = candidate("f1", "4", "1");
+        pc.spec.flavor.spec.flavor_type = service(serde_json::json!(["Provider", "Consumer"]));
+        let r = reservation(None, &pc.name_any());
+        let mut spec = contract().to_crd("fluidos").unwrap();
+        spec.flavor.spec.flavor_type = service(serde_json::json!(["Provider", "Consumer"]));
+        spec.extra_information = Some(fluidos_api::service_delivery::extra_information());
+        assert_eq!(altered_hosting(&r, Some(&pc), &spec), None);
+        // The seller's flavor copy lists Consumer first: refused.
+        let mut first = spec.clone();
+        first.flavor.spec.flavor_type = service(serde_json::json!(["Consumer", "Provider"]));
+        let why = altered_hosting(&r, Some(&pc), &first).unwrap();
+        assert!(
+            why.contains("Consumer") && why.contains("Provider"),
+            "{why}"
+        );
+        // The seller's configuration asks Consumer: refused.
+        let mut asked = spec.clone();
+        asked.configuration = Some(fluidos_api::Configuration {
+            type_: "Service".into(),
+            data: serde_json::json!({"hostingPolicy": "Consumer", "configurationData": {}}),
+        });
+        assert!(altered_hosting(&r, Some(&pc), &asked).is_some());
+        // ... unless this node asked it.
+        let mut r2 = r.clone();
+        r2.spec.configuration = asked.configuration.clone();
+        assert_eq!(altered_hosting(&r2, Some(&pc), &asked), None);
+        // Delivered over REAR, the policy grants nothing here.
+        let mut rear = first.clone();
+        rear.extra_information = None;
+        assert_eq!(altered_hosting(&r, Some(&pc), &rear), None);
     }
 
     #[test]

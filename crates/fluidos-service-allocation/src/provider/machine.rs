@@ -38,7 +38,7 @@ pub const CREATED_MESSAGE: &str = "Allocation has created the namespace and appl
 pub const RECHECK: Duration = Duration::from_secs(3);
 /// Status message while the objects of a service whose pods may run on the
 /// buyer wait for Liqo to enable its namespace for remote scheduling.
-pub const AWAITING_OFFLOADING_MESSAGE: &str = "Allocation has created the namespace and waits for Liqo to offload it to the buyer's cluster (NamespaceOffloading offloading) before applying the manifests: the hosting policy puts the service's pods there";
+pub const AWAITING_OFFLOADING_MESSAGE: &str = "Allocation has created the namespace and waits for the reverse peering with the buyer's cluster (its companion Allocation Active) and Liqo's offloading of the namespace (NamespaceOffloading offloading) before applying the manifests: the hosting policy puts the service's pods there";
 /// How often an Active service is looked at again besides the watches.
 pub const ACTIVE_RECHECK: Duration = Duration::from_secs(60);
 
@@ -168,6 +168,16 @@ fn has_finalizer(a: &Allocation) -> bool {
 pub fn needs_instance(allocation: &Allocation, contract_exists: bool, observed: &Observed) -> bool {
     if allocation.metadata.deletion_timestamp.is_some() || !contract_exists {
         return false;
+    }
+    // Nothing rendered is applied while the namespace waits to be
+    // offloaded: a fresh draw is safe even without the random bytes.
+    if allocation
+        .status
+        .as_ref()
+        .and_then(|s| s.message.as_deref())
+        == Some(AWAITING_OFFLOADING_MESSAGE)
+    {
+        return true;
     }
     match state(allocation) {
         Some(AllocationState::Error | AllocationState::Released) => false,
