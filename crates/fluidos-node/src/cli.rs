@@ -164,6 +164,21 @@ pub struct Args {
     #[arg(long, env = "FLUIDOS_PEERING", default_value_t = true, action = clap::ArgAction::Set)]
     pub peering: bool,
 
+    /// Pod Security level of the namespaces Liqo makes here for peers'
+    /// workloads (a K8Slice buyer's offloaded pods; a seller's, when this
+    /// node buys Services delivered by Liqo): `restricted` (the default) or
+    /// `baseline`. The node labels those namespaces and keeps admission
+    /// policies that refuse, naming the field, what the level forbids
+    /// (docs/peer-workloads.md). `privileged` also needs
+    /// `--peer-pod-security-allow-privileged`.
+    #[arg(long, env = "FLUIDOS_PEER_POD_SECURITY", default_value = "restricted")]
+    pub peer_pod_security: fluidos_peer_access::PodSecurityLevel,
+
+    /// The explicit opt-in `--peer-pod-security privileged` needs: any peer
+    /// that buys a K8Slice may then take this cluster's nodes over.
+    #[arg(long, env = "FLUIDOS_PEER_POD_SECURITY_ALLOW_PRIVILEGED", default_value_t = false, action = clap::ArgAction::Set)]
+    pub peer_pod_security_allow_privileged: bool,
+
     /// Whether the consumer's peering includes Liqo's networking phase
     /// (Configurations, a GatewayServer on the provider, a GatewayClient
     /// here, PublicKeys, Connections), as `liqoctl peer` does by default and
@@ -529,6 +544,12 @@ mod tests {
             a.rear_go_peering_grant,
             fluidos_rear_gateway::GoPeeringGrant::OFF
         );
+        // Peers' pods run restricted unless told otherwise.
+        assert_eq!(
+            a.peer_pod_security,
+            fluidos_peer_access::PodSecurityLevel::Restricted
+        );
+        assert!(!a.peer_pod_security_allow_privileged);
         let f = &a.flavor;
         assert!(f.enable_auto_discovery);
         assert_eq!(f.node_resource_label, "node-role.fluidos.eu/resources");

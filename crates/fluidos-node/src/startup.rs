@@ -40,6 +40,9 @@ pub enum StartupError {
     /// The node identity is missing or incomplete.
     #[error(transparent)]
     Identity(#[from] IdentityError),
+    /// `--peer-pod-security privileged` without its opt-in.
+    #[error("{0}")]
+    PeerPodSecurity(String),
     /// The leader-election flags do not fit together.
     #[error("leader election: {0}")]
     LeaderElectionFlags(#[from] leader_election::ConfigError),
@@ -80,6 +83,11 @@ pub struct Started {
 /// Connects, checks CRDs, loads the identity and binds the probe sockets.
 pub async fn start(args: Args) -> Result<Started, StartupError> {
     // Flags first: a mistake there is reported before anything else.
+    fluidos_peer_access::PodSecurityLevel::checked(
+        args.peer_pod_security,
+        args.peer_pod_security_allow_privileged,
+    )
+    .map_err(StartupError::PeerPodSecurity)?;
     let lease_timeout =
         ElectionConfig::from_args(&args, String::new())?.map(|election| election.request_timeout());
     let mut config = client_config(&args).await?;

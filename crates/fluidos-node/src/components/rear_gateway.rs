@@ -2,9 +2,13 @@
 //! reserve and purchase (Go `rear-controller` gateway, `--http-port`), and
 //! the provider side of service allocation (instantiating what it sold).
 //!
+//! With peering on, it also keeps the peer guard (`fluidos-peer-access`):
+//! what Liqo runs here for peers is confined to the Pod Security level of
+//! `--peer-pod-security`, and the component is not ready before that holds.
+//!
 //! With `--leader-elect` the HTTP API (and its expiry sweeper) runs on every
-//! replica, the service allocation controller on the leader only; the
-//! component is ready once the HTTP API serves.
+//! replica, the service allocation controller and the peer guard on the
+//! leader only; the component is ready once the HTTP API serves.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,17 +34,32 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
         external_host: ctx.args.service_external_host.clone(),
     };
     let services_ready = ReadinessGate::new();
+    let guard = ctx.args.peering.then(|| fluidos_peer_access::GuardConfig {
+        inputs: fluidos_peer_access::workload_policy::PolicyInputs {
+            level: ctx.args.peer_pod_security,
+            // A buyer of Services delivered by Liqo hosts its sellers'
+            // service namespaces under their own names.
+            service_namespaces: ctx.args.service_delivery
+                == fluidos_api::service_delivery::ServiceDelivery::Liqo,
+        },
+    });
+    let guard_ready = ReadinessGate::new();
+    if guard.is_none() {
+        guard_ready.set_ready();
+    }
     // With an election, a standby's readiness is its HTTP API's alone (see
     // docs/leader-election.md); the controller's is not waited for then.
     let elected = ctx.leadership.is_elected();
 
     let (ready_tx, mut ready_rx) = watch::channel(false);
     let report = {
-        let (ctx, services_ready) = (ctx.clone(), services_ready.clone());
+        let (ctx, services_ready, guard_ready) =
+            (ctx.clone(), services_ready.clone(), guard_ready.clone());
         tokio::spawn(async move {
             if ready_rx.wait_for(|r| *r).await.is_ok() {
                 if !elected {
                     services_ready.wait().await;
+                    guard_ready.wait().await;
                 }
                 ctx.readiness.mark_ready(Component::RearGateway);
             }
@@ -64,14 +83,29 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
             if elected {
                 tracing::info!(component = %Component::RearGateway, "leading: service allocation controller started");
             }
-            fluidos_service_allocation::provider::run(
-                ctx.client.clone(),
-                services,
-                &ctx.metrics,
-                services_ready,
-                async move { services_shutdown.cancelled_owned().await },
-            )
-            .await;
+            let guard_shutdown = services_shutdown.clone();
+            let keep_guard = async {
+                if let Some(guard) = guard {
+                    fluidos_peer_access::run(
+                        ctx.client.clone(),
+                        guard,
+                        &ctx.metrics,
+                        guard_ready,
+                        async move { guard_shutdown.cancelled_owned().await },
+                    )
+                    .await;
+                }
+            };
+            tokio::join!(
+                fluidos_service_allocation::provider::run(
+                    ctx.client.clone(),
+                    services,
+                    &ctx.metrics,
+                    services_ready,
+                    async move { services_shutdown.cancelled_owned().await },
+                ),
+                keep_guard,
+            );
         },
     );
     let result = result.map_err(|e| Error::Setup(e.to_string()));

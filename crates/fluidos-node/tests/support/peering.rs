@@ -745,10 +745,19 @@ pub async fn offload_a_pod(
     use k8s_openapi::api::core::v1::{Namespace, Pod};
     let (offloadings, remote_ns) = offload_namespace(consumer, provider, nodes, liqos).await;
 
+    a_peer_may_run_only_restricted_pods(consumer, provider, nodes, liqos, &remote_ns).await;
+
+    // A `restricted` pod (the Pod Security level of the provider's peer
+    // namespaces) runs through the virtual node.
     let pod: Pod = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "web", "namespace": "offloaded"},
-        "spec": {"containers": [{"name": "web", "image": "example.invalid/web:1",
-            "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}]}
+        "spec": {
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 1000,
+                "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{"name": "web", "image": "example.invalid/web:1",
+                "securityContext": {"allowPrivilegeEscalation": false,
+                    "capabilities": {"drop": ["ALL"]}},
+                "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}]}
     }))
     .unwrap();
     let c_pods: Api<Pod> = Api::namespaced(consumer.client(), "offloaded");
@@ -912,6 +921,158 @@ async fn offload_namespace(
         "namespace offloaded to {remote_ns} on the provider"
     ));
     (offloadings, remote_ns)
+}
+
+/// A client with the credentials the consumer's virtual kubelet has on the
+/// provider: the kubeconfig Liqo issued for its ResourceSlice, named by the
+/// consumer's VirtualNode.
+async fn virtual_kubelet_client(consumer: &ControlPlane) -> kube::Client {
+    use k8s_openapi::api::core::v1::Secret;
+    let tenant = format!("liqo-tenant-{PROVIDER_ID}");
+    let vnodes = Api::<fluidos_liqo_api::VirtualNode>::namespaced(consumer.client(), &tenant)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let secret_name = vnodes
+        .items
+        .iter()
+        .find_map(|v| v.spec.kubeconfig_secret_ref.as_ref()?.name.clone())
+        .expect("a VirtualNode names its kubeconfig Secret");
+    let secret = Api::<Secret>::namespaced(consumer.client(), &tenant)
+        .get(&secret_name)
+        .await
+        .unwrap();
+    let kubeconfig = secret
+        .data
+        .unwrap_or_default()
+        .get("kubeconfig")
+        .map(|b| String::from_utf8(b.0.clone()).unwrap())
+        .expect("the identity Secret holds a kubeconfig");
+    kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::from_yaml(&kubeconfig).unwrap(),
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .unwrap(),
+    )
+    .unwrap()
+}
+
+/// The buyer, with the credentials its virtual kubelet has on the provider
+/// (the kubeconfig Liqo issued for its ResourceSlice, read from the
+/// consumer's VirtualNode, used with a client of its own), creates
+/// ShadowPods in its offloaded namespace there as a hostile peer would:
+/// privileged, a hostPath of `/`, the host's network, a chosen node. Each is
+/// refused by the provider's peer guard with a message naming the field.
+/// The namespace Liqo made enforces Pod Security `restricted`; a deleted
+/// guard policy is back within seconds.
+async fn a_peer_may_run_only_restricted_pods(
+    consumer: &ControlPlane,
+    provider: &ControlPlane,
+    nodes: &[&NodeProcess],
+    liqos: &mut [&mut Liqo],
+    remote_ns: &str,
+) {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy;
+    use k8s_openapi::api::core::v1::Namespace;
+    let p_namespaces = Api::<Namespace>::all(provider.client());
+    until(
+        "the peer namespace enforcing Pod Security restricted",
+        nodes,
+        liqos,
+        || async {
+            let ns = p_namespaces
+                .get(remote_ns)
+                .await
+                .map_err(|e| e.to_string())?;
+            let level = ns
+                .metadata
+                .labels
+                .unwrap_or_default()
+                .get("pod-security.kubernetes.io/enforce")
+                .cloned();
+            (level.as_deref() == Some("restricted"))
+                .then_some(())
+                .ok_or_else(|| format!("enforce label {level:?}"))
+        },
+    )
+    .await;
+
+    let peer = virtual_kubelet_client(consumer).await;
+    let shadows = dynamic(
+        &peer,
+        "offloading.liqo.io",
+        "ShadowPod",
+        "shadowpods",
+        remote_ns,
+    );
+    let container = serde_json::json!({"name": "x", "image": "example.invalid/x:1"});
+    let hostile = [
+        (
+            "securityContext.privileged",
+            serde_json::json!({"containers": [
+            {"name": "x", "image": "example.invalid/x:1", "securityContext": {"privileged": true}}]}),
+        ),
+        (
+            "hostPath",
+            serde_json::json!({"containers": [container],
+            "volumes": [{"name": "root", "hostPath": {"path": "/"}}]}),
+        ),
+        (
+            "hostNetwork",
+            serde_json::json!({"containers": [container], "hostNetwork": true}),
+        ),
+        (
+            "nodeName",
+            serde_json::json!({"containers": [container], "nodeName": "provider-kwok"}),
+        ),
+    ];
+    for (i, (field, spec)) in hostile.into_iter().enumerate() {
+        let mut shadow = DynamicObject::new(
+            &format!("evil-{i}"),
+            &ApiResource::from_gvk(&GroupVersionKind::gvk(
+                "offloading.liqo.io",
+                "v1beta1",
+                "ShadowPod",
+            )),
+        );
+        shadow.data = serde_json::json!({"spec": {"pod": spec}});
+        match shadows.create(&PostParams::default(), &shadow).await {
+            Err(kube::Error::Api(s)) => {
+                assert!(
+                    s.message.contains("spec.pod.") && s.message.contains(field),
+                    "the refusal names {field}: {}",
+                    s.message
+                );
+                say(&format!(
+                    "hostile ShadowPod ({field}) refused: {}",
+                    s.message
+                ));
+            }
+            other => panic!("a peer's ShadowPod with {field} was not refused: {other:?}"),
+        }
+    }
+    let policies = Api::<ValidatingAdmissionPolicy>::all(provider.client());
+    let started = Instant::now();
+    policies
+        .delete(
+            fluidos_peer_access::workload_policy::SHADOWPODS,
+            &kube::api::DeleteParams::default(),
+        )
+        .await
+        .unwrap();
+    until("the deleted guard policy back", nodes, liqos, || async {
+        exists(&policies, fluidos_peer_access::workload_policy::SHADOWPODS)
+            .await?
+            .then_some(())
+            .ok_or_else(|| "not back yet".to_owned())
+    })
+    .await;
+    say(&format!(
+        "the provider's guard policy, deleted, was back in {:?}",
+        started.elapsed()
+    ));
 }
 
 /// A consumer that ignores its virtual node's capacity (binds a pod to it

@@ -41,6 +41,23 @@ serviceDelivery, checked: `rear` or `liqo`, and `liqo` only with peering
 {{- $delivery -}}
 {{- end -}}
 
+{{/*
+peering.podSecurity, checked: the Pod Security level of the namespaces Liqo
+makes here for peers' workloads (`--peer-pod-security`). `privileged` lets
+any K8Slice buyer take this cluster's nodes over: it renders only with
+peering.podSecurityAllowPrivileged=true.
+*/}}
+{{- define "fluidos-node.peerPodSecurity" -}}
+{{- $level := .Values.peering.podSecurity | default "restricted" -}}
+{{- if not (has $level (list "restricted" "baseline" "privileged")) -}}
+{{- fail (printf "peering.podSecurity must be restricted, baseline or privileged, not %v" $level) -}}
+{{- end -}}
+{{- if and (eq $level "privileged") (not .Values.peering.podSecurityAllowPrivileged) -}}
+{{- fail "peering.podSecurity=privileged lets any peer that buys a K8Slice run privileged, host-network pods with the node's filesystem mounted here: it needs peering.podSecurityAllowPrivileged=true as well" -}}
+{{- end -}}
+{{- $level -}}
+{{- end -}}
+
 {{/* Labels every object carries. */}}
 {{- define "fluidos-node.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}

@@ -128,6 +128,20 @@ cluster:
     resources: [roles]
     resourceNames: [fluidos-peer]
     verbs: [bind, escalate]
+  {{- if .Values.peering.enabled }}
+  # fluidos-peer-access guard.rs: the peer guard's admission policies
+  # (what peers' ShadowPods and Pods may do, the names of the namespaces
+  # Liqo makes for them), applied by name and watched by label so that a
+  # deleted or edited one is put back at once. The namespaces rights above
+  # label peers' namespaces with their Pod Security level.
+  - apiGroups: [admissionregistration.k8s.io]
+    resources: [validatingadmissionpolicies, validatingadmissionpolicybindings]
+    verbs: [list, watch, create]
+  - apiGroups: [admissionregistration.k8s.io]
+    resources: [validatingadmissionpolicies, validatingadmissionpolicybindings]
+    resourceNames: [fluidos-peer-shadowpods, fluidos-peer-pods, fluidos-peer-namespaces]
+    verbs: [get, patch]
+  {{- end }}
   {{- if ne (.Values.rearController.goPeeringGrant | default "off") "off" }}
   # credentials.rs, go_peering.rs (rearController.goPeeringGrant, off by
   # default): unmodified Go consumers' rights. The ClusterRole and the Role

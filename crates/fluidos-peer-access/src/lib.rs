@@ -1,0 +1,33 @@
+//! What a peer may do on this cluster.
+//!
+//! A buyer that peers through Liqo becomes Liqo's consumer here: its virtual
+//! kubelet creates ShadowPods in the namespaces Liqo makes for it, and
+//! Liqo's shadowpod controller turns each into a Pod verbatim. Liqo checks
+//! only the cluster ID and the quota, so without more a 1-pod K8Slice buyer
+//! could run a privileged, host-network pod with `/` mounted on any node
+//! here. This crate holds what confines it:
+//!
+//! - [`pod_security`]: the Pod Security level enforced on the namespaces
+//!   Liqo makes for peers' workloads (default `restricted`);
+//! - [`workload_policy`]: a pure planner of the ValidatingAdmissionPolicies
+//!   that refuse, naming the field, a peer's ShadowPods and the Pods made
+//!   from them when they ask for more than a `restricted` (or `baseline`)
+//!   pod may, and that confine the namespaces Liqo makes for a peer to the
+//!   names Liqo derives for it;
+//! - [`remote_namespace`]: which namespaces are a peer's, and the labels
+//!   they must carry (pure);
+//! - [`guard`]: the executor that applies the policies, puts them back as
+//!   soon as they are deleted or edited (a watch, not a timer), and labels
+//!   each peer namespace as it appears.
+//!
+//! The same holds in the other direction: a node that buys Services
+//! delivered by Liqo is Liqo's provider for its seller, and keeps the same
+//! guard.
+
+pub mod guard;
+pub mod pod_security;
+pub mod remote_namespace;
+pub mod workload_policy;
+
+pub use guard::{GuardConfig, run};
+pub use pod_security::PodSecurityLevel;

@@ -1,0 +1,540 @@
+//! The admission policies that confine what peers run here (pure).
+//!
+//! Three ValidatingAdmissionPolicies, each with a binding of the same name:
+//!
+//! | policy | matches | refuses |
+//! |---|---|---|
+//! | [`SHADOWPODS`] | ShadowPods (create, update) in peer namespaces | what a pod of the level may not do, naming the field under `spec.pod` |
+//! | [`PODS`] | Pods (create, ephemeral containers) in peer namespaces | the same under `spec`, and any pod before the namespace enforces the level |
+//! | [`NAMESPACES`] | Namespaces made by a NamespaceMap | names Liqo does not derive for that tenant |
+//!
+//! The ShadowPod policy answers the peer itself: its virtual kubelet (or a
+//! hostile peer with the same credentials) is told which field it may not
+//! set. The Pod policy is the floor under it: Liqo's shadowpod controller
+//! copies `spec.pod` verbatim, and the Pod Security label of the namespace
+//! ([`crate::remote_namespace`]) may not be there yet when the first Pod
+//! comes, so a Pod waits (Liqo retries) until it is. Peer namespaces are
+//! the ones Liqo labels with the peer's cluster ID, minus tenant
+//! namespaces (Liqo's own objects, and its networking pods).
+//!
+//! The namespace policy confines the names: a peer's NamespaceMap may ask
+//! Liqo here for any name (`EnforceSameName`, `SelectedName`), so it could
+//! take a name another tenant, or this cluster's admin, will need. Only
+//! `<its namespace>-<its cluster ID>` (Liqo's `DefaultName`) is allowed,
+//! and, on a node that buys Services delivered by Liqo, the
+//! `contract-<...>` names its sellers' service namespaces have (upstream
+//! offloads them with `EnforceSameName`).
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
+    ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
+    ValidatingAdmissionPolicySpec, Validation, Variable,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use kube::api::ObjectMeta;
+
+use crate::pod_security::{ENFORCE_LABEL, PodSecurityLevel};
+use crate::remote_namespace::{
+    MANAGED_BY_ANNOTATION, REMOTE_CLUSTER_ID_LABEL, TENANT_NAMESPACE_LABEL, TENANT_PREFIX,
+};
+
+/// The ShadowPod policy's name (and its binding's).
+pub const SHADOWPODS: &str = "fluidos-peer-shadowpods";
+/// The Pod policy's name (and its binding's).
+pub const PODS: &str = "fluidos-peer-pods";
+/// The namespace-name policy's name (and its binding's).
+pub const NAMESPACES: &str = "fluidos-peer-namespaces";
+/// Every policy this crate keeps, in the order they are applied.
+pub const NAMES: [&str; 3] = [SHADOWPODS, PODS, NAMESPACES];
+/// Label on the policies and bindings, by which the guard watches them.
+pub const POLICY_LABEL: (&str, &str) = ("fluidos.eu/peer-guard", "true");
+/// Prefix of the service namespaces a seller offloads with `EnforceSameName`.
+pub const SERVICE_NAMESPACE_PREFIX: &str = "contract-";
+
+/// What the policies are made from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PolicyInputs {
+    /// The Pod Security level of peers' pods.
+    pub level: PodSecurityLevel,
+    /// Allow the `contract-*` names of sellers' service namespaces (this
+    /// node buys Services delivered by Liqo).
+    pub service_namespaces: bool,
+}
+
+/// One policy and its binding.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Guarded {
+    /// The policy.
+    pub policy: ValidatingAdmissionPolicy,
+    /// Its binding (same name).
+    pub binding: ValidatingAdmissionPolicyBinding,
+}
+
+/// The three policies with their bindings, for `inputs` (pure).
+pub fn plan(inputs: PolicyInputs) -> Vec<Guarded> {
+    vec![
+        guarded(Parts {
+            name: SHADOWPODS,
+            rules: vec![rule(
+                "offloading.liqo.io",
+                "shadowpods",
+                &["CREATE", "UPDATE"],
+            )],
+            variables: pod_variables("object.spec.pod"),
+            only_if: None,
+            validations: workload_validations("spec.pod", inputs.level, false),
+            namespaces: Some(peer_namespaces()),
+        }),
+        guarded(Parts {
+            name: PODS,
+            rules: vec![
+                rule("", "pods", &["CREATE"]),
+                rule("", "pods/ephemeralcontainers", &["UPDATE"]),
+            ],
+            variables: pod_variables("object.spec"),
+            only_if: None,
+            validations: workload_validations("spec", inputs.level, true),
+            namespaces: Some(peer_namespaces()),
+        }),
+        guarded(Parts {
+            name: NAMESPACES,
+            rules: vec![rule("", "namespaces", &["CREATE", "UPDATE"])],
+            variables: namespace_variables(),
+            // Every other namespace is none of this policy's business, and
+            // is not evaluated at all.
+            only_if: Some(format!(
+                "has(object.metadata.annotations) && '{MANAGED_BY_ANNOTATION}' in object.metadata.annotations"
+            )),
+            validations: namespace_validations(inputs.service_namespaces),
+            namespaces: None,
+        }),
+    ]
+}
+
+fn meta(name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        labels: Some(
+            [
+                (POLICY_LABEL.0, POLICY_LABEL.1),
+                ("app.kubernetes.io/managed-by", "fluidos-node"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+fn rule(group: &str, resource: &str, operations: &[&str]) -> NamedRuleWithOperations {
+    NamedRuleWithOperations {
+        api_groups: Some(vec![group.to_owned()]),
+        api_versions: Some(vec!["*".to_owned()]),
+        operations: Some(operations.iter().map(|o| (*o).to_owned()).collect()),
+        resources: Some(vec![resource.to_owned()]),
+        ..Default::default()
+    }
+}
+
+/// Namespaces Liqo made for a remote cluster, not its tenant namespaces.
+fn peer_namespaces() -> LabelSelector {
+    let req = |key: &str, operator: &str| LabelSelectorRequirement {
+        key: key.to_owned(),
+        operator: operator.to_owned(),
+        values: None,
+    };
+    LabelSelector {
+        match_expressions: Some(vec![
+            req(REMOTE_CLUSTER_ID_LABEL, "Exists"),
+            req(TENANT_NAMESPACE_LABEL, "DoesNotExist"),
+        ]),
+        ..Default::default()
+    }
+}
+
+/// What one policy is made of.
+struct Parts {
+    name: &'static str,
+    rules: Vec<NamedRuleWithOperations>,
+    variables: Vec<Variable>,
+    /// A match condition: requests it is false for are not evaluated.
+    only_if: Option<String>,
+    validations: Vec<Validation>,
+    /// The namespaces the binding selects (`None`: cluster-scoped objects).
+    namespaces: Option<LabelSelector>,
+}
+
+fn variable(name: &str, expression: String) -> Variable {
+    Variable {
+        name: name.to_owned(),
+        expression,
+    }
+}
+
+/// `spec` (the pod spec at `subject`) and `containers` (all of its
+/// containers); `?.`/`orValue` because every field may be absent.
+fn pod_variables(subject: &str) -> Vec<Variable> {
+    vec![
+        variable("spec", subject.to_owned()),
+        variable(
+            "containers",
+            format!(
+                "{subject}.?containers.orValue([]) + {subject}.?initContainers.orValue([]) \
+                 + {subject}.?ephemeralContainers.orValue([])"
+            ),
+        ),
+    ]
+}
+
+/// `peer`: the peer named by the tenant namespace of the NamespaceMap that
+/// made the namespace (`liqo-tenant-<peer>/<name>`), "" for any other.
+fn namespace_variables() -> Vec<Variable> {
+    let n = TENANT_PREFIX.len();
+    vec![
+        variable(
+            "tenant",
+            format!("object.metadata.annotations['{MANAGED_BY_ANNOTATION}'].split('/')[0]"),
+        ),
+        variable(
+            "peer",
+            format!(
+                "variables.tenant.startsWith('{TENANT_PREFIX}') ? variables.tenant.substring({n}) : ''"
+            ),
+        ),
+    ]
+}
+
+fn guarded(parts: Parts) -> Guarded {
+    let policy = ValidatingAdmissionPolicy {
+        metadata: meta(parts.name),
+        spec: Some(ValidatingAdmissionPolicySpec {
+            failure_policy: Some("Fail".to_owned()),
+            match_constraints: Some(MatchResources {
+                resource_rules: Some(parts.rules),
+                ..Default::default()
+            }),
+            match_conditions: parts.only_if.map(|expression| {
+                vec![MatchCondition {
+                    name: "made-by-a-namespace-map".to_owned(),
+                    expression,
+                }]
+            }),
+            variables: Some(parts.variables),
+            validations: Some(parts.validations),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    let binding = ValidatingAdmissionPolicyBinding {
+        metadata: meta(parts.name),
+        spec: Some(ValidatingAdmissionPolicyBindingSpec {
+            policy_name: Some(parts.name.to_owned()),
+            validation_actions: Some(vec!["Deny".to_owned()]),
+            match_resources: parts.namespaces.map(|selector| MatchResources {
+                namespace_selector: Some(selector),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+    };
+    Guarded { policy, binding }
+}
+
+fn deny(expression: String, message: String) -> Validation {
+    Validation {
+        expression,
+        message: Some(message),
+        reason: Some("Forbidden".to_owned()),
+        ..Default::default()
+    }
+}
+
+/// The checks on a pod spec at `path` (`spec.pod` or `spec`): each names
+/// the field it refuses. `pods`: also refuse any pod until the namespace
+/// enforces `level`.
+fn workload_validations(path: &str, level: PodSecurityLevel, pods: bool) -> Vec<Validation> {
+    let why = "a peer's workload here runs under the Pod Security level";
+    let mut out = Vec::new();
+    if let Some(addable) = level.addable_capabilities() {
+        let any = |field: &str| {
+            format!("!variables.containers.exists(c, c.?securityContext.?{field}.orValue(false))")
+        };
+        let host = |field: &str| format!("!variables.spec.?{field}.orValue(false)");
+        let allowed = addable
+            .iter()
+            .map(|c| format!("'{c}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let checks: Vec<(String, String)> = vec![
+            (
+                any("privileged"),
+                format!("{path}.containers[*].securityContext.privileged: privileged containers are not allowed"),
+            ),
+            (
+                any("allowPrivilegeEscalation"),
+                format!("{path}.containers[*].securityContext.allowPrivilegeEscalation: privilege escalation is not allowed"),
+            ),
+            (host("hostNetwork"), format!("{path}.hostNetwork: the host's network namespace is not allowed")),
+            (host("hostPID"), format!("{path}.hostPID: the host's PID namespace is not allowed")),
+            (host("hostIPC"), format!("{path}.hostIPC: the host's IPC namespace is not allowed")),
+            (
+                "!variables.spec.?volumes.orValue([]).exists(v, has(v.hostPath))".to_owned(),
+                format!("{path}.volumes[*].hostPath: host paths are not allowed"),
+            ),
+            (
+                "!variables.containers.exists(c, c.?ports.orValue([]).exists(p, p.?hostPort.orValue(0) != 0))"
+                    .to_owned(),
+                format!("{path}.containers[*].ports[*].hostPort: host ports are not allowed"),
+            ),
+            (
+                "variables.spec.?nodeName.orValue('') == ''".to_owned(),
+                format!("{path}.nodeName: a peer may not choose the node its workload runs on"),
+            ),
+            (
+                format!(
+                    "!variables.containers.exists(c, c.?securityContext.?capabilities.?add.orValue([]).exists(cap, !(cap in [{allowed}])))"
+                ),
+                format!(
+                    "{path}.containers[*].securityContext.capabilities.add: only {allowed} may be added at level {level}"
+                ),
+            ),
+            (
+                "!variables.containers.exists(c, c.?securityContext.?procMount.orValue('Default') != 'Default')"
+                    .to_owned(),
+                format!("{path}.containers[*].securityContext.procMount: only the Default proc mount is allowed"),
+            ),
+            (
+                "variables.spec.?securityContext.?seccompProfile.?type.orValue('') != 'Unconfined' \
+                 && !variables.containers.exists(c, c.?securityContext.?seccompProfile.?type.orValue('') == 'Unconfined')"
+                    .to_owned(),
+                format!("{path}.securityContext.seccompProfile.type: Unconfined is not allowed (pod or container)"),
+            ),
+            (
+                "!variables.spec.?securityContext.?windowsOptions.?hostProcess.orValue(false) \
+                 && !variables.containers.exists(c, c.?securityContext.?windowsOptions.?hostProcess.orValue(false))"
+                    .to_owned(),
+                format!("{path}.securityContext.windowsOptions.hostProcess: host processes are not allowed"),
+            ),
+        ];
+        out.extend(
+            checks
+                .into_iter()
+                .map(|(e, m)| deny(e, format!("{m} ({why} {level}, FLUIDOS peer guard)"))),
+        );
+    }
+    if pods {
+        out.push(deny(
+            format!(
+                "has(namespaceObject.metadata.labels) && '{ENFORCE_LABEL}' in namespaceObject.metadata.labels \
+                 && namespaceObject.metadata.labels['{ENFORCE_LABEL}'] == '{level}'"
+            ),
+            format!(
+                "the namespace does not enforce Pod Security level {level} yet ({ENFORCE_LABEL}): \
+                 the FLUIDOS node labels each namespace Liqo makes for a peer before its pods may run"
+            ),
+        ));
+    }
+    out
+}
+
+/// The checks on a namespace a NamespaceMap made.
+fn namespace_validations(service_namespaces: bool) -> Vec<Validation> {
+    let (same_name, allowed) = if service_namespaces {
+        (
+            format!(" || object.metadata.name.startsWith('{SERVICE_NAMESPACE_PREFIX}')"),
+            format!("<namespace>-<peer cluster ID> or {SERVICE_NAMESPACE_PREFIX}<...>"),
+        )
+    } else {
+        (String::new(), "<namespace>-<peer cluster ID>".to_owned())
+    };
+    vec![
+        deny(
+            format!(
+                "variables.peer != '' && (object.metadata.name.endsWith('-' + variables.peer){same_name})"
+            ),
+            format!(
+                "metadata.name: a namespace Liqo makes for a peer is named {allowed} (Liqo's DefaultName mapping), FLUIDOS peer guard"
+            ),
+        ),
+        deny(
+            format!(
+                "has(object.metadata.labels) && '{REMOTE_CLUSTER_ID_LABEL}' in object.metadata.labels \
+                 && object.metadata.labels['{REMOTE_CLUSTER_ID_LABEL}'] == variables.peer"
+            ),
+            format!(
+                "metadata.labels[{REMOTE_CLUSTER_ID_LABEL}]: a namespace Liqo makes for a peer names the peer of its NamespaceMap's tenant namespace, FLUIDOS peer guard"
+            ),
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn inputs(level: PodSecurityLevel) -> PolicyInputs {
+        PolicyInputs {
+            level,
+            service_namespaces: false,
+        }
+    }
+
+    fn messages(g: &Guarded) -> Vec<String> {
+        g.policy
+            .spec
+            .as_ref()
+            .unwrap()
+            .validations
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|v| v.message.clone().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn three_policies_each_with_its_binding_and_label() {
+        let plan = plan(inputs(PodSecurityLevel::Restricted));
+        let names: Vec<_> = plan
+            .iter()
+            .map(|g| g.policy.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(names, NAMES);
+        for g in &plan {
+            let binding = g.binding.spec.as_ref().unwrap();
+            assert_eq!(binding.policy_name, g.policy.metadata.name);
+            assert_eq!(
+                binding.validation_actions.as_deref(),
+                Some(&["Deny".to_owned()][..])
+            );
+            assert_eq!(
+                g.policy.metadata.labels.as_ref().unwrap()[POLICY_LABEL.0],
+                POLICY_LABEL.1
+            );
+            assert_eq!(
+                g.policy.spec.as_ref().unwrap().failure_policy.as_deref(),
+                Some("Fail")
+            );
+        }
+    }
+
+    #[test]
+    fn workload_policies_bind_peer_namespaces_only_and_name_each_field() {
+        let plan = plan(inputs(PodSecurityLevel::Restricted));
+        for (g, path) in plan[..2].iter().zip(["spec.pod", "spec"]) {
+            let selector = g
+                .binding
+                .spec
+                .as_ref()
+                .unwrap()
+                .match_resources
+                .as_ref()
+                .unwrap()
+                .namespace_selector
+                .as_ref()
+                .unwrap();
+            let exprs: Vec<_> = selector
+                .match_expressions
+                .as_ref()
+                .unwrap()
+                .iter()
+                .map(|r| (r.key.as_str(), r.operator.as_str()))
+                .collect();
+            assert_eq!(
+                exprs,
+                [
+                    (REMOTE_CLUSTER_ID_LABEL, "Exists"),
+                    (TENANT_NAMESPACE_LABEL, "DoesNotExist")
+                ]
+            );
+            let msgs = messages(g);
+            for field in [
+                "securityContext.privileged",
+                "allowPrivilegeEscalation",
+                "hostNetwork",
+                "hostPID",
+                "hostIPC",
+                "hostPath",
+                "hostPort",
+                "nodeName",
+                "capabilities.add",
+                "procMount",
+                "seccompProfile",
+                "hostProcess",
+            ] {
+                assert!(
+                    msgs.iter()
+                        .any(|m| m.starts_with(&format!("{path}.")) && m.contains(field)),
+                    "{path}: no message names {field}: {msgs:?}"
+                );
+            }
+        }
+        // Only Pods wait for the namespace's Pod Security label.
+        assert!(messages(&plan[1]).iter().any(|m| m.contains(ENFORCE_LABEL)));
+        assert!(!messages(&plan[0]).iter().any(|m| m.contains(ENFORCE_LABEL)));
+    }
+
+    #[test]
+    fn the_level_sets_the_capabilities_and_privileged_keeps_only_the_label() {
+        let caps = |level| {
+            let plan = plan(inputs(level));
+            plan[0]
+                .policy
+                .spec
+                .clone()
+                .unwrap()
+                .validations
+                .unwrap()
+                .into_iter()
+                .find(|v| v.message.as_deref().unwrap().contains("capabilities.add"))
+                .map(|v| v.expression)
+        };
+        let restricted = caps(PodSecurityLevel::Restricted).unwrap();
+        assert!(restricted.contains("['NET_BIND_SERVICE']"), "{restricted}");
+        let baseline = caps(PodSecurityLevel::Baseline).unwrap();
+        assert!(baseline.contains("'CHOWN'"), "{baseline}");
+        let privileged = plan(inputs(PodSecurityLevel::Privileged));
+        assert!(messages(&privileged[0]).is_empty());
+        let pods = messages(&privileged[1]);
+        assert_eq!(pods.len(), 1);
+        assert!(pods[0].contains("level privileged"), "{pods:?}");
+    }
+
+    #[test]
+    fn namespace_names_are_liqos_default_unless_service_namespaces_are_bought() {
+        let plain = plan(inputs(PodSecurityLevel::Restricted));
+        let spec = plain[2].policy.spec.as_ref().unwrap();
+        let expr = &spec.validations.as_ref().unwrap()[0].expression;
+        assert!(expr.contains("endsWith('-' + variables.peer)"), "{expr}");
+        let peer = &spec.variables.as_ref().unwrap()[1].expression;
+        assert!(peer.contains(".substring(12)"), "{peer}");
+        let only = &spec.match_conditions.as_ref().unwrap()[0].expression;
+        assert!(only.contains(MANAGED_BY_ANNOTATION), "{only}");
+        assert!(!expr.contains(SERVICE_NAMESPACE_PREFIX), "{expr}");
+        assert!(
+            plain[2]
+                .binding
+                .spec
+                .as_ref()
+                .unwrap()
+                .match_resources
+                .is_none()
+        );
+        let buyer = plan(PolicyInputs {
+            level: PodSecurityLevel::Restricted,
+            service_namespaces: true,
+        });
+        let expr = &buyer[2]
+            .policy
+            .spec
+            .as_ref()
+            .unwrap()
+            .validations
+            .as_ref()
+            .unwrap()[0]
+            .expression;
+        assert!(expr.contains("startsWith('contract-')"), "{expr}");
+    }
+}

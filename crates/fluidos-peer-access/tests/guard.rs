@@ -1,0 +1,441 @@
+//! The peer guard on a real API server: the admission policies it keeps
+//! refuse what a peer's ShadowPods and Pods may not do, naming the field;
+//! `restricted` workloads pass; the namespaces Liqo makes for a peer are
+//! labelled with the Pod Security level (which the API server's own Pod
+//! Security admission then enforces) and confined to Liqo's derived names;
+//! a deleted or edited policy is back at once. Liqo's CRDs (ShadowPod) come
+//! from the pinned Liqo module; the controllers are not needed here (the
+//! end-to-end case with them is `fluidos-node`'s `tests/peering.rs`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // in tests a panic is the failure report
+
+use std::time::Duration;
+
+use fluidos_controller::Metrics;
+use fluidos_controller::readiness::ReadinessGate;
+use fluidos_peer_access::workload_policy::{self, PolicyInputs};
+use fluidos_peer_access::{GuardConfig, PodSecurityLevel};
+use fluidos_testenv::{ControlPlane, ControlPlaneOptions, LiqoBinaries};
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
+use kube::runtime::wait::await_condition;
+use serde_json::{Value, json};
+
+const PEER: &str = "consumer1";
+const WAIT: Duration = Duration::from_secs(20);
+
+fn say(line: &str) {
+    println!("[peer-guard] {line}");
+}
+
+fn skip_reason() -> Option<String> {
+    let reason = fluidos_testenv::liqo::skip_reason()?;
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI must run the peer guard test: {reason}"
+    );
+    Some(reason)
+}
+
+fn namespace(name: &str, labels: Value, annotations: Value) -> Namespace {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels, "annotations": annotations}
+    }))
+    .unwrap()
+}
+
+/// A namespace as Liqo's NamespaceMap controller makes it for `peer`.
+fn liqo_namespace(name: &str, peer: &str) -> Namespace {
+    namespace(
+        name,
+        json!({"liqo.io/remote-cluster-id": peer}),
+        json!({
+            "liqo.io/managed-by-namespace-map": format!("liqo-tenant-{peer}/{peer}-nm"),
+            "liqo.io/original-name": "app",
+        }),
+    )
+}
+
+/// A pod spec a `restricted` namespace admits.
+fn restricted_spec() -> Value {
+    json!({
+        "securityContext": {"runAsNonRoot": true, "runAsUser": 1000,
+            "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [{"name": "app", "image": "example.invalid/app:1",
+            "securityContext": {"allowPrivilegeEscalation": false,
+                "capabilities": {"drop": ["ALL"]}}}]
+    })
+}
+
+/// `restricted_spec()` with `edit` applied.
+fn spec_with(edit: impl FnOnce(&mut Value)) -> Value {
+    let mut spec = restricted_spec();
+    edit(&mut spec);
+    spec
+}
+
+/// Hostile pod specs and the field each refusal must name.
+fn hostile() -> Vec<(&'static str, Value)> {
+    vec![
+        (
+            "securityContext.privileged",
+            // (A Pod may not also say allowPrivilegeEscalation: false.)
+            spec_with(|s| s["containers"][0]["securityContext"] = json!({"privileged": true})),
+        ),
+        (
+            "allowPrivilegeEscalation",
+            spec_with(|s| {
+                s["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = json!(true);
+            }),
+        ),
+        ("hostNetwork", spec_with(|s| s["hostNetwork"] = json!(true))),
+        ("hostPID", spec_with(|s| s["hostPID"] = json!(true))),
+        (
+            "hostPath",
+            spec_with(|s| {
+                s["volumes"] = json!([{"name": "root", "hostPath": {"path": "/"}}]);
+                s["containers"][0]["volumeMounts"] =
+                    json!([{"name": "root", "mountPath": "/host"}]);
+            }),
+        ),
+        (
+            "hostPort",
+            spec_with(|s| {
+                s["containers"][0]["ports"] = json!([{"containerPort": 80, "hostPort": 80}]);
+            }),
+        ),
+        (
+            "nodeName",
+            spec_with(|s| s["nodeName"] = json!("control-plane")),
+        ),
+        (
+            "capabilities.add",
+            spec_with(|s| {
+                s["containers"][0]["securityContext"]["capabilities"]["add"] = json!(["SYS_ADMIN"]);
+            }),
+        ),
+        (
+            "seccompProfile",
+            spec_with(|s| s["securityContext"]["seccompProfile"] = json!({"type": "Unconfined"})),
+        ),
+        (
+            "initContainers",
+            spec_with(|s| {
+                s["initContainers"] = json!([{"name": "init", "image": "example.invalid/i:1",
+                    "securityContext": {"privileged": true}}]);
+            }),
+        ),
+    ]
+}
+
+fn shadow_pods(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("offloading.liqo.io", "v1beta1", "ShadowPod");
+    Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk(&gvk))
+}
+
+fn shadow_pod(name: &str, spec: Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "offloading.liqo.io/v1beta1",
+        "kind": "ShadowPod",
+        "metadata": {"name": name, "labels": {"liqo.io/origin-cluster-id": PEER}},
+        "spec": {"pod": spec},
+    }))
+    .unwrap()
+}
+
+fn pod(name: &str, spec: Value) -> Pod {
+    serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
+}
+
+/// The refusal's message; panics when the create was accepted.
+fn refusal<T: std::fmt::Debug>(result: Result<T, kube::Error>, what: &str) -> String {
+    match result {
+        Err(kube::Error::Api(s)) => {
+            assert!(
+                s.code == 403 || s.code == 422,
+                "{what}: refused with {} {}",
+                s.code,
+                s.message
+            );
+            s.message
+        }
+        other => panic!("{what} was not refused: {other:?}"),
+    }
+}
+
+async fn until_present<K>(api: &Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    tokio::time::timeout(
+        WAIT,
+        await_condition(api.clone(), name, |o: Option<&K>| o.is_some()),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{name} not back within {WAIT:?}"))
+    .unwrap();
+}
+
+#[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario against one API server, step by step"
+)]
+async fn a_peers_workloads_are_confined_to_the_pod_security_level() {
+    if let Some(reason) = skip_reason() {
+        println!("SKIP: {reason}");
+        return;
+    }
+    let liqo = LiqoBinaries::from_env().unwrap();
+    let cp = ControlPlane::start(ControlPlaneOptions {
+        workloads: false,
+        crd_dirs: vec![liqo.crds_dir()],
+    })
+    .await
+    .unwrap();
+    let client = cp.client();
+    let ready = ReadinessGate::new();
+    let guard = tokio::spawn({
+        let (client, ready) = (client.clone(), ready.clone());
+        async move {
+            fluidos_peer_access::run(
+                client,
+                GuardConfig {
+                    inputs: PolicyInputs {
+                        level: PodSecurityLevel::Restricted,
+                        service_namespaces: false,
+                    },
+                },
+                &Metrics::new(),
+                ready,
+                std::future::pending(),
+            )
+            .await;
+        }
+    });
+    tokio::time::timeout(WAIT, ready.wait())
+        .await
+        .expect("the API server enforcing the guard's policies");
+    say("guard ready: policies in place");
+
+    // Namespaces: Liqo's derived name passes and gets the level; any other
+    // name a NamespaceMap asks for, or another peer's label, is refused.
+    let namespaces = Api::<Namespace>::all(client.clone());
+    let ns = format!("app-{PEER}");
+    namespaces
+        .create(&PostParams::default(), &liqo_namespace(&ns, PEER))
+        .await
+        .unwrap();
+    tokio::time::timeout(
+        WAIT,
+        await_condition(namespaces.clone(), &ns, |n: Option<&Namespace>| {
+            n.and_then(|n| n.metadata.labels.as_ref())
+                .and_then(|l| l.get("pod-security.kubernetes.io/enforce"))
+                .is_some_and(|v| v == "restricted")
+        }),
+    )
+    .await
+    .expect("the peer namespace labelled restricted")
+    .unwrap();
+    say(&format!("{ns}: labelled pod-security restricted"));
+    for (name, peer_label) in [("kube-evil", PEER), ("other-consumer2", PEER)] {
+        let mut n = liqo_namespace(name, peer_label);
+        if name == "other-consumer2" {
+            // Named for consumer2, made by consumer1's NamespaceMap.
+            n.metadata
+                .labels
+                .as_mut()
+                .unwrap()
+                .insert("liqo.io/remote-cluster-id".into(), "consumer2".into());
+        }
+        let msg = refusal(
+            namespaces.create(&PostParams::default(), &n).await,
+            &format!("namespace {name}"),
+        );
+        assert!(msg.contains("metadata."), "{name}: {msg}");
+        say(&format!("namespace {name} refused: {msg}"));
+    }
+    // Namespaces no NamespaceMap made are none of the guard's business.
+    namespaces
+        .create(
+            &PostParams::default(),
+            &namespace("ordinary", json!({}), json!({})),
+        )
+        .await
+        .unwrap();
+    let tenant = format!("liqo-tenant-{PEER}");
+    namespaces
+        .create(
+            &PostParams::default(),
+            &namespace(
+                &tenant,
+                json!({"liqo.io/remote-cluster-id": PEER, "liqo.io/tenant-namespace": "true"}),
+                json!({}),
+            ),
+        )
+        .await
+        .unwrap();
+
+    // ShadowPods: each hostile spec refused naming its field; restricted passes.
+    let shadows = shadow_pods(&client, &ns);
+    for (i, (field, spec)) in hostile().into_iter().enumerate() {
+        let msg = refusal(
+            shadows
+                .create(
+                    &PostParams::default(),
+                    &shadow_pod(&format!("bad-{i}"), spec),
+                )
+                .await,
+            &format!("ShadowPod with {field}"),
+        );
+        let field = if field == "initContainers" {
+            "securityContext.privileged"
+        } else {
+            field
+        };
+        assert!(
+            msg.contains("spec.pod.") && msg.contains(field),
+            "ShadowPod refusal does not name {field}: {msg}"
+        );
+        say(&format!("ShadowPod with {field} refused: {msg}"));
+    }
+    shadows
+        .create(
+            &PostParams::default(),
+            &shadow_pod("restricted", restricted_spec()),
+        )
+        .await
+        .unwrap();
+    say("restricted ShadowPod accepted");
+
+    // Pods (as Liqo's shadowpod controller makes them from spec.pod): the
+    // same floor, and Kubernetes' Pod Security admission at the label's level.
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+    for (field, spec) in hostile().into_iter().take(3) {
+        let msg = refusal(
+            pods.create(&PostParams::default(), &pod("bad", spec)).await,
+            &format!("Pod with {field}"),
+        );
+        assert!(
+            msg.contains(field),
+            "Pod refusal does not name {field}: {msg}"
+        );
+    }
+    let msg = refusal(
+        pods.create(
+            &PostParams::default(),
+            &pod(
+                "root",
+                json!({"containers": [{"name": "app", "image": "example.invalid/app:1"}]}),
+            ),
+        )
+        .await,
+        "a pod that is not restricted",
+    );
+    assert!(msg.contains("PodSecurity \"restricted"), "{msg}");
+    say(&format!(
+        "baseline pod refused by Pod Security admission: {msg}"
+    ));
+    pods.create(&PostParams::default(), &pod("ok", restricted_spec()))
+        .await
+        .unwrap();
+    // Liqo's own pods in its tenant namespace (networking gateways) are not
+    // a peer's.
+    let privileged = hostile().remove(0).1;
+    Api::<Pod>::namespaced(client.clone(), &tenant)
+        .create(&PostParams::default(), &pod("gateway", privileged))
+        .await
+        .unwrap();
+    say("restricted pod admitted; Liqo's tenant namespace untouched");
+
+    // Someone lowers the namespace's level: it is put back.
+    namespaces
+        .patch(
+            &ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {
+                "pod-security.kubernetes.io/enforce": "privileged"}}})),
+        )
+        .await
+        .unwrap();
+    tokio::time::timeout(
+        WAIT,
+        await_condition(namespaces.clone(), &ns, |n: Option<&Namespace>| {
+            n.and_then(|n| n.metadata.labels.as_ref())
+                .and_then(|l| l.get("pod-security.kubernetes.io/enforce"))
+                .is_some_and(|v| v == "restricted")
+        }),
+    )
+    .await
+    .expect("the level put back")
+    .unwrap();
+
+    // A deleted policy, a deleted binding, an emptied policy: back at once.
+    let policies = Api::<ValidatingAdmissionPolicy>::all(client.clone());
+    let bindings = Api::<ValidatingAdmissionPolicyBinding>::all(client.clone());
+    for name in workload_policy::NAMES {
+        let started = std::time::Instant::now();
+        policies
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+        until_present(&policies, name).await;
+        bindings
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+        until_present(&bindings, name).await;
+        say(&format!(
+            "{name}: policy and binding deleted, back in {:?}",
+            started.elapsed()
+        ));
+    }
+    policies
+        .patch(
+            workload_policy::SHADOWPODS,
+            &PatchParams::apply("someone-else").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingAdmissionPolicy",
+                "metadata": {"name": workload_policy::SHADOWPODS},
+                "spec": {"validations": [{"expression": "true"}]},
+            })),
+        )
+        .await
+        .unwrap();
+    let hostile_again = hostile().remove(0).1;
+    let mut refused_again = None;
+    for _ in 0..100 {
+        // The binding caches the policy: a refusal means the guard's
+        // validations are back and served.
+        match shadows
+            .create(
+                &PostParams::default(),
+                &shadow_pod("again", hostile_again.clone()),
+            )
+            .await
+        {
+            Err(kube::Error::Api(s)) if s.message.contains("privileged") => {
+                refused_again = Some(s.message);
+                break;
+            }
+            Ok(_) => {
+                shadows
+                    .delete("again", &DeleteParams::default())
+                    .await
+                    .unwrap();
+            }
+            Err(e) => panic!("{e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let msg = refused_again.expect("the edited policy put back");
+    say(&format!("edited policy put back: {msg}"));
+    guard.abort();
+    cp.stop().await;
+}
