@@ -1458,3 +1458,62 @@ async fn chart_rbac_lets_the_manager_issue_a_sellers_credentials() {
         .await
     );
 }
+
+/// `peering.podSecurity` reaches the rear-gateway as `--peer-pod-security`
+/// (default `restricted`), `privileged` renders only with its opt-in (and
+/// passes it on), and a value that is no level refuses to render.
+#[test]
+fn chart_peer_pod_security_is_the_gateways_level_and_privileged_needs_its_opt_in() {
+    let Some(bin) = helm::helm_bin() else { return };
+    let level_of = |sets: &[&str]| {
+        let sets: Vec<String> = sets.iter().map(|s| (*s).to_owned()).collect();
+        let objects = helm::template(&bin, &sets, &[]);
+        assert_args_parse(&objects);
+        let args = args_of(&objects, "rear-gateway");
+        let argv = std::iter::once("fluidos-node".to_owned()).chain(args.iter().cloned());
+        let parsed = fluidos_node::cli::Args::parse_invocation(argv).unwrap();
+        for other in ["local-resource-manager", "rear-manager", "network-manager"] {
+            assert!(
+                !args_of(&objects, other)
+                    .iter()
+                    .any(|a| a.starts_with("--peer-pod-security")),
+                "{other} keeps no guard"
+            );
+        }
+        (
+            parsed.peer_pod_security,
+            parsed.peer_pod_security_allow_privileged,
+        )
+    };
+    use fluidos_peer_access::PodSecurityLevel as L;
+    assert_eq!(level_of(&[]), (L::Restricted, false));
+    assert_eq!(
+        level_of(&["peering.podSecurity=baseline"]),
+        (L::Baseline, false)
+    );
+    assert_eq!(
+        level_of(&[
+            "peering.podSecurity=privileged",
+            "peering.podSecurityAllowPrivileged=true"
+        ]),
+        (L::Privileged, true)
+    );
+    for (sets, why) in [
+        (
+            vec!["peering.podSecurity=privileged".to_owned()],
+            "needs peering.podSecurityAllowPrivileged=true",
+        ),
+        (
+            vec!["peering.podSecurity=open".to_owned()],
+            "peering.podSecurity must be restricted, baseline or privileged, not open",
+        ),
+    ] {
+        let refused = std::panic::catch_unwind(|| helm::template(&bin, &sets, &[]))
+            .expect_err("the chart rendered");
+        let message = refused
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default();
+        assert!(message.contains(why), "{sets:?}: {message}");
+    }
+}

@@ -81,11 +81,20 @@ fn refused_by_design(component: &str, a: &Access) -> bool {
         // credentials also looks for the ClusterRoleBinding of the Go
         // consumers' grant, which the chart lets the gateway read only with
         // `rearController.goPeeringGrant` on (off here: nothing to unbind).
+        // fluidos-peer-access guard.rs `enforced`: the peer guard's probe, a
+        // dry-run create of a namespace its own admission policy refuses
+        // (403 from the policy, not from RBAC: the gateway may create
+        // namespaces), until the API server enforces the policies.
         "rear-gateway" => {
-            a.scope == "cluster"
+            (a.scope == "cluster"
                 && a.group == "rbac.authorization.k8s.io"
                 && a.resource == "clusterrolebindings"
-                && a.verb == "get"
+                && a.verb == "get")
+                || (a.scope == "cluster"
+                    && a.group.is_empty()
+                    && a.resource == "namespaces"
+                    && a.verb == "create"
+                    && a.dry_run)
         }
         // allocation/networking.rs `any_left`: unpeering looks for what
         // Liqo's networking phase made for the provider (the GatewayClient
@@ -677,6 +686,9 @@ async fn chart_rbac_suffices_for_a_service_delivered_by_liqo() {
         &[
             "serviceDelivery=liqo",
             "rearManager.pod.extraArgs[0]=--peer-timeout-ms=10000",
+            // The upstream message-queue blueprint's RabbitMQ runs as root:
+            // a buyer that hosts it sets the `baseline` Pod Security level.
+            "peering.podSecurity=baseline",
         ],
     );
     helm::install(seller, &seller_objects).await;

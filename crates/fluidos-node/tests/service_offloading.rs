@@ -87,7 +87,11 @@ fn seller_node(stage: &TwoClusters) -> NodeProcess {
 }
 
 /// The buyer's node (TwoClusters' consumer): the gateway (it issues the
-/// seller's credentials) and the REAR manager, buying by Liqo.
+/// seller's credentials) and the REAR manager, buying by Liqo. The
+/// upstream message-queue blueprint's RabbitMQ runs as root (it meets the
+/// `baseline` Pod Security level, not `restricted`, the default): a buyer
+/// that hosts it (`Consumer` policy) says so with `--peer-pod-security
+/// baseline`; under the default its pod is refused on the buyer.
 fn buyer_node(stage: &TwoClusters) -> NodeProcess {
     NodeProcess::spawn(
         &stage.consumer,
@@ -99,6 +103,8 @@ fn buyer_node(stage: &TwoClusters) -> NodeProcess {
             CONSUMER_ID,
             "--service-delivery",
             "liqo",
+            "--peer-pod-security",
+            "baseline",
             "--peer-timeout-ms",
             "10000",
         ],

@@ -281,6 +281,25 @@ async fn without_crds_it_exits_2_naming_every_missing_crd() {
     cp.stop().await;
 }
 
+/// Peers' pods may not run privileged here by accident: the level needs
+/// its explicit opt-in, checked before anything else.
+#[tokio::test]
+async fn privileged_peer_pods_without_the_opt_in_exit_2_saying_why() {
+    let cp = control_plane(false).await;
+    let mut node = Node::spawn(&cp, &["--peer-pod-security", "privileged"]);
+    let status = node.wait(Duration::from_secs(30)).await;
+    assert_eq!(status.code(), Some(2), "{}", node.output());
+    let stderr = node.stderr();
+    assert!(
+        stderr.contains("needs --peer-pod-security-allow-privileged"),
+        "{stderr}"
+    );
+    // Refused before the CRD check (none are installed here).
+    assert!(!stderr.contains("deploy/crds/"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    cp.stop().await;
+}
+
 #[tokio::test]
 async fn without_identity_configmap_it_exits_2_saying_so() {
     let cp = control_plane(true).await;

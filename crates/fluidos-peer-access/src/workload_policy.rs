@@ -6,7 +6,8 @@
 //! |---|---|---|
 //! | [`SHADOWPODS`] | ShadowPods (create, update) in peer namespaces | what a pod of the level may not do, naming the field under `spec.pod` |
 //! | [`PODS`] | Pods (create, ephemeral containers) in peer namespaces | the same under `spec`, and any pod before the namespace enforces the level |
-//! | [`NAMESPACES`] | Namespaces made by a NamespaceMap | names Liqo does not derive for that tenant |
+//! | [`SERVICES`] | Services (create, update) in peer namespaces | `spec.externalIPs` |
+//! | [`NAMESPACES`] | Namespaces made by a NamespaceMap (create) | names Liqo does not derive for that tenant |
 //!
 //! The ShadowPod policy answers the peer itself: its virtual kubelet (or a
 //! hostile peer with the same credentials) is told which field it may not
@@ -16,6 +17,11 @@
 //! comes, so a Pod waits (Liqo retries) until it is. Peer namespaces are
 //! the ones Liqo labels with the peer's cluster ID, minus tenant
 //! namespaces (Liqo's own objects, and its networking pods).
+//!
+//! The Service policy closes the other way a peer's objects reach beyond
+//! its namespace: a Service with `externalIPs` makes every node here route
+//! traffic for those addresses to the peer's pods (CVE-2020-8554); Liqo's
+//! own reflection never sets them.
 //!
 //! The namespace policy confines the names: a peer's NamespaceMap may ask
 //! Liqo here for any name (`EnforceSameName`, `SelectedName`), so it could
@@ -42,10 +48,12 @@ use crate::remote_namespace::{
 pub const SHADOWPODS: &str = "fluidos-peer-shadowpods";
 /// The Pod policy's name (and its binding's).
 pub const PODS: &str = "fluidos-peer-pods";
+/// The Service policy's name (and its binding's).
+pub const SERVICES: &str = "fluidos-peer-services";
 /// The namespace-name policy's name (and its binding's).
 pub const NAMESPACES: &str = "fluidos-peer-namespaces";
 /// Every policy this crate keeps, in the order they are applied.
-pub const NAMES: [&str; 3] = [SHADOWPODS, PODS, NAMESPACES];
+pub const NAMES: [&str; 4] = [SHADOWPODS, PODS, SERVICES, NAMESPACES];
 /// Label on the policies and bindings, by which the guard watches them.
 pub const POLICY_LABEL: (&str, &str) = ("fluidos.eu/peer-guard", "true");
 /// Prefix of the service namespaces a seller offloads with `EnforceSameName`.
@@ -97,8 +105,23 @@ pub fn plan(inputs: PolicyInputs) -> Vec<Guarded> {
             namespaces: Some(peer_namespaces()),
         }),
         guarded(Parts {
+            name: SERVICES,
+            rules: vec![rule("", "services", &["CREATE", "UPDATE"])],
+            variables: Vec::new(),
+            only_if: None,
+            validations: vec![deny(
+                "size(object.spec.?externalIPs.orValue([])) == 0".to_owned(),
+                "spec.externalIPs: a peer's Service may not claim external IPs \
+                 (every node here would send it the traffic for them), FLUIDOS peer guard"
+                    .to_owned(),
+            )],
+            namespaces: Some(peer_namespaces()),
+        }),
+        guarded(Parts {
             name: NAMESPACES,
-            rules: vec![rule("", "namespaces", &["CREATE", "UPDATE"])],
+            // Creation only: Liqo never renames, and a namespace made before
+            // the guard must still be updatable (finalizers at deletion).
+            rules: vec![rule("", "namespaces", &["CREATE"])],
             variables: namespace_variables(),
             // Every other namespace is none of this policy's business, and
             // is not evaluated at all.
@@ -395,7 +418,7 @@ mod tests {
     }
 
     #[test]
-    fn three_policies_each_with_its_binding_and_label() {
+    fn four_policies_each_with_its_binding_and_label() {
         let plan = plan(inputs(PodSecurityLevel::Restricted));
         let names: Vec<_> = plan
             .iter()
@@ -471,6 +494,18 @@ mod tests {
                 );
             }
         }
+        // Services: no external IPs, in peer namespaces only.
+        assert!(messages(&plan[2])[0].starts_with("spec.externalIPs"));
+        assert!(
+            plan[2]
+                .binding
+                .spec
+                .as_ref()
+                .unwrap()
+                .match_resources
+                .as_ref()
+                .is_some_and(|m| m.namespace_selector.is_some())
+        );
         // Only Pods wait for the namespace's Pod Security label.
         assert!(messages(&plan[1]).iter().any(|m| m.contains(ENFORCE_LABEL)));
         assert!(!messages(&plan[0]).iter().any(|m| m.contains(ENFORCE_LABEL)));
@@ -505,7 +540,7 @@ mod tests {
     #[test]
     fn namespace_names_are_liqos_default_unless_service_namespaces_are_bought() {
         let plain = plan(inputs(PodSecurityLevel::Restricted));
-        let spec = plain[2].policy.spec.as_ref().unwrap();
+        let spec = plain[3].policy.spec.as_ref().unwrap();
         let expr = &spec.validations.as_ref().unwrap()[0].expression;
         assert!(expr.contains("endsWith('-' + variables.peer)"), "{expr}");
         let peer = &spec.variables.as_ref().unwrap()[1].expression;
@@ -514,7 +549,7 @@ mod tests {
         assert!(only.contains(MANAGED_BY_ANNOTATION), "{only}");
         assert!(!expr.contains(SERVICE_NAMESPACE_PREFIX), "{expr}");
         assert!(
-            plain[2]
+            plain[3]
                 .binding
                 .spec
                 .as_ref()
@@ -526,7 +561,7 @@ mod tests {
             level: PodSecurityLevel::Restricted,
             service_namespaces: true,
         });
-        let expr = &buyer[2]
+        let expr = &buyer[3]
             .policy
             .spec
             .as_ref()

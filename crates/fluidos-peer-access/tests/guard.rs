@@ -353,6 +353,28 @@ async fn a_peers_workloads_are_confined_to_the_pod_security_level() {
         .unwrap();
     say("restricted pod admitted; Liqo's tenant namespace untouched");
 
+    // A peer's Service may not capture traffic for external IPs.
+    let services = Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), &ns);
+    let service = |name: &str, external: bool| -> k8s_openapi::api::core::v1::Service {
+        let mut spec = json!({"ports": [{"port": 80}]});
+        if external {
+            spec["externalIPs"] = json!(["192.0.2.1"]);
+        }
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
+    };
+    let msg = refusal(
+        services
+            .create(&PostParams::default(), &service("capture", true))
+            .await,
+        "a Service with externalIPs",
+    );
+    assert!(msg.contains("spec.externalIPs"), "{msg}");
+    services
+        .create(&PostParams::default(), &service("plain", false))
+        .await
+        .unwrap();
+    say(&format!("Service with externalIPs refused: {msg}"));
+
     // Someone lowers the namespace's level: it is put back.
     namespaces
         .patch(

@@ -130,7 +130,7 @@ cluster:
     verbs: [bind, escalate]
   {{- if .Values.peering.enabled }}
   # fluidos-peer-access guard.rs: the peer guard's admission policies
-  # (what peers' ShadowPods and Pods may do, the names of the namespaces
+  # (what peers' ShadowPods, Pods and Services may do, the names of the namespaces
   # Liqo makes for them), applied by name and watched by label so that a
   # deleted or edited one is put back at once. The namespaces rights above
   # label peers' namespaces with their Pod Security level.
@@ -139,7 +139,7 @@ cluster:
     verbs: [list, watch, create]
   - apiGroups: [admissionregistration.k8s.io]
     resources: [validatingadmissionpolicies, validatingadmissionpolicybindings]
-    resourceNames: [fluidos-peer-shadowpods, fluidos-peer-pods, fluidos-peer-namespaces]
+    resourceNames: [fluidos-peer-shadowpods, fluidos-peer-pods, fluidos-peer-services, fluidos-peer-namespaces]
     verbs: [get, patch]
   {{- end }}
   {{- if ne (.Values.rearController.goPeeringGrant | default "off") "off" }}
