@@ -89,7 +89,14 @@ pub fn plan(inputs: PolicyInputs) -> Vec<Guarded> {
                 &["CREATE", "UPDATE"],
             )],
             variables: pod_variables("object.spec.pod"),
-            only_if: None,
+            // An update that leaves the pod spec as it was (labels, the
+            // finalizer removed at deletion) is let through, so a ShadowPod
+            // made before the guard can still go.
+            only_if: Some(
+                "request.operation == 'CREATE' || !has(oldObject.spec) \
+                 || oldObject.spec.?pod != object.spec.?pod"
+                    .to_owned(),
+            ),
             validations: workload_validations("spec.pod", inputs.level, false),
             namespaces: Some(peer_namespaces()),
         }),
@@ -239,7 +246,7 @@ fn guarded(parts: Parts) -> Guarded {
             }),
             match_conditions: parts.only_if.map(|expression| {
                 vec![MatchCondition {
-                    name: "made-by-a-namespace-map".to_owned(),
+                    name: "in-scope".to_owned(),
                     expression,
                 }]
             }),

@@ -312,6 +312,27 @@ async fn a_peers_workloads_are_confined_to_the_pod_security_level() {
         .await
         .unwrap();
     say("restricted ShadowPod accepted");
+    // An update that leaves spec.pod alone is let through; one that makes it
+    // privileged is not.
+    shadows
+        .patch(
+            "restricted",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}})),
+        )
+        .await
+        .unwrap();
+    let msg = refusal(
+        shadows
+            .patch(
+                "restricted",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"pod": {"hostNetwork": true}}})),
+            )
+            .await,
+        "a ShadowPod updated to the host's network",
+    );
+    assert!(msg.contains("spec.pod.hostNetwork"), "{msg}");
 
     // Pods (as Liqo's shadowpod controller makes them from spec.pod): the
     // same floor, and Kubernetes' Pod Security admission at the label's level.
