@@ -12,8 +12,9 @@
 //! - [`workload_policy`]: a pure planner of the ValidatingAdmissionPolicies
 //!   that refuse, naming the field, a peer's ShadowPods and the Pods made
 //!   from them when they ask for more than a `restricted` (or `baseline`)
-//!   pod may, refuse a peer's Services that claim external IPs, and confine
-//!   the namespaces Liqo makes for a peer to the names Liqo derives for it;
+//!   pod may, refuse a peer's Services that claim external IPs and its
+//!   claims that would bind an existing PersistentVolume, and confine the
+//!   namespaces Liqo makes for a peer to the names Liqo derives for it;
 //! - [`remote_namespace`]: which namespaces are a peer's, and the labels
 //!   they must carry (pure);
 //! - [`guard`]: the executor that applies the policies, puts them back as

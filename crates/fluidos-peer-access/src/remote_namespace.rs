@@ -21,8 +21,24 @@ pub const TENANT_NAMESPACE_LABEL: &str = "liqo.io/tenant-namespace";
 /// Annotation naming the NamespaceMap (`<tenant namespace>/<name>`) that
 /// made a namespace.
 pub const MANAGED_BY_ANNOTATION: &str = "liqo.io/managed-by-namespace-map";
+/// Annotation naming the peer's namespace a namespace was made for (the
+/// key of the NamespaceMap's desired mapping).
+pub const ORIGINAL_NAME_ANNOTATION: &str = "liqo.io/original-name";
 /// Prefix of a peer's Liqo tenant namespace (`liqo-tenant-<cluster ID>`).
 pub const TENANT_PREFIX: &str = "liqo-tenant-";
+
+/// Whether a peer with cluster ID `id` may have namespaces made for it
+/// here: Liqo names them `<its namespace>-<id>`, and the peer chooses both
+/// parts, so a one-word ID (`system`, `operator`, `nginx`) would let it take
+/// a name this cluster's admin will need later (`longhorn-system`,
+/// `gpu-operator`, `ingress-nginx`), and Liqo would give the peer's
+/// credentials the right to read what is installed there. An ID with a
+/// hyphen or a digit is as Liqo generates them (`quiet-smoke`) and as
+/// FLUIDOS clusters are named (`fluidos-consumer-1`). The namespace policy
+/// checks the same in CEL ([`crate::workload_policy`]).
+pub fn distinctive_cluster_id(id: &str) -> bool {
+    id.contains('-') || id.chars().any(|c| c.is_ascii_digit())
+}
 
 /// The label selector of the namespaces that hold peers' workloads.
 pub fn selector() -> String {
@@ -129,5 +145,20 @@ mod tests {
             selector(),
             "liqo.io/remote-cluster-id,!liqo.io/tenant-namespace"
         );
+    }
+
+    #[test]
+    fn one_word_cluster_ids_are_not_distinctive() {
+        for id in [
+            "fluidos-consumer",
+            "quiet-smoke",
+            "consumer1",
+            "a1b2c3d4-0000",
+        ] {
+            assert!(distinctive_cluster_id(id), "{id}");
+        }
+        for id in ["system", "operator", "nginx", ""] {
+            assert!(!distinctive_cluster_id(id), "{id}");
+        }
     }
 }

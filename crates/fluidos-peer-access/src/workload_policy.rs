@@ -1,12 +1,13 @@
 //! The admission policies that confine what peers run here (pure).
 //!
-//! Three ValidatingAdmissionPolicies, each with a binding of the same name:
+//! Five ValidatingAdmissionPolicies, each with a binding of the same name:
 //!
 //! | policy | matches | refuses |
 //! |---|---|---|
 //! | [`SHADOWPODS`] | ShadowPods (create, update) in peer namespaces | what a pod of the level may not do, naming the field under `spec.pod` |
 //! | [`PODS`] | Pods (create, ephemeral containers) in peer namespaces | the same under `spec`, and any pod before the namespace enforces the level |
 //! | [`SERVICES`] | Services (create, update) in peer namespaces | `spec.externalIPs` |
+//! | [`VOLUME_CLAIMS`] | PersistentVolumeClaims (create) in peer namespaces | `spec.volumeName`, `spec.selector` |
 //! | [`NAMESPACES`] | Namespaces made by a NamespaceMap (create) | names Liqo does not derive for that tenant |
 //!
 //! The ShadowPod policy answers the peer itself: its virtual kubelet (or a
@@ -23,13 +24,23 @@
 //! traffic for those addresses to the peer's pods (CVE-2020-8554); Liqo's
 //! own reflection never sets them.
 //!
+//! The claim policy keeps a peer's storage to what is provisioned for it:
+//! a claim that names a volume (`volumeName`) or selects volumes by label
+//! (`selector`) would bind a PersistentVolume this cluster's admin made for
+//! someone else, with its data; Liqo's storage reflection sets neither.
+//! Creation only: the volume controller writes `volumeName` when it binds.
+//!
 //! The namespace policy confines the names: a peer's NamespaceMap may ask
 //! Liqo here for any name (`EnforceSameName`, `SelectedName`), so it could
 //! take a name another tenant, or this cluster's admin, will need. Only
-//! `<its namespace>-<its cluster ID>` (Liqo's `DefaultName`) is allowed,
-//! and, on a node that buys Services delivered by Liqo, the
-//! `contract-<...>` names its sellers' service namespaces have (upstream
-//! offloads them with `EnforceSameName`).
+//! `<its namespace>-<its cluster ID>` (Liqo's `DefaultName`, checked
+//! against the namespace's `liqo.io/original-name`) is allowed, and, on a
+//! node that buys Services delivered by Liqo, the `contract-<...>` names
+//! its sellers' service namespaces have (upstream offloads them with
+//! `EnforceSameName`). The peer chooses `<its namespace>` too, so its
+//! cluster ID must be distinctive
+//! ([`crate::remote_namespace::distinctive_cluster_id`]): a peer named
+//! `system` would otherwise get `longhorn-system` before Longhorn does.
 
 use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
@@ -41,7 +52,8 @@ use kube::api::ObjectMeta;
 
 use crate::pod_security::{ENFORCE_LABEL, PodSecurityLevel};
 use crate::remote_namespace::{
-    MANAGED_BY_ANNOTATION, REMOTE_CLUSTER_ID_LABEL, TENANT_NAMESPACE_LABEL, TENANT_PREFIX,
+    MANAGED_BY_ANNOTATION, ORIGINAL_NAME_ANNOTATION, REMOTE_CLUSTER_ID_LABEL,
+    TENANT_NAMESPACE_LABEL, TENANT_PREFIX,
 };
 
 /// The ShadowPod policy's name (and its binding's).
@@ -50,10 +62,12 @@ pub const SHADOWPODS: &str = "fluidos-peer-shadowpods";
 pub const PODS: &str = "fluidos-peer-pods";
 /// The Service policy's name (and its binding's).
 pub const SERVICES: &str = "fluidos-peer-services";
+/// The PersistentVolumeClaim policy's name (and its binding's).
+pub const VOLUME_CLAIMS: &str = "fluidos-peer-volume-claims";
 /// The namespace-name policy's name (and its binding's).
 pub const NAMESPACES: &str = "fluidos-peer-namespaces";
 /// Every policy this crate keeps, in the order they are applied.
-pub const NAMES: [&str; 4] = [SHADOWPODS, PODS, SERVICES, NAMESPACES];
+pub const NAMES: [&str; 5] = [SHADOWPODS, PODS, SERVICES, VOLUME_CLAIMS, NAMESPACES];
 /// Label on the policies and bindings, by which the guard watches them.
 pub const POLICY_LABEL: (&str, &str) = ("fluidos.eu/peer-guard", "true");
 /// Prefix of the service namespaces a seller offloads with `EnforceSameName`.
@@ -78,7 +92,7 @@ pub struct Guarded {
     pub binding: ValidatingAdmissionPolicyBinding,
 }
 
-/// The three policies with their bindings, for `inputs` (pure).
+/// The policies ([`NAMES`]) with their bindings, for `inputs` (pure).
 pub fn plan(inputs: PolicyInputs) -> Vec<Guarded> {
     vec![
         guarded(Parts {
@@ -122,6 +136,14 @@ pub fn plan(inputs: PolicyInputs) -> Vec<Guarded> {
                  (every node here would send it the traffic for them), FLUIDOS peer guard"
                     .to_owned(),
             )],
+            namespaces: Some(peer_namespaces()),
+        }),
+        guarded(Parts {
+            name: VOLUME_CLAIMS,
+            rules: vec![rule("", "persistentvolumeclaims", &["CREATE"])],
+            variables: Vec::new(),
+            only_if: None,
+            validations: volume_claim_validations(),
             namespaces: Some(peer_namespaces()),
         }),
         guarded(Parts {
@@ -218,7 +240,8 @@ fn pod_variables(subject: &str) -> Vec<Variable> {
 }
 
 /// `peer`: the peer named by the tenant namespace of the NamespaceMap that
-/// made the namespace (`liqo-tenant-<peer>/<name>`), "" for any other.
+/// made the namespace (`liqo-tenant-<peer>/<name>`), "" for any other;
+/// `original`: the peer's namespace it was made for, "" when not said.
 fn namespace_variables() -> Vec<Variable> {
     let n = TENANT_PREFIX.len();
     vec![
@@ -231,6 +254,10 @@ fn namespace_variables() -> Vec<Variable> {
             format!(
                 "variables.tenant.startsWith('{TENANT_PREFIX}') ? variables.tenant.substring({n}) : ''"
             ),
+        ),
+        variable(
+            "original",
+            format!("object.metadata.annotations[?'{ORIGINAL_NAME_ANNOTATION}'].orValue('')"),
         ),
     ]
 }
@@ -340,6 +367,7 @@ fn workload_validations(path: &str, level: PodSecurityLevel, pods: bool) -> Vec<
                     .to_owned(),
                 format!("{path}.securityContext.seccompProfile.type: Unconfined is not allowed (pod or container)"),
             ),
+            priority_check(path, pods),
             (
                 "!variables.spec.?securityContext.?windowsOptions.?hostProcess.orValue(false) \
                  && !variables.containers.exists(c, c.?securityContext.?windowsOptions.?hostProcess.orValue(false))"
@@ -368,12 +396,55 @@ fn workload_validations(path: &str, level: PodSecurityLevel, pods: bool) -> Vec<
     out
 }
 
+/// The priority a peer's workload may have: a peer may not choose one at
+/// all in a ShadowPod (Liqo's virtual kubelet never forwards it), so it
+/// cannot preempt this cluster's pods; the Pods made from them may have
+/// only what admission gives (the cluster's default class), never a
+/// `system-*` class, which outranks and survives eviction of everything
+/// else here.
+fn priority_check(path: &str, pods: bool) -> (String, String) {
+    if pods {
+        (
+            "!variables.spec.?priorityClassName.orValue('').startsWith('system-')".to_owned(),
+            format!("{path}.priorityClassName: system priority classes are not allowed"),
+        )
+    } else {
+        (
+            "variables.spec.?priorityClassName.orValue('') == ''".to_owned(),
+            format!("{path}.priorityClassName: a peer may not choose its workload's priority here"),
+        )
+    }
+}
+
+/// The checks on a peer's PersistentVolumeClaim: it gets a volume
+/// provisioned for it, never one that already exists here. (A copy from
+/// another namespace's claim, `dataSourceRef.namespace`, needs a
+/// ReferenceGrant there, which a peer cannot make.)
+fn volume_claim_validations() -> Vec<Validation> {
+    let why = "a peer's claim may not bind a PersistentVolume of this cluster, FLUIDOS peer guard";
+    vec![
+        deny(
+            "object.spec.?volumeName.orValue('') == ''".to_owned(),
+            format!("spec.volumeName: {why}"),
+        ),
+        deny(
+            "!has(object.spec.selector)".to_owned(),
+            format!("spec.selector: {why}"),
+        ),
+    ]
+}
+
 /// The checks on a namespace a NamespaceMap made.
 fn namespace_validations(service_namespaces: bool) -> Vec<Validation> {
     let (same_name, allowed) = if service_namespaces {
         (
-            format!(" || object.metadata.name.startsWith('{SERVICE_NAMESPACE_PREFIX}')"),
-            format!("<namespace>-<peer cluster ID> or {SERVICE_NAMESPACE_PREFIX}<...>"),
+            format!(
+                " || (object.metadata.name == variables.original \
+                 && object.metadata.name.startsWith('{SERVICE_NAMESPACE_PREFIX}'))"
+            ),
+            format!(
+                "<namespace>-<peer cluster ID>, or {SERVICE_NAMESPACE_PREFIX}<...> as on the peer"
+            ),
         )
     } else {
         (String::new(), "<namespace>-<peer cluster ID>".to_owned())
@@ -381,11 +452,21 @@ fn namespace_validations(service_namespaces: bool) -> Vec<Validation> {
     vec![
         deny(
             format!(
-                "variables.peer != '' && (object.metadata.name.endsWith('-' + variables.peer){same_name})"
+                "variables.peer != '' && variables.original != '' \
+                 && (object.metadata.name == variables.original + '-' + variables.peer{same_name})"
             ),
             format!(
-                "metadata.name: a namespace Liqo makes for a peer is named {allowed} (Liqo's DefaultName mapping), FLUIDOS peer guard"
+                "metadata.name: a namespace Liqo makes for a peer is named {allowed} \
+                 (Liqo's DefaultName mapping of metadata.annotations[{ORIGINAL_NAME_ANNOTATION}]), FLUIDOS peer guard"
             ),
+        ),
+        deny(
+            "variables.peer.contains('-') || variables.peer.matches('[0-9]')".to_owned(),
+            "metadata.annotations[liqo.io/managed-by-namespace-map]: the peer's cluster ID is one word \
+             without a digit, so the names Liqo derives from it (<namespace>-<cluster ID>) could take \
+             one this cluster will need (like longhorn-system); a peer's cluster ID must contain a \
+             hyphen or a digit, FLUIDOS peer guard"
+                .to_owned(),
         ),
         deny(
             format!(
@@ -425,7 +506,7 @@ mod tests {
     }
 
     #[test]
-    fn four_policies_each_with_its_binding_and_label() {
+    fn five_policies_each_with_its_binding_and_label() {
         let plan = plan(inputs(PodSecurityLevel::Restricted));
         let names: Vec<_> = plan
             .iter()
@@ -493,6 +574,7 @@ mod tests {
                 "procMount",
                 "seccompProfile",
                 "hostProcess",
+                "priorityClassName",
             ] {
                 assert!(
                     msgs.iter()
@@ -505,6 +587,38 @@ mod tests {
         assert!(messages(&plan[2])[0].starts_with("spec.externalIPs"));
         assert!(
             plan[2]
+                .binding
+                .spec
+                .as_ref()
+                .unwrap()
+                .match_resources
+                .as_ref()
+                .is_some_and(|m| m.namespace_selector.is_some())
+        );
+        // Claims: no binding of an existing volume, in peer namespaces only,
+        // at creation only (the volume controller writes volumeName).
+        let claims = messages(&plan[3]);
+        for field in ["spec.volumeName", "spec.selector"] {
+            assert!(
+                claims.iter().any(|m| m.starts_with(field)),
+                "{field}: {claims:?}"
+            );
+        }
+        let constraints = plan[3]
+            .policy
+            .spec
+            .as_ref()
+            .unwrap()
+            .match_constraints
+            .as_ref()
+            .unwrap();
+        let ops = constraints.resource_rules.as_ref().unwrap()[0]
+            .operations
+            .clone()
+            .unwrap();
+        assert_eq!(ops, ["CREATE"]);
+        assert!(
+            plan[3]
                 .binding
                 .spec
                 .as_ref()
@@ -547,16 +661,25 @@ mod tests {
     #[test]
     fn namespace_names_are_liqos_default_unless_service_namespaces_are_bought() {
         let plain = plan(inputs(PodSecurityLevel::Restricted));
-        let spec = plain[3].policy.spec.as_ref().unwrap();
+        let spec = plain[4].policy.spec.as_ref().unwrap();
         let expr = &spec.validations.as_ref().unwrap()[0].expression;
-        assert!(expr.contains("endsWith('-' + variables.peer)"), "{expr}");
-        let peer = &spec.variables.as_ref().unwrap()[1].expression;
-        assert!(peer.contains(".substring(12)"), "{peer}");
+        assert!(
+            expr.contains("object.metadata.name == variables.original + '-' + variables.peer"),
+            "{expr}"
+        );
+        let vars = spec.variables.as_ref().unwrap();
+        assert!(vars[1].expression.contains(".substring(12)"), "{vars:?}");
+        assert!(
+            vars[2].expression.contains(ORIGINAL_NAME_ANNOTATION),
+            "{vars:?}"
+        );
+        let distinctive = &spec.validations.as_ref().unwrap()[1].expression;
+        assert!(distinctive.contains("matches('[0-9]')"), "{distinctive}");
         let only = &spec.match_conditions.as_ref().unwrap()[0].expression;
         assert!(only.contains(MANAGED_BY_ANNOTATION), "{only}");
         assert!(!expr.contains(SERVICE_NAMESPACE_PREFIX), "{expr}");
         assert!(
-            plain[3]
+            plain[4]
                 .binding
                 .spec
                 .as_ref()
@@ -568,7 +691,7 @@ mod tests {
             level: PodSecurityLevel::Restricted,
             service_namespaces: true,
         });
-        let expr = &buyer[3]
+        let expr = &buyer[4]
             .policy
             .spec
             .as_ref()
@@ -578,5 +701,9 @@ mod tests {
             .unwrap()[0]
             .expression;
         assert!(expr.contains("startsWith('contract-')"), "{expr}");
+        assert!(
+            expr.contains("object.metadata.name == variables.original &&"),
+            "{expr}"
+        );
     }
 }

@@ -49,14 +49,15 @@ fn namespace(name: &str, labels: Value, annotations: Value) -> Namespace {
     .unwrap()
 }
 
-/// A namespace as Liqo's NamespaceMap controller makes it for `peer`.
-fn liqo_namespace(name: &str, peer: &str) -> Namespace {
+/// A namespace as Liqo's NamespaceMap controller makes it for `peer`'s
+/// namespace `original`.
+fn liqo_namespace(name: &str, original: &str, peer: &str) -> Namespace {
     namespace(
         name,
         json!({"liqo.io/remote-cluster-id": peer}),
         json!({
             "liqo.io/managed-by-namespace-map": format!("liqo-tenant-{peer}/{peer}-nm"),
-            "liqo.io/original-name": "app",
+            "liqo.io/original-name": original,
         }),
     )
 }
@@ -122,6 +123,10 @@ fn hostile() -> Vec<(&'static str, Value)> {
         (
             "seccompProfile",
             spec_with(|s| s["securityContext"]["seccompProfile"] = json!({"type": "Unconfined"})),
+        ),
+        (
+            "priorityClassName",
+            spec_with(|s| s["priorityClassName"] = json!("system-node-critical")),
         ),
         (
             "initContainers",
@@ -228,7 +233,7 @@ async fn a_peers_workloads_are_confined_to_the_pod_security_level() {
     let namespaces = Api::<Namespace>::all(client.clone());
     let ns = format!("app-{PEER}");
     namespaces
-        .create(&PostParams::default(), &liqo_namespace(&ns, PEER))
+        .create(&PostParams::default(), &liqo_namespace(&ns, "app", PEER))
         .await
         .unwrap();
     tokio::time::timeout(
@@ -243,10 +248,29 @@ async fn a_peers_workloads_are_confined_to_the_pod_security_level() {
     .expect("the peer namespace labelled restricted")
     .unwrap();
     say(&format!("{ns}: labelled pod-security restricted"));
-    for (name, peer_label) in [("kube-evil", PEER), ("other-consumer2", PEER)] {
-        let mut n = liqo_namespace(name, peer_label);
-        if name == "other-consumer2" {
-            // Named for consumer2, made by consumer1's NamespaceMap.
+    // kube-evil: a name of the peer's choosing; web-consumer1: not the
+    // mapping of its original name (app); longhorn-system: the derived name
+    // of a peer whose cluster ID is one word (system), a name this cluster
+    // may need; other-consumer1: another peer's label on it.
+    for (name, original, peer, refused_for) in [
+        ("kube-evil", "app", PEER, "metadata.name:"),
+        ("web-consumer1", "app", PEER, "metadata.name:"),
+        (
+            "longhorn-system",
+            "longhorn",
+            "system",
+            "cluster ID is one word",
+        ),
+        (
+            "other-consumer1",
+            "other",
+            PEER,
+            "metadata.labels[liqo.io/remote-cluster-id]",
+        ),
+    ] {
+        let mut n = liqo_namespace(name, original, peer);
+        if name == "other-consumer1" {
+            // Labelled for consumer2, made by consumer1's NamespaceMap.
             n.metadata
                 .labels
                 .as_mut()
@@ -257,7 +281,7 @@ async fn a_peers_workloads_are_confined_to_the_pod_security_level() {
             namespaces.create(&PostParams::default(), &n).await,
             &format!("namespace {name}"),
         );
-        assert!(msg.contains("metadata."), "{name}: {msg}");
+        assert!(msg.contains(refused_for), "{name}: {msg}");
         say(&format!("namespace {name} refused: {msg}"));
     }
     // Namespaces no NamespaceMap made are none of the guard's business.
@@ -347,6 +371,20 @@ async fn a_peers_workloads_are_confined_to_the_pod_security_level() {
             "Pod refusal does not name {field}: {msg}"
         );
     }
+    // A system priority class would outrank (and outlive evictions of)
+    // everything here.
+    let msg = refusal(
+        pods.create(
+            &PostParams::default(),
+            &pod(
+                "critical",
+                spec_with(|s| s["priorityClassName"] = json!("system-cluster-critical")),
+            ),
+        )
+        .await,
+        "a Pod of a system priority class",
+    );
+    assert!(msg.contains("spec.priorityClassName"), "{msg}");
     let msg = refusal(
         pods.create(
             &PostParams::default(),
@@ -395,6 +433,41 @@ async fn a_peers_workloads_are_confined_to_the_pod_security_level() {
         .await
         .unwrap();
     say(&format!("Service with externalIPs refused: {msg}"));
+
+    // A peer's claim gets a volume provisioned for it, never one of ours.
+    let claims =
+        Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(client.clone(), &ns);
+    let claim = |name: &str, extra: Value| -> k8s_openapi::api::core::v1::PersistentVolumeClaim {
+        let mut spec = json!({"accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}}});
+        if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+            spec.extend(extra.clone());
+        }
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
+    };
+    for (field, extra) in [
+        (
+            "spec.volumeName",
+            json!({"volumeName": "someone-elses-data"}),
+        ),
+        (
+            "spec.selector",
+            json!({"selector": {"matchLabels": {"team": "finance"}}}),
+        ),
+    ] {
+        let msg = refusal(
+            claims
+                .create(&PostParams::default(), &claim("steal", extra))
+                .await,
+            &format!("a claim with {field}"),
+        );
+        assert!(msg.contains(field), "{field}: {msg}");
+        say(&format!("claim with {field} refused: {msg}"));
+    }
+    claims
+        .create(&PostParams::default(), &claim("own", json!({})))
+        .await
+        .unwrap();
 
     // Someone lowers the namespace's level: it is put back.
     namespaces
