@@ -21,8 +21,9 @@
 //!   namespaces writes only in, or creates only, `liqo-tenant-<the cluster ID
 //!   recorded on its ServiceAccount>` ([`CLUSTER_ID_ANNOTATION`]; the
 //!   ServiceAccount is the policy's parameter, so a peer whose account lacks
-//!   it may write nothing), and no peer creates a ServiceAccount-token
-//!   Secret;
+//!   it may write nothing), it creates that namespace with Liqo's two
+//!   labels only ([`GO_CONSUMER_NAMESPACE_LABELS`], no ownership marks of
+//!   its own making), and no peer creates a ServiceAccount-token Secret;
 //! - when its tenant namespace appears, the gateway adopts it for the buyer
 //!   ([`adoption_patch`]) and binds the usual peer Role there, which carries
 //!   the reads the Go consumer makes in it (its GatewayServer, its gateway's
@@ -47,7 +48,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::ObjectMeta;
 
 use crate::buyer::{Caller, PlainHttpSales};
-use crate::credentials::{BUYER_ANNOTATION, MANAGED_LABEL, SERVICE_ACCOUNT_PREFIX, rule};
+use crate::credentials::{
+    BUYER_ANNOTATION, MANAGED_LABEL, OWNER_ANNOTATION, PLAIN_HTTP_OWNER, SERVICE_ACCOUNT_PREFIX,
+    rule,
+};
 
 /// Liqo's namespace, where the Go consumer reads Liqo's cluster ID and
 /// CIDRs (it assumes this name, `fluidos-node.md` §4.1).
@@ -282,7 +286,8 @@ fn probe_expression(namespace: &str) -> String {
 
 /// The policy's checks: the requester's own account (the parameter named
 /// like it) names the one tenant namespace a peer that may create namespaces
-/// writes in; no peer creates a ServiceAccount-token Secret; the probe is
+/// writes in; no peer creates a ServiceAccount-token Secret, nor a
+/// namespace with labels or annotations beyond Liqo's; the probe is
 /// refused (which tells the gateway that the policy is enforced).
 fn validations(probe: &str) -> Vec<Validation> {
     vec![
@@ -336,8 +341,39 @@ fn validations(probe: &str) -> Vec<Validation> {
             reason: Some("Forbidden".to_owned()),
             ..Default::default()
         },
+        // Ownership marks (whose buyer, whose key a namespace is) are this
+        // gateway's to set: one forged at creation would make this node,
+        // buying later from the cluster it names, keep its Liqo Identity
+        // where the peer reads Secrets.
+        Validation {
+            expression: format!(
+                "request.resource.resource != 'namespaces' || request.operation != 'CREATE' \
+                 || (size(object.metadata.?annotations.orValue({{}})) == 0 \
+                     && object.metadata.?labels.orValue({{}}).all(k, k in [{}]))",
+                GO_CONSUMER_NAMESPACE_LABELS
+                    .iter()
+                    .map(|l| format!("'{l}'"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            message: Some(format!(
+                "a Go consumer creates its Liqo tenant namespace with only the labels {} and no \
+                 annotations: whose namespace it is, this FLUIDOS provider records",
+                GO_CONSUMER_NAMESPACE_LABELS.join(", ")
+            )),
+            reason: Some("Forbidden".to_owned()),
+            ..Default::default()
+        },
     ]
 }
+
+/// The labels an unmodified Go consumer puts on the tenant namespace it
+/// creates (`fluidos-node.md` §4.3), and the one the API server adds.
+pub const GO_CONSUMER_NAMESPACE_LABELS: [&str; 3] = [
+    "liqo.io/remote-cluster-id",
+    "liqo.io/tenant-namespace",
+    "kubernetes.io/metadata.name",
+];
 
 /// The Liqo cluster ID whose tenant namespace `namespace` is, if it is one.
 pub fn cluster_of_namespace(namespace: &str) -> Option<&str> {
@@ -406,9 +442,10 @@ pub fn sole_claimant<'a>(
 }
 
 /// The server-side apply body that adopts a Go consumer's tenant namespace
-/// for `buyer`: this gateway's label and buyer annotation (so that it counts
-/// as that buyer's, as the namespaces the gateway makes do) and
-/// [`NAMESPACE_LABEL`]. The labels the Go consumer set stay its own.
+/// for `buyer`: this gateway's label, buyer and owner annotations (so that
+/// it counts as that buyer's, as the namespaces the gateway makes do, and
+/// as bought over plain HTTP: never a TLS seller's) and [`NAMESPACE_LABEL`].
+/// The labels the Go consumer set stay its own.
 pub fn adoption_patch(namespace: &str, buyer: &str) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "v1",
@@ -419,7 +456,10 @@ pub fn adoption_patch(namespace: &str, buyer: &str) -> serde_json::Value {
                 MANAGED_LABEL.0: MANAGED_LABEL.1,
                 NAMESPACE_LABEL: "true",
             },
-            "annotations": { BUYER_ANNOTATION: buyer },
+            "annotations": {
+                BUYER_ANNOTATION: buyer,
+                OWNER_ANNOTATION: PLAIN_HTTP_OWNER,
+            },
         },
     })
 }
@@ -556,6 +596,11 @@ mod tests {
         assert_eq!(
             patch["metadata"]["annotations"][BUYER_ANNOTATION],
             "buyer-1"
+        );
+        // Set, never kept from the Go consumer: bought over plain HTTP.
+        assert_eq!(
+            patch["metadata"]["annotations"][OWNER_ANNOTATION],
+            PLAIN_HTTP_OWNER
         );
     }
 }

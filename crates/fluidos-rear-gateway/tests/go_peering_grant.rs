@@ -193,6 +193,41 @@ async fn a_go_consumer_peers_in_its_own_tenant_namespace_and_nowhere_else() {
         .await
         .unwrap();
     assert_eq!(found.items.len(), 1, "Liqo's cluster ID");
+    // Ownership marks are the gateway's: a namespace made with one (here
+    // the owner a TLS seller's namespace would carry, and the gateway's own
+    // label) is refused.
+    let mut forged = namespace_named(
+        TENANT,
+        &[
+            ("liqo.io/remote-cluster-id", CLUSTER),
+            ("liqo.io/tenant-namespace", "true"),
+            ("app.kubernetes.io/managed-by", "fluidos-rear-gateway"),
+        ],
+    );
+    let refused = Api::<Namespace>::all(peer.clone())
+        .create(&PostParams::default(), &forged)
+        .await
+        .unwrap_err();
+    assert_eq!(code(&refused), 403, "{refused}");
+    assert!(refused.to_string().contains("no annotations"), "{refused}");
+    forged
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .remove("app.kubernetes.io/managed-by");
+    forged.metadata.annotations = Some(
+        [(
+            "fluidos.eu/buyer-owner".to_owned(),
+            "sha256:the-seller-this-node-buys-from".to_owned(),
+        )]
+        .into(),
+    );
+    let refused = Api::<Namespace>::all(peer.clone())
+        .create(&PostParams::default(), &forged)
+        .await
+        .unwrap_err();
+    assert_eq!(code(&refused), 403, "{refused}");
     let made = Instant::now();
     Api::<Namespace>::all(peer.clone())
         .create(
@@ -261,6 +296,20 @@ async fn a_go_consumer_peers_in_its_own_tenant_namespace_and_nowhere_else() {
         made.elapsed()
     );
     servers_api.get(CLUSTER).await.unwrap();
+    // Adopted as bought over plain HTTP: never counted as a TLS seller's.
+    let adopted = Api::<Namespace>::all(admin.clone())
+        .get(TENANT)
+        .await
+        .unwrap();
+    assert_eq!(
+        adopted
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("fluidos.eu/buyer-owner"))
+            .map(String::as_str),
+        Some("plain-http")
+    );
     // Liqo's gateway key Secret (`gw-<name>`), then the PublicKey.
     Api::<Secret>::namespaced(admin.clone(), TENANT)
         .create(
