@@ -38,6 +38,12 @@ pub struct LedgerEntry {
     /// cap counts by it, so one key cannot spread holds over invented IDs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub buyer_key: Option<String>,
+    /// The address a plain-HTTP buyer reserved from (absent over TLS, and
+    /// on holds made before addresses were recorded): a plain-HTTP hold is
+    /// renewed only from the address that made it, so writing another
+    /// buyer's ID from elsewhere neither finds nor reveals its transaction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buyer_address: Option<String>,
     /// Held or sold.
     pub state: LedgerState,
     /// Resources taken (absent for Service flavors).
@@ -340,6 +346,7 @@ mod tests {
             transaction_id: tx.into(),
             buyer_id: "b".into(),
             buyer_key: None,
+            buyer_address: None,
             state: LedgerState::Held,
             resources: Some(LedgerResources {
                 cpu: cpu.into(),

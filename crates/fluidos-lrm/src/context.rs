@@ -521,6 +521,7 @@ mod tests {
             transaction_id: "t".into(),
             buyer_id: "b".into(),
             buyer_key: None,
+            buyer_address: None,
             state,
             resources: Some(LedgerResources {
                 cpu: cpu.into(),

@@ -5,9 +5,10 @@
 //! [`Fingerprint`]; whatever it writes in `buyerID` does not change that. A
 //! caller on plain HTTP (the Go node's client only speaks `http://`) proves
 //! nothing, so it may buy only where the operator allowed plain-HTTP sales
-//! ([`PlainHttpSales`]), and its sales are [`SaleOwner::Unauthenticated`]:
-//! reachable again only over plain HTTP, never by a keyed peer, and a keyed
-//! peer's sales are never reachable over plain HTTP.
+//! ([`PlainHttpSales`]), and its sales are [`SaleOwner::PlainHttp`] from
+//! its address: reachable again only over plain HTTP from that address,
+//! never by a keyed peer, and a keyed peer's sales are never reachable over
+//! plain HTTP.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -106,30 +107,67 @@ impl fmt::Display for PlainHttpSales {
 pub(crate) enum SaleOwner {
     /// The peer holding this key.
     Key(Fingerprint),
-    /// A plain-HTTP buyer (allowed by [`PlainHttpSales`]); also every sale
-    /// made before sales were bound to keys.
-    Unauthenticated,
+    /// A plain-HTTP buyer (allowed by [`PlainHttpSales`]) at this address
+    /// (canonical: an IPv4 peer on a dual-stack socket is its IPv4
+    /// address). `None`: the router called in-process, or a sale recorded
+    /// before addresses were (and before sales were bound to keys).
+    PlainHttp(Option<IpAddr>),
 }
 
 impl SaleOwner {
-    /// The owner recorded in an object's annotations (absent: a plain-HTTP
-    /// or older sale); `None` when the annotation is not a fingerprint,
-    /// which no caller matches.
+    /// The owner recorded in an object's annotations (neither key nor
+    /// address: a plain-HTTP sale of an earlier version); `None` when the
+    /// annotation is unreadable, which no caller matches.
     pub(crate) fn recorded(
         annotations: &std::collections::BTreeMap<String, String>,
     ) -> Option<Self> {
-        match annotations.get(crate::labels::BUYER_KEY) {
-            None => Some(SaleOwner::Unauthenticated),
-            Some(v) => v.parse().ok().map(SaleOwner::Key),
+        match (
+            annotations.get(crate::labels::BUYER_KEY),
+            annotations.get(crate::labels::BUYER_ADDRESS),
+        ) {
+            (Some(key), _) => key.parse().ok().map(SaleOwner::Key),
+            (None, Some(address)) => address
+                .parse::<IpAddr>()
+                .ok()
+                .map(|ip| SaleOwner::PlainHttp(Some(ip.to_canonical()))),
+            (None, None) => Some(SaleOwner::PlainHttp(None)),
         }
     }
 
-    /// The annotation value to record, if any.
-    pub(crate) fn annotation(self) -> Option<String> {
+    /// The annotations that record this owner on a sale's objects.
+    pub(crate) fn annotations(self) -> Vec<(String, String)> {
+        match self {
+            SaleOwner::Key(fp) => vec![(crate::labels::BUYER_KEY.to_owned(), fp.to_string())],
+            SaleOwner::PlainHttp(Some(ip)) => {
+                vec![(crate::labels::BUYER_ADDRESS.to_owned(), ip.to_string())]
+            }
+            SaleOwner::PlainHttp(None) => Vec::new(),
+        }
+    }
+
+    /// The key fingerprint a ledger entry records, if any.
+    pub(crate) fn key(self) -> Option<String> {
         match self {
             SaleOwner::Key(fp) => Some(fp.to_string()),
-            SaleOwner::Unauthenticated => None,
+            SaleOwner::PlainHttp(_) => None,
         }
+    }
+
+    /// The plain-HTTP address a ledger entry records, if any.
+    pub(crate) fn address(self) -> Option<String> {
+        match self {
+            SaleOwner::PlainHttp(ip) => ip.map(|ip| ip.to_string()),
+            SaleOwner::Key(_) => None,
+        }
+    }
+
+    /// Whether `self`, as recorded on a sale, lets `caller` use it: the
+    /// same owner, or any plain-HTTP caller for a plain-HTTP sale recorded
+    /// without an address (made by an earlier version, so that it can
+    /// still be bought and read after an upgrade).
+    fn lets(self, caller: SaleOwner) -> bool {
+        self == caller
+            || (self == SaleOwner::PlainHttp(None) && matches!(caller, SaleOwner::PlainHttp(_)))
     }
 
     /// Who peering credentials issued to this owner belong to
@@ -137,7 +175,7 @@ impl SaleOwner {
     pub(crate) fn credentials_owner(self) -> String {
         match self {
             SaleOwner::Key(fp) => fp.to_string(),
-            SaleOwner::Unauthenticated => crate::credentials::PLAIN_HTTP_OWNER.to_owned(),
+            SaleOwner::PlainHttp(_) => crate::credentials::PLAIN_HTTP_OWNER.to_owned(),
         }
     }
 
@@ -145,7 +183,8 @@ impl SaleOwner {
     pub(crate) fn describe(self) -> String {
         match self {
             SaleOwner::Key(fp) => fp.to_string(),
-            SaleOwner::Unauthenticated => "a plain-HTTP buyer".to_owned(),
+            SaleOwner::PlainHttp(Some(ip)) => format!("a plain-HTTP buyer at {ip}"),
+            SaleOwner::PlainHttp(None) => "a plain-HTTP buyer".to_owned(),
         }
     }
 }
@@ -159,7 +198,9 @@ pub(crate) fn owner_of(caller: Caller, plain: &PlainHttpSales) -> Result<SaleOwn
             "reserving and buying need a client certificate: present this node's REAR key \
              (a FLUIDOS-rs consumer does when it knows the provider's fingerprint)",
         )),
-        Caller::Plain(ip) if plain.allows(ip) => Ok(SaleOwner::Unauthenticated),
+        Caller::Plain(ip) if plain.allows(ip) => {
+            Ok(SaleOwner::PlainHttp(ip.map(|ip| ip.to_canonical())))
+        }
         Caller::Plain(ip) => Err(ApiError::new(
             StatusCode::FORBIDDEN,
             format!(
@@ -180,12 +221,15 @@ pub(crate) fn check_owner(
     caller: SaleOwner,
     what: &str,
 ) -> Result<(), ApiError> {
-    if recorded == Some(caller) {
+    if recorded.is_some_and(|r| r.lets(caller)) {
         return Ok(());
     }
     let whose = match recorded {
         Some(SaleOwner::Key(_)) => "a peer with another key",
-        Some(SaleOwner::Unauthenticated) => "a plain-HTTP buyer",
+        Some(SaleOwner::PlainHttp(_)) if matches!(caller, SaleOwner::PlainHttp(_)) => {
+            "a plain-HTTP buyer at another address"
+        }
+        Some(SaleOwner::PlainHttp(_)) => "a plain-HTTP buyer",
         None => "an owner recorded in an unreadable form",
     };
     Err(ApiError::new(
@@ -252,53 +296,83 @@ mod tests {
         );
         assert_eq!(
             owner_of(Caller::Plain(ip), &PlainHttpSales::All).unwrap(),
-            SaleOwner::Unauthenticated
+            SaleOwner::PlainHttp(ip)
         );
+        // An IPv4 peer on a dual-stack socket is its IPv4 address.
+        let mapped = Some("::ffff:10.1.2.3".parse().unwrap());
+        assert_eq!(
+            owner_of(Caller::Plain(mapped), &PlainHttpSales::All).unwrap(),
+            SaleOwner::PlainHttp(ip)
+        );
+    }
+
+    fn plain(ip: &str) -> SaleOwner {
+        SaleOwner::PlainHttp(Some(ip.parse().unwrap()))
     }
 
     #[test]
     fn a_sale_is_only_its_owners() {
         let mine = SaleOwner::Key(fp(1));
-        assert!(check_owner(Some(mine), mine, "t").is_ok());
-        assert!(
-            check_owner(
-                Some(SaleOwner::Unauthenticated),
-                SaleOwner::Unauthenticated,
-                "t"
-            )
-            .is_ok()
-        );
+        let earlier = SaleOwner::PlainHttp(None);
         for (recorded, caller) in [
-            (Some(SaleOwner::Key(fp(2))), mine),
-            (Some(SaleOwner::Unauthenticated), mine),
-            (Some(mine), SaleOwner::Unauthenticated),
-            (None, mine),
-            (None, SaleOwner::Unauthenticated),
+            (mine, mine),
+            (plain("10.0.0.7"), plain("10.0.0.7")),
+            // A plain-HTTP sale of an earlier version, without an address.
+            (earlier, plain("10.0.0.7")),
+            (earlier, earlier),
+        ] {
+            assert!(
+                check_owner(Some(recorded), caller, "t").is_ok(),
+                "{recorded:?} / {caller:?}"
+            );
+        }
+        for (recorded, caller, whose) in [
+            (Some(SaleOwner::Key(fp(2))), mine, "another key"),
+            (Some(plain("10.0.0.7")), mine, "a plain-HTTP buyer"),
+            (Some(earlier), mine, "a plain-HTTP buyer"),
+            (Some(mine), plain("10.0.0.7"), "another key"),
+            (
+                Some(plain("10.0.0.7")),
+                plain("10.0.0.8"),
+                "at another address",
+            ),
+            (Some(plain("10.0.0.7")), earlier, "at another address"),
+            (None, mine, "unreadable"),
+            (None, plain("10.0.0.7"), "unreadable"),
         ] {
             let e = check_owner(recorded, caller, "transaction t").unwrap_err();
             assert_eq!(e.status, StatusCode::FORBIDDEN, "{recorded:?} / {caller:?}");
             assert!(e.body.error.starts_with("transaction t belongs to"));
+            assert!(e.body.error.contains(whose), "{}", e.body.error);
         }
     }
 
     #[test]
-    fn the_owner_round_trips_through_its_annotation() {
+    fn the_owner_round_trips_through_its_annotations() {
         let mut annotations = std::collections::BTreeMap::new();
         assert_eq!(
             SaleOwner::recorded(&annotations),
-            Some(SaleOwner::Unauthenticated)
+            Some(SaleOwner::PlainHttp(None))
         );
-        let owner = SaleOwner::Key(fp(7));
-        annotations.insert(
-            crate::labels::BUYER_KEY.to_owned(),
-            owner.annotation().unwrap(),
-        );
-        assert_eq!(SaleOwner::recorded(&annotations), Some(owner));
+        assert!(SaleOwner::PlainHttp(None).annotations().is_empty());
+        for owner in [
+            SaleOwner::Key(fp(7)),
+            plain("10.0.0.7"),
+            plain("2001:db8::1"),
+        ] {
+            let annotations = owner.annotations().into_iter().collect();
+            assert_eq!(SaleOwner::recorded(&annotations), Some(owner));
+        }
         annotations.insert(
             crate::labels::BUYER_KEY.to_owned(),
             "sha256:nope".to_owned(),
         );
         assert_eq!(SaleOwner::recorded(&annotations), None);
-        assert_eq!(SaleOwner::Unauthenticated.annotation(), None);
+        annotations.clear();
+        annotations.insert(
+            crate::labels::BUYER_ADDRESS.to_owned(),
+            "nowhere".to_owned(),
+        );
+        assert_eq!(SaleOwner::recorded(&annotations), None);
     }
 }

@@ -155,7 +155,7 @@ async fn reserve(
     responses(
         (status = 200, description = "The contract (the same one when bought again)", body = ContractDoc),
         (status = 400, description = "Malformed body; Service without liqoCredentials; a field over its size or format (named in `field`)", body = ErrorBody),
-        (status = 403, description = "The transaction was reserved with another key (or over plain HTTP, or this is plain HTTP and it was reserved over TLS); or plain-HTTP sales are off, or TLS without a client certificate", body = ErrorBody),
+        (status = 403, description = "The transaction was reserved with another key (or over plain HTTP, or this is plain HTTP and it was reserved over TLS or from another address); or plain-HTTP sales are off, or TLS without a client certificate", body = ErrorBody),
         (status = 404, description = "Unknown transaction", body = ErrorBody),
         (status = 408, description = "The transaction expired (upstream's code), or the body did not arrive in time", body = ErrorBody),
         (status = 413, description = "Body over the limit", body = ErrorBody),

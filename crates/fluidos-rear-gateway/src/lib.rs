@@ -79,6 +79,10 @@ pub mod labels {
     /// buyer reserved with over TLS (`sha256:<hex>`); absent on a sale made
     /// over plain HTTP. Only that key may buy, renew or read the sale.
     pub const BUYER_KEY: &str = fluidos_api::BUYER_KEY_ANNOTATION;
+    /// Transaction and Contract annotation: the address a plain-HTTP buyer
+    /// reserved from. Only a plain-HTTP caller from there may buy, renew or
+    /// read the sale (one without it was made by an earlier version).
+    pub const BUYER_ADDRESS: &str = "fluidos.eu/buyer-address";
     /// Annotation on a service's credentials Secret: the `host:port`
     /// addresses reachable from outside this cluster, comma-joined (written
     /// by the service allocation controller, served to the buyer).

@@ -515,9 +515,7 @@ impl State {
             (labels::BUYER.to_owned(), spec.buyer.node_id.clone()),
             crate::peering_secret::annotation(name),
         ]);
-        if let Some(key) = owner.annotation() {
-            annotations.insert(labels::BUYER_KEY.to_owned(), key);
-        }
+        annotations.extend(owner.annotations());
         let contract = Contract {
             metadata: ObjectMeta {
                 name: Some(name.to_owned()),
@@ -671,6 +669,7 @@ mod tests {
             transaction_id: "other".into(),
             buyer_id: "b".into(),
             buyer_key: None,
+            buyer_address: None,
             state: LedgerState::Sold,
             resources: None,
             expiration_time: None,

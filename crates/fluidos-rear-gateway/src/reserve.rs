@@ -292,7 +292,7 @@ impl HoldCounter {
     fn counts(&self, e: &LedgerEntry) -> bool {
         match self.owner {
             SaleOwner::Key(fp) => e.buyer_key.as_deref() == Some(fp.to_string().as_str()),
-            SaleOwner::Unauthenticated => e.buyer_key.is_none() && e.buyer_id == self.buyer_id,
+            SaleOwner::PlainHttp(_) => e.buyer_key.is_none() && e.buyer_id == self.buyer_id,
         }
     }
 
@@ -300,7 +300,7 @@ impl HoldCounter {
     fn slot_key(&self) -> String {
         match self.owner {
             SaleOwner::Key(fp) => fp.to_string(),
-            SaleOwner::Unauthenticated => format!("id:{}", self.buyer_id),
+            SaleOwner::PlainHttp(_) => format!("id:{}", self.buyer_id),
         }
     }
 
@@ -308,7 +308,7 @@ impl HoldCounter {
     fn describe(&self) -> String {
         match self.owner {
             SaleOwner::Key(fp) => format!("the peer with key {fp}"),
-            SaleOwner::Unauthenticated => format!("buyer {}", self.buyer_id),
+            SaleOwner::PlainHttp(_) => format!("buyer {}", self.buyer_id),
         }
     }
 }
@@ -437,19 +437,23 @@ fn take(
 }
 
 /// The live hold of `buyer` on this flavor taken by `owner`, if any (pure).
-/// A hold is found by buyer ID **and** key: another key writing the same
-/// buyer ID neither renews nor blocks it, it reserves on its own (so that
-/// claiming someone's ID locks nobody out and reveals nothing).
+/// A hold is found by buyer ID **and** key, or for a plain-HTTP buyer by
+/// buyer ID **and** address: another key, or another address, writing the
+/// same buyer ID neither renews nor blocks it, it reserves on its own (so
+/// that claiming someone's ID locks nobody out and reveals nothing, not
+/// even its transaction ID).
 fn live_hold<'a>(
     entries: &'a [LedgerEntry],
     buyer: &str,
-    owner: Option<&str>,
+    owner: SaleOwner,
     now: &str,
 ) -> Option<&'a LedgerEntry> {
+    let (key, address) = (owner.key(), owner.address());
     entries.iter().find(|e| {
         e.state == LedgerState::Held
             && e.buyer_id == buyer
-            && e.buyer_key.as_deref() == owner
+            && e.buyer_key == key
+            && e.buyer_address == address
             && ledger::is_live(e, now)
     })
 }
@@ -536,14 +540,14 @@ impl State {
         let mut flavor = self.book.cached_or_fetch(&req.flavor_id).await?;
         let (crd_config, want) = validate(&flavor, &req, self.pods_on_buyer(caller))?;
 
-        let (buyer, buyer_key) = (req.buyer.id.clone(), caller.annotation());
+        let buyer = req.buyer.id.clone();
         let mut slot = None;
         for round in 0..4 {
             if round > 0 {
                 flavor = self.book.fetch(&req.flavor_id).await?;
             }
             let now = time::now_string();
-            if let Some(hold) = live_hold(ledger_of(&flavor), &buyer, buyer_key.as_deref(), &now) {
+            if let Some(hold) = live_hold(ledger_of(&flavor), &buyer, caller, &now) {
                 let tx_id = hold.transaction_id.clone();
                 match self
                     .refresh(&req, crd_config.as_ref(), caller, &flavor, &tx_id)
@@ -580,7 +584,7 @@ impl State {
             let entry_tx = tx_id.clone();
             let entry_exp = expiration.clone();
             let hold = self.book.update(&req.flavor_id, |f, entries, now| {
-                if live_hold(entries, &buyer, buyer_key.as_deref(), now).is_some() {
+                if live_hold(entries, &buyer, caller, now).is_some() {
                     return Ok(Decision::Keep(Outcome::Existing));
                 }
                 let resources = take(f, &want, entries, now)?;
@@ -588,7 +592,8 @@ impl State {
                 entries.push(LedgerEntry {
                     transaction_id: entry_tx.clone(),
                     buyer_id: buyer.clone(),
-                    buyer_key: buyer_key.clone(),
+                    buyer_key: caller.key(),
+                    buyer_address: caller.address(),
                     state: LedgerState::Held,
                     resources,
                     expiration_time: Some(entry_exp.clone()),
@@ -688,9 +693,7 @@ impl State {
                     labels::SIDE.to_owned(),
                     labels::PROVIDER.to_owned(),
                 )])),
-                annotations: owner
-                    .annotation()
-                    .map(|key| BTreeMap::from([(labels::BUYER_KEY.to_owned(), key)])),
+                annotations: Some(owner.annotations().into_iter().collect()),
                 // Deleting the flavor garbage-collects its reservations.
                 owner_references: flavor.owner_ref(&()).map(|r| vec![r]),
                 ..Default::default()
@@ -964,6 +967,7 @@ mod tests {
                         transaction_id: format!("t-{buyer}"),
                         buyer_id: buyer.into(),
                         buyer_key: None,
+                        buyer_address: None,
                         state,
                         resources: None,
                         expiration_time: (!exp.is_empty()).then(|| exp.to_owned()),
@@ -992,7 +996,7 @@ mod tests {
                 ("a", LedgerState::Sold, ""),
             ]),
         ];
-        let plain = |b| HoldCounter::new(SaleOwner::Unauthenticated, b);
+        let plain = |b| HoldCounter::new(SaleOwner::PlainHttp(None), b);
         assert_eq!(live_holds_of(&flavors, &plain("a"), now), 2);
         assert_eq!(live_holds_of(&flavors, &plain("b"), now), 1);
         assert_eq!(live_holds_of(&flavors, &plain("c"), now), 0);
@@ -1009,18 +1013,29 @@ mod tests {
         let ledger = f.status.as_mut().unwrap().ledger.as_mut().unwrap();
         ledger[0].transaction_id = "plain".into();
         ledger[1].transaction_id = "keyed".into();
-        ledger[1].buyer_key = Some("sha256:aa".into());
+        ledger[1].buyer_key = Some(format!("sha256:{}", "aa".repeat(32)));
+        ledger[0].buyer_address = Some("10.0.0.7".into());
         let entries = ledger.clone();
         let found =
             |owner| live_hold(&entries, "alice", owner, now).map(|e| e.transaction_id.as_str());
-        assert_eq!(found(None), Some("plain"));
-        assert_eq!(found(Some("sha256:aa")), Some("keyed"));
+        let key = |b: u8| {
+            SaleOwner::Key(
+                format!("sha256:{}", format!("{b:02x}").repeat(32))
+                    .parse()
+                    .unwrap(),
+            )
+        };
+        let plain = |ip: &str| SaleOwner::PlainHttp(Some(ip.parse().unwrap()));
+        assert_eq!(found(plain("10.0.0.7")), Some("plain"));
         assert_eq!(
-            found(Some("sha256:bb")),
+            found(plain("10.0.0.8")),
             None,
-            "another key reserves on its own"
+            "another address writing alice's ID reserves on its own"
         );
-        assert_eq!(live_hold(&entries, "bob", None, now), None);
+        assert_eq!(found(SaleOwner::PlainHttp(None)), None);
+        assert_eq!(found(key(0xaa)), Some("keyed"));
+        assert_eq!(found(key(0xbb)), None, "another key reserves on its own");
+        assert_eq!(live_hold(&entries, "bob", plain("10.0.0.7"), now), None);
     }
 
     #[test]
@@ -1062,7 +1077,7 @@ mod tests {
         let keyed = HoldCounter::new(SaleOwner::Key(key), "z");
         assert_eq!(live_holds_of(&flavors, &keyed, now), 2);
         // A plain-HTTP buyer writing one of those IDs does not count them.
-        let plain = HoldCounter::new(SaleOwner::Unauthenticated, "x");
+        let plain = HoldCounter::new(SaleOwner::PlainHttp(None), "x");
         assert_eq!(live_holds_of(&flavors, &plain, now), 0);
         assert_ne!(keyed.slot_key(), plain.slot_key());
     }

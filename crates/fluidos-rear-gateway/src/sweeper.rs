@@ -222,6 +222,7 @@ mod tests {
                         transaction_id: "t".into(),
                         buyer_id: "b".into(),
                         buyer_key: None,
+                        buyer_address: None,
                         state,
                         resources: None,
                         expiration_time: exp.map(Into::into),

@@ -38,7 +38,7 @@ use fluidos_api::{Contract, Flavor, Transaction};
 use fluidos_rear_client::{ClientConfig, ProviderAddress, RearClient, RearError};
 use fluidos_rear_gateway::PlainHttpSales;
 use fluidos_rear_gateway::credentials::{OWNER_ANNOTATION, service_account_name};
-use fluidos_rear_gateway::labels::BUYER_KEY;
+use fluidos_rear_gateway::labels::{BUYER_ADDRESS, BUYER_KEY};
 use fluidos_rear_identity::NodeKey;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -328,8 +328,41 @@ async fn plain_http_sales_for_listed_addresses_stay_plain() {
     assert_eq!(
         stored.annotations().get(BUYER_KEY),
         None,
-        "plain sales are unbound"
+        "plain sales have no key"
     );
+    assert_eq!(
+        stored.annotations().get(BUYER_ADDRESS).map(String::as_str),
+        Some("127.0.0.1"),
+        "plain sales are bound to the address they were reserved from"
+    );
+    // Another plain-HTTP caller (another address, also allowed) writing the
+    // Go buyer's ID, with another configuration: not the Go buyer's hold, so
+    // neither a 409 naming its transaction nor its transaction; it reserves
+    // on its own. Buying the Go buyer's transaction by its ID is refused.
+    let elsewhere = reqwest::Client::builder()
+        .local_address(Some("127.0.0.2".parse().unwrap()))
+        .build()
+        .unwrap();
+    let (code, text) = post(
+        &elsewhere,
+        &format!("{}/api/v2/reservations", served.base),
+        &k8s_reserve("fluidos.eu-k8slice-aaaa", "go-node", "2", "1Gi", "1"),
+    )
+    .await;
+    assert_eq!(code, 200, "{text}");
+    assert!(!text.contains(&tx.transaction_id), "{text}");
+    let (code, text) = post(
+        &elsewhere,
+        &format!(
+            "{}/api/v2/transactions/{}/purchase",
+            served.base, tx.transaction_id
+        ),
+        &serde_json::json!({}),
+    )
+    .await;
+    assert_eq!(code, 403, "{text}");
+    assert!(text.contains("at another address"), "{text}");
+    assert!(!text.contains("kubeconfig"), "{text}");
     // A keyed peer cannot take a plain-HTTP sale.
     let (code, text) = status(
         client(Some(&alice))
