@@ -38,7 +38,7 @@ pub const FIELD_MANAGER: &str = "fluidos-peer-guard";
 const CONTROLLER: &str = "peer-namespaces";
 
 /// What the guard keeps.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GuardConfig {
     /// The policies' inputs (the Pod Security level among them).
     pub inputs: PolicyInputs,
@@ -119,7 +119,7 @@ pub async fn run(
     ready: ReadinessGate,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
-    let plan = workload_policy::plan(cfg.inputs);
+    let plan = workload_policy::plan(cfg.inputs.clone());
     tokio::select! {
         () = keep_policies(client.clone(), plan, ready) => {}
         () = label_namespaces(client, cfg, metrics) => {}

@@ -1,6 +1,6 @@
 //! The admission policies that confine what peers run here (pure).
 //!
-//! Five ValidatingAdmissionPolicies, each with a binding of the same name:
+//! Six ValidatingAdmissionPolicies, each with a binding of the same name:
 //!
 //! | policy | matches | refuses |
 //! |---|---|---|
@@ -9,6 +9,7 @@
 //! | [`SERVICES`] | Services (create, update) in peer namespaces | `spec.externalIPs` |
 //! | [`VOLUME_CLAIMS`] | PersistentVolumeClaims (create) in peer namespaces | `spec.volumeName`, `spec.selector` |
 //! | [`NAMESPACES`] | Namespaces made by a NamespaceMap (create) | names Liqo does not derive for that tenant |
+//! | [`PEER_SECRETS`] | Secrets (create, update) by the accounts this node issues to peers | ones Liqo would sign with this cluster's key (`liqo.io/signed-nonce`), ServiceAccount tokens |
 //!
 //! The ShadowPod policy answers the peer itself: its virtual kubelet (or a
 //! hostile peer with the same credentials) is told which field it may not
@@ -66,21 +67,36 @@ pub const SERVICES: &str = "fluidos-peer-services";
 pub const VOLUME_CLAIMS: &str = "fluidos-peer-volume-claims";
 /// The namespace-name policy's name (and its binding's).
 pub const NAMESPACES: &str = "fluidos-peer-namespaces";
+/// The peer accounts' Secret policy's name (and its binding's).
+pub const PEER_SECRETS: &str = "fluidos-peer-secrets";
 /// Every policy this crate keeps, in the order they are applied.
-pub const NAMES: [&str; 5] = [SHADOWPODS, PODS, SERVICES, VOLUME_CLAIMS, NAMESPACES];
+pub const NAMES: [&str; 6] = [
+    SHADOWPODS,
+    PODS,
+    SERVICES,
+    VOLUME_CLAIMS,
+    NAMESPACES,
+    PEER_SECRETS,
+];
+/// Label Liqo's nonce signer looks for: it signs the `nonce` of every such
+/// Secret in a tenant namespace with this cluster's Liqo private key.
+pub const SIGNED_NONCE_LABEL: &str = "liqo.io/signed-nonce";
 /// Label on the policies and bindings, by which the guard watches them.
 pub const POLICY_LABEL: (&str, &str) = ("fluidos.eu/peer-guard", "true");
 /// Prefix of the service namespaces a seller offloads with `EnforceSameName`.
 pub const SERVICE_NAMESPACE_PREFIX: &str = "contract-";
 
 /// What the policies are made from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PolicyInputs {
     /// The Pod Security level of peers' pods.
     pub level: PodSecurityLevel,
     /// Allow the `contract-*` names of sellers' service namespaces (this
     /// node buys Services delivered by Liqo).
     pub service_namespaces: bool,
+    /// The user name prefix of the accounts this node issues to peers
+    /// (`system:serviceaccount:<namespace>:fluidos-peer-`).
+    pub peer_accounts: String,
 }
 
 /// One policy and its binding.
@@ -158,6 +174,19 @@ pub fn plan(inputs: PolicyInputs) -> Vec<Guarded> {
                 "has(object.metadata.annotations) && '{MANAGED_BY_ANNOTATION}' in object.metadata.annotations"
             )),
             validations: namespace_validations(inputs.service_namespaces),
+            namespaces: None,
+        }),
+        guarded(Parts {
+            name: PEER_SECRETS,
+            rules: vec![rule("", "secrets", &["CREATE", "UPDATE"])],
+            variables: Vec::new(),
+            // The accounts this node issues to peers, whatever namespace
+            // they write in; every other requester is not evaluated.
+            only_if: Some(format!(
+                "request.userInfo.username.startsWith('{}')",
+                inputs.peer_accounts
+            )),
+            validations: peer_secret_validations(),
             namespaces: None,
         }),
     ]
@@ -434,6 +463,30 @@ fn volume_claim_validations() -> Vec<Validation> {
     ]
 }
 
+/// The checks on a Secret a peer's account writes: never one this
+/// cluster's Liqo would sign (a peer that could have its own nonce signed
+/// here would hold this cluster's signature over a nonce another provider
+/// issued to it, and peer there as this cluster; this node's own peering
+/// makes those Secrets with its own credentials), never a ServiceAccount
+/// token (a way out of the peer's rights).
+fn peer_secret_validations() -> Vec<Validation> {
+    vec![
+        deny(
+            format!(
+                "!(object.metadata.?labels.orValue({{}}).exists(k, k == '{SIGNED_NONCE_LABEL}'))"
+            ),
+            format!(
+                "metadata.labels[{SIGNED_NONCE_LABEL}]: a peer may not have this cluster's Liqo sign a nonce, FLUIDOS peer guard"
+            ),
+        ),
+        deny(
+            "object.?type.orValue('') != 'kubernetes.io/service-account-token'".to_owned(),
+            "type: a peer may not create ServiceAccount-token Secrets, FLUIDOS peer guard"
+                .to_owned(),
+        ),
+    ]
+}
+
 /// The checks on a namespace a NamespaceMap made.
 fn namespace_validations(service_namespaces: bool) -> Vec<Validation> {
     let (same_name, allowed) = if service_namespaces {
@@ -489,6 +542,7 @@ mod tests {
         PolicyInputs {
             level,
             service_namespaces: false,
+            peer_accounts: "system:serviceaccount:fluidos:fluidos-peer-".to_owned(),
         }
     }
 
@@ -506,7 +560,7 @@ mod tests {
     }
 
     #[test]
-    fn five_policies_each_with_its_binding_and_label() {
+    fn six_policies_each_with_its_binding_and_label() {
         let plan = plan(inputs(PodSecurityLevel::Restricted));
         let names: Vec<_> = plan
             .iter()
@@ -688,8 +742,8 @@ mod tests {
                 .is_none()
         );
         let buyer = plan(PolicyInputs {
-            level: PodSecurityLevel::Restricted,
             service_namespaces: true,
+            ..inputs(PodSecurityLevel::Restricted)
         });
         let expr = &buyer[4]
             .policy
@@ -705,5 +759,25 @@ mod tests {
             expr.contains("object.metadata.name == variables.original &&"),
             "{expr}"
         );
+    }
+
+    #[test]
+    fn peer_accounts_may_not_have_nonces_signed_nor_make_tokens() {
+        let plan = plan(inputs(PodSecurityLevel::Restricted));
+        let g = &plan[5];
+        let spec = g.policy.spec.as_ref().unwrap();
+        let only = &spec.match_conditions.as_ref().unwrap()[0].expression;
+        assert!(
+            only.contains("startsWith('system:serviceaccount:fluidos:fluidos-peer-')"),
+            "{only}"
+        );
+        let msgs = messages(g);
+        assert!(
+            msgs[0].starts_with("metadata.labels[liqo.io/signed-nonce]"),
+            "{msgs:?}"
+        );
+        assert!(msgs[1].starts_with("type:"), "{msgs:?}");
+        // Whatever namespace the peer writes in.
+        assert!(g.binding.spec.as_ref().unwrap().match_resources.is_none());
     }
 }

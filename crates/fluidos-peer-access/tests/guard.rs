@@ -27,6 +27,8 @@ use kube::runtime::wait::await_condition;
 use serde_json::{Value, json};
 
 const PEER: &str = "consumer1";
+/// Namespace of the accounts the REAR gateway issues to peers.
+const PEER_ACCOUNT_NS: &str = "fluidos";
 const WAIT: Duration = Duration::from_secs(20);
 
 fn say(line: &str) {
@@ -214,6 +216,9 @@ async fn a_peers_workloads_are_confined_to_the_pod_security_level() {
                     inputs: PolicyInputs {
                         level: PodSecurityLevel::Restricted,
                         service_namespaces: false,
+                        peer_accounts: format!(
+                            "system:serviceaccount:{PEER_ACCOUNT_NS}:fluidos-peer-"
+                        ),
                     },
                 },
                 &Metrics::new(),
@@ -433,6 +438,106 @@ async fn a_peers_workloads_are_confined_to_the_pod_security_level() {
         .await
         .unwrap();
     say(&format!("Service with externalIPs refused: {msg}"));
+
+    // A peer's account (with Liqo's peering-user rights on Secrets in its
+    // tenant namespace) may not have this cluster's Liqo sign a nonce, nor
+    // make a ServiceAccount token; its nonce Secret is fine.
+    let peer_user = format!("system:serviceaccount:{PEER_ACCOUNT_NS}:fluidos-peer-{PEER}");
+    let rbac: Value = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "peer", "namespace": tenant},
+        "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "get"]}]
+    });
+    Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(client.clone(), &tenant)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(rbac).unwrap(),
+        )
+        .await
+        .unwrap();
+    let binding: Value = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "peer", "namespace": tenant},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "peer"},
+        "subjects": [{"kind": "ServiceAccount", "name": format!("fluidos-peer-{PEER}"), "namespace": PEER_ACCOUNT_NS}]
+    });
+    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client.clone(), &tenant)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(binding).unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(
+        cp.kubeconfig().clone(),
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    config.auth_info.impersonate = Some(peer_user.clone());
+    let peer = kube::Client::try_from(config).unwrap();
+    let peer_secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(peer.clone(), &tenant);
+    let secret = |name: &str, labels: Value, type_: Option<&str>| {
+        serde_json::from_value::<k8s_openapi::api::core::v1::Secret>(json!({
+            "metadata": {"name": name, "labels": labels,
+                "annotations": {"kubernetes.io/service-account.name": "default"}},
+            "type": type_.unwrap_or("Opaque"),
+            "stringData": {"nonce": "chosen-by-the-peer"}
+        }))
+        .unwrap()
+    };
+    let msg = refusal(
+        peer_secrets
+            .create(
+                &PostParams::default(),
+                &secret(
+                    "liqo-signed-nonce",
+                    json!({"liqo.io/signed-nonce": "true", "liqo.io/remote-cluster-id": PEER}),
+                    None,
+                ),
+            )
+            .await,
+        "a peer's signed-nonce Secret",
+    );
+    assert!(msg.contains("liqo.io/signed-nonce"), "{msg}");
+    say(&format!("peer's signed-nonce Secret refused: {msg}"));
+    let msg = refusal(
+        peer_secrets
+            .create(
+                &PostParams::default(),
+                &secret(
+                    "token",
+                    json!({}),
+                    Some("kubernetes.io/service-account-token"),
+                ),
+            )
+            .await,
+        "a peer's ServiceAccount token",
+    );
+    assert!(msg.contains("ServiceAccount-token"), "{msg}");
+    peer_secrets
+        .create(
+            &PostParams::default(),
+            &secret(
+                "liqo-nonce",
+                json!({"liqo.io/nonce": "true", "liqo.io/remote-cluster-id": PEER}),
+                None,
+            ),
+        )
+        .await
+        .unwrap();
+    // This node's own peering makes its signed-nonce Secrets (as admin here).
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &tenant)
+        .create(
+            &PostParams::default(),
+            &secret(
+                "liqo-signed-nonce",
+                json!({"liqo.io/signed-nonce": "true", "liqo.io/remote-cluster-id": PEER}),
+                None,
+            ),
+        )
+        .await
+        .unwrap();
 
     // A peer's claim gets a volume provisioned for it, never one of ours.
     let claims =

@@ -41,6 +41,11 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
             // service namespaces under their own names.
             service_namespaces: ctx.args.service_delivery
                 == fluidos_api::service_delivery::ServiceDelivery::Liqo,
+            peer_accounts: format!(
+                "system:serviceaccount:{}:{}",
+                cfg.namespace,
+                fluidos_rear_gateway::credentials::SERVICE_ACCOUNT_PREFIX
+            ),
         },
     });
     let guard_ready = ReadinessGate::new();
