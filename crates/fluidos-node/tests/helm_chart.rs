@@ -850,7 +850,7 @@ async fn chart_rbac_suffices_for_the_go_peering_grant() {
     let peer = kube::Client::try_from(config).unwrap();
     let namespace = |name: &str| {
         serde_json::from_value::<k8s_openapi::api::core::v1::Namespace>(
-            json!({"metadata": {"name": name, "labels": {"liqo.io/remote-cluster-id": "liqo-gonode"}}}),
+            json!({"metadata": {"name": name, "labels": {"liqo.io/remote-cluster-id": "liqo-gonode", "liqo.io/tenant-namespace": "true"}}}),
         )
         .unwrap()
     };

@@ -7,7 +7,7 @@
 //! | [`SHADOWPODS`] | ShadowPods (create, update) in peer namespaces | what a pod of the level may not do, naming the field under `spec.pod` |
 //! | [`PODS`] | Pods (create, ephemeral containers) in peer namespaces | the same under `spec`, and any pod before the namespace enforces the level |
 //! | [`SERVICES`] | Services (create, update) in peer namespaces | `spec.externalIPs` |
-//! | [`VOLUME_CLAIMS`] | PersistentVolumeClaims (create) in peer namespaces | `spec.volumeName`, `spec.selector` |
+//! | [`VOLUME_CLAIMS`] | PersistentVolumeClaims (create, update) in peer namespaces | `spec.volumeName` (but from the volume controller), `spec.selector`, `storageClassName: ""` |
 //! | [`NAMESPACES`] | Namespaces made by a NamespaceMap (create) | names Liqo does not derive for that tenant |
 //! | [`PEER_SECRETS`] | Secrets (create, update) by the accounts this node issues to peers | ones Liqo would sign with this cluster's key (`liqo.io/signed-nonce`), ServiceAccount tokens |
 //!
@@ -29,7 +29,8 @@
 //! a claim that names a volume (`volumeName`) or selects volumes by label
 //! (`selector`) would bind a PersistentVolume this cluster's admin made for
 //! someone else, with its data; Liqo's storage reflection sets neither.
-//! Creation only: the volume controller writes `volumeName` when it binds.
+//! Nor may it ask for the empty class (only pre-made volumes have it), or
+//! set `volumeName` later: only the volume controller does, when it binds.
 //!
 //! The namespace policy confines the names: a peer's NamespaceMap may ask
 //! Liqo here for any name (`EnforceSameName`, `SelectedName`), so it could
@@ -156,7 +157,7 @@ pub fn plan(inputs: PolicyInputs) -> Vec<Guarded> {
         }),
         guarded(Parts {
             name: VOLUME_CLAIMS,
-            rules: vec![rule("", "persistentvolumeclaims", &["CREATE"])],
+            rules: vec![rule("", "persistentvolumeclaims", &["CREATE", "UPDATE"])],
             variables: Vec::new(),
             only_if: None,
             validations: volume_claim_validations(),
@@ -439,29 +440,61 @@ fn priority_check(path: &str, pods: bool) -> (String, String) {
         )
     } else {
         (
-            "variables.spec.?priorityClassName.orValue('') == ''".to_owned(),
-            format!("{path}.priorityClassName: a peer may not choose its workload's priority here"),
+            "variables.spec.?priorityClassName.orValue('') == '' && !has(variables.spec.priority)"
+                .to_owned(),
+            format!(
+                "{path}.priorityClassName, {path}.priority: a peer may not choose its workload's priority here"
+            ),
         )
     }
 }
 
 /// The checks on a peer's PersistentVolumeClaim: it gets a volume
-/// provisioned for it, never one that already exists here. (A copy from
-/// another namespace's claim, `dataSourceRef.namespace`, needs a
+/// provisioned for it, never one that already exists here: no volume named
+/// or selected at creation, no class `""` (which binds only pre-made
+/// volumes), and `volumeName` set later only by the volume controller. (A
+/// copy from another namespace's claim, `dataSourceRef.namespace`, needs a
 /// ReferenceGrant there, which a peer cannot make.)
 fn volume_claim_validations() -> Vec<Validation> {
     let why = "a peer's claim may not bind a PersistentVolume of this cluster, FLUIDOS peer guard";
+    let create = |check: &str| format!("request.operation != 'CREATE' || {check}");
+    let binders = VOLUME_BINDERS
+        .iter()
+        .map(|u| format!("'{u}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
     vec![
         deny(
-            "object.spec.?volumeName.orValue('') == ''".to_owned(),
+            create("object.spec.?volumeName.orValue('') == ''"),
             format!("spec.volumeName: {why}"),
         ),
         deny(
-            "!has(object.spec.selector)".to_owned(),
+            create("!has(object.spec.selector)"),
             format!("spec.selector: {why}"),
+        ),
+        deny(
+            create("object.spec.?storageClassName.orValue('-') != ''"),
+            format!(
+                "spec.storageClassName: the empty class binds only volumes made beforehand; {why}"
+            ),
+        ),
+        deny(
+            format!(
+                "request.operation != 'UPDATE' || oldObject.spec.?volumeName.orValue('') != '' \
+                 || object.spec.?volumeName.orValue('') == '' || request.userInfo.username in [{binders}]"
+            ),
+            format!("spec.volumeName: only the volume controller binds a claim; {why}"),
         ),
     ]
 }
+
+/// Who binds claims to volumes: kube-controller-manager's volume
+/// controller, as itself or (`--use-service-account-credentials`) as its
+/// account.
+const VOLUME_BINDERS: [&str; 2] = [
+    "system:kube-controller-manager",
+    "system:serviceaccount:kube-system:persistent-volume-binder",
+];
 
 /// The checks on a Secret a peer's account writes: never one this
 /// cluster's Liqo would sign (a peer that could have its own nonce signed
@@ -487,6 +520,9 @@ fn peer_secret_validations() -> Vec<Validation> {
     ]
 }
 
+/// Name prefixes no namespace made for a peer may have.
+const RESERVED_NAMESPACE_PREFIXES: [&str; 2] = ["kube-", "liqo-"];
+
 /// The checks on a namespace a NamespaceMap made.
 fn namespace_validations(service_namespaces: bool) -> Vec<Validation> {
     let (same_name, allowed) = if service_namespaces {
@@ -511,6 +547,21 @@ fn namespace_validations(service_namespaces: bool) -> Vec<Validation> {
             format!(
                 "metadata.name: a namespace Liqo makes for a peer is named {allowed} \
                  (Liqo's DefaultName mapping of metadata.annotations[{ORIGINAL_NAME_ANNOTATION}]), FLUIDOS peer guard"
+            ),
+        ),
+        deny(
+            format!(
+                "![{}].exists(p, object.metadata.name.startsWith(p))",
+                RESERVED_NAMESPACE_PREFIXES
+                    .iter()
+                    .map(|p| format!("'{p}'"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            format!(
+                "metadata.name: names starting with {} are Kubernetes' and Liqo's (a peer's \
+                 liqo-<...> namespace could pass for a tenant namespace), FLUIDOS peer guard",
+                RESERVED_NAMESPACE_PREFIXES.join(" or ")
             ),
         ),
         deny(
@@ -649,10 +700,10 @@ mod tests {
                 .as_ref()
                 .is_some_and(|m| m.namespace_selector.is_some())
         );
-        // Claims: no binding of an existing volume, in peer namespaces only,
-        // at creation only (the volume controller writes volumeName).
+        // Claims: no binding of an existing volume, in peer namespaces only;
+        // on update only the volume controller writes volumeName.
         let claims = messages(&plan[3]);
-        for field in ["spec.volumeName", "spec.selector"] {
+        for field in ["spec.volumeName", "spec.selector", "spec.storageClassName"] {
             assert!(
                 claims.iter().any(|m| m.starts_with(field)),
                 "{field}: {claims:?}"
@@ -670,7 +721,7 @@ mod tests {
             .operations
             .clone()
             .unwrap();
-        assert_eq!(ops, ["CREATE"]);
+        assert_eq!(ops, ["CREATE", "UPDATE"]);
         assert!(
             plan[3]
                 .binding
@@ -727,7 +778,9 @@ mod tests {
             vars[2].expression.contains(ORIGINAL_NAME_ANNOTATION),
             "{vars:?}"
         );
-        let distinctive = &spec.validations.as_ref().unwrap()[1].expression;
+        let reserved = &spec.validations.as_ref().unwrap()[1].expression;
+        assert!(reserved.contains("'liqo-'"), "{reserved}");
+        let distinctive = &spec.validations.as_ref().unwrap()[2].expression;
         assert!(distinctive.contains("matches('[0-9]')"), "{distinctive}");
         let only = &spec.match_conditions.as_ref().unwrap()[0].expression;
         assert!(only.contains(MANAGED_BY_ANNOTATION), "{only}");

@@ -266,6 +266,13 @@ async fn a_peers_workloads_are_confined_to_the_pod_security_level() {
             "system",
             "cluster ID is one word",
         ),
+        // Liqo's own prefix: it would pass for peer tenant-x's tenant namespace.
+        (
+            "liqo-tenant-x",
+            "liqo",
+            "tenant-x",
+            "are Kubernetes' and Liqo's",
+        ),
         (
             "other-consumer1",
             "other",
@@ -559,6 +566,7 @@ async fn a_peers_workloads_are_confined_to_the_pod_security_level() {
             "spec.selector",
             json!({"selector": {"matchLabels": {"team": "finance"}}}),
         ),
+        ("spec.storageClassName", json!({"storageClassName": ""})),
     ] {
         let msg = refusal(
             claims
@@ -573,6 +581,18 @@ async fn a_peers_workloads_are_confined_to_the_pod_security_level() {
         .create(&PostParams::default(), &claim("own", json!({})))
         .await
         .unwrap();
+    // Binding it later by hand: only the volume controller binds.
+    let msg = refusal(
+        claims
+            .patch(
+                "own",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"volumeName": "someone-elses-data"}})),
+            )
+            .await,
+        "a claim bound by an update",
+    );
+    assert!(msg.contains("only the volume controller"), "{msg}");
 
     // Someone lowers the namespace's level: it is put back.
     namespaces

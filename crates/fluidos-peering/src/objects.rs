@@ -115,6 +115,9 @@ const GATEWAY_MANAGER: &str = "fluidos-rear-gateway";
 /// `BUYER_ANNOTATION`, `OWNER_ANNOTATION`).
 const GATEWAY_BUYER: &str = "fluidos.eu/buyer-id";
 const GATEWAY_OWNER: &str = "fluidos.eu/buyer-owner";
+/// Liqo's annotation on the namespaces its NamespaceMap controller makes for
+/// a peer's offloaded namespaces.
+const NAMESPACE_MAP_ANNOTATION: &str = "liqo.io/managed-by-namespace-map";
 
 /// Why this node must not peer with `provider` in the tenant namespace `ns`,
 /// if it must not (pure). Liqo keeps one tenant namespace per remote
@@ -128,6 +131,14 @@ pub fn foreign_tenant_namespace(
     provider: &str,
 ) -> Option<String> {
     use kube::ResourceExt as _;
+    // Made by Liqo for a peer's NamespaceMap (a peer asked for this name):
+    // the peer's workloads and rights are there, never this node's keys.
+    if ns.annotations().contains_key(NAMESPACE_MAP_ANNOTATION) {
+        return Some(format!(
+            "not peering with cluster {provider}: namespace {} was made by Liqo for a peer's offloaded namespace ({NAMESPACE_MAP_ANNOTATION}), not as a tenant namespace; peering there would let that peer read this node's credentials for {provider}. Delete it (after ending that peer's Contracts) and peer again",
+            ns.name_any()
+        ));
+    }
     let made_by_gateway = ns
         .labels()
         .get(MANAGED_BY.0)
@@ -579,6 +590,14 @@ pub(crate) mod tests {
         };
         // Our own (fluidos-peering's) or Liqo's: fine.
         assert!(foreign_tenant_namespace(&ns(None, None), key(&c).as_ref(), "prov").is_none());
+        // One Liqo made for a peer's NamespaceMap (a squatted name): never.
+        let mut squatted = ns(None, None);
+        squatted.metadata.annotations = Some(BTreeMap::from([(
+            NAMESPACE_MAP_ANNOTATION.to_owned(),
+            "liqo-tenant-x/x".to_owned(),
+        )]));
+        let why = foreign_tenant_namespace(&squatted, key(&c).as_ref(), "prov").unwrap();
+        assert!(why.contains(NAMESPACE_MAP_ANNOTATION), "{why}");
         assert!(
             foreign_tenant_namespace(&ns(Some("fluidos-peering"), None), key(&c).as_ref(), "prov")
                 .is_none()

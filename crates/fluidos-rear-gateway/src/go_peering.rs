@@ -21,9 +21,10 @@
 //!   namespaces writes only in, or creates only, `liqo-tenant-<the cluster ID
 //!   recorded on its ServiceAccount>` ([`CLUSTER_ID_ANNOTATION`]; the
 //!   ServiceAccount is the policy's parameter, so a peer whose account lacks
-//!   it may write nothing), it creates that namespace with Liqo's two
-//!   labels only ([`GO_CONSUMER_NAMESPACE_LABELS`], no ownership marks of
-//!   its own making), and no peer creates a ServiceAccount-token Secret;
+//!   it may write nothing), it creates that namespace labelled for that
+//!   cluster ID ([`GO_CONSUMER_NAMESPACE_LABELS`]) and with no ownership
+//!   marks of its own making, and no peer creates a ServiceAccount-token
+//!   Secret;
 //! - when its tenant namespace appears, the gateway adopts it for the buyer
 //!   ([`adoption_patch`]) and binds the usual peer Role there, which carries
 //!   the reads the Go consumer makes in it (its GatewayServer, its gateway's
@@ -344,36 +345,63 @@ fn validations(probe: &str) -> Vec<Validation> {
         // Ownership marks (whose buyer, whose key a namespace is) are this
         // gateway's to set: one forged at creation would make this node,
         // buying later from the cluster it names, keep its Liqo Identity
-        // where the peer reads Secrets.
+        // where the peer reads Secrets. Keys only: labels or annotations a
+        // cluster's own mutating admission adds stay allowed.
         Validation {
             expression: format!(
                 "request.resource.resource != 'namespaces' || request.operation != 'CREATE' \
-                 || (size(object.metadata.?annotations.orValue({{}})) == 0 \
-                     && object.metadata.?labels.orValue({{}}).all(k, k in [{}]))",
-                GO_CONSUMER_NAMESPACE_LABELS
-                    .iter()
-                    .map(|l| format!("'{l}'"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                 || (!object.metadata.?labels.orValue({{}}).exists(k, k.startsWith('fluidos.eu/') \
+                        || k == 'app.kubernetes.io/managed-by' \
+                        || (k.startsWith('liqo.io/') && !(k in [{liqo}]))) \
+                     && !object.metadata.?annotations.orValue({{}}).exists(k, \
+                        k.startsWith('fluidos.eu/') || k.startsWith('liqo.io/')))",
+                liqo = quoted(&GO_CONSUMER_NAMESPACE_LABELS),
             ),
-            message: Some(format!(
-                "a Go consumer creates its Liqo tenant namespace with only the labels {} and no \
-                 annotations: whose namespace it is, this FLUIDOS provider records",
-                GO_CONSUMER_NAMESPACE_LABELS.join(", ")
-            )),
+            message: Some(
+                "a Go consumer creates its Liqo tenant namespace with Liqo's labels \
+                 liqo.io/remote-cluster-id and liqo.io/tenant-namespace only, and no fluidos.eu/, \
+                 liqo.io/ or app.kubernetes.io/managed-by marks: whose namespace it is, this \
+                 FLUIDOS provider records"
+                    .to_owned(),
+            ),
+            reason: Some("Forbidden".to_owned()),
+            ..Default::default()
+        },
+        // Liqo finds a cluster's tenant namespace by these two labels: one
+        // naming another cluster would take (or break) that cluster's.
+        Validation {
+            expression: format!(
+                "request.resource.resource != 'namespaces' || request.operation != 'CREATE' \
+                 || !variables.mine \
+                 || (object.metadata.?labels.orValue({{}})[?'{REMOTE}'].orValue('') \
+                        == params.metadata.?annotations.orValue({{}})[?'{CLUSTER_ID_ANNOTATION}'].orValue('') \
+                     && object.metadata.?labels.orValue({{}})[?'{TENANT}'].orValue('') == 'true')",
+                REMOTE = GO_CONSUMER_NAMESPACE_LABELS[0],
+                TENANT = GO_CONSUMER_NAMESPACE_LABELS[1],
+            ),
+            message: Some(
+                "a Go consumer's Liqo tenant namespace is labelled liqo.io/remote-cluster-id with \
+                 the Liqo cluster ID it bought with and liqo.io/tenant-namespace: \"true\""
+                    .to_owned(),
+            ),
             reason: Some("Forbidden".to_owned()),
             ..Default::default()
         },
     ]
 }
 
+fn quoted(items: &[&str]) -> String {
+    items
+        .iter()
+        .map(|l| format!("'{l}'"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The labels an unmodified Go consumer puts on the tenant namespace it
-/// creates (`fluidos-node.md` §4.3), and the one the API server adds.
-pub const GO_CONSUMER_NAMESPACE_LABELS: [&str; 3] = [
-    "liqo.io/remote-cluster-id",
-    "liqo.io/tenant-namespace",
-    "kubernetes.io/metadata.name",
-];
+/// creates (`fluidos-node.md` §4.3), by which Liqo finds it.
+pub const GO_CONSUMER_NAMESPACE_LABELS: [&str; 2] =
+    ["liqo.io/remote-cluster-id", "liqo.io/tenant-namespace"];
 
 /// The Liqo cluster ID whose tenant namespace `namespace` is, if it is one.
 pub fn cluster_of_namespace(namespace: &str) -> Option<&str> {

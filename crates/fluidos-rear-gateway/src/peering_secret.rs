@@ -163,7 +163,9 @@ impl State {
             }
         });
         let owner = crate::buyer::SaleOwner::recorded(contract.annotations()).ok_or_else(|| {
-            ApiError::internal("the Contract's buyer key annotation is not a key fingerprint")
+            ApiError::internal(
+                "the Contract's recorded buyer (its buyer key or buyer address annotation) is unreadable",
+            )
         })?;
         Ok(self
             .credentials

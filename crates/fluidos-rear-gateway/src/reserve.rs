@@ -273,8 +273,8 @@ fn refuse_full_ledger(live_entries: usize) -> Result<(), ApiError> {
 }
 
 /// Whose holds the per-buyer cap counts together: everything one key
-/// reserved, whatever buyer IDs it wrote; a plain-HTTP buyer by its ID
-/// (pure).
+/// reserved, whatever buyer IDs it wrote; a plain-HTTP buyer by its ID and
+/// address (pure).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct HoldCounter {
     owner: SaleOwner,
@@ -292,7 +292,13 @@ impl HoldCounter {
     fn counts(&self, e: &LedgerEntry) -> bool {
         match self.owner {
             SaleOwner::Key(fp) => e.buyer_key.as_deref() == Some(fp.to_string().as_str()),
-            SaleOwner::PlainHttp(_) => e.buyer_key.is_none() && e.buyer_id == self.buyer_id,
+            // By ID and address: another address writing this buyer's ID
+            // counts on its own, and cannot use up this buyer's holds.
+            SaleOwner::PlainHttp(_) => {
+                e.buyer_key.is_none()
+                    && e.buyer_id == self.buyer_id
+                    && e.buyer_address == self.owner.address()
+            }
         }
     }
 
@@ -300,7 +306,11 @@ impl HoldCounter {
     fn slot_key(&self) -> String {
         match self.owner {
             SaleOwner::Key(fp) => fp.to_string(),
-            SaleOwner::PlainHttp(_) => format!("id:{}", self.buyer_id),
+            SaleOwner::PlainHttp(ip) => format!(
+                "id:{}@{}",
+                self.buyer_id,
+                ip.map(|ip| ip.to_string()).unwrap_or_default()
+            ),
         }
     }
 
@@ -1000,6 +1010,11 @@ mod tests {
         assert_eq!(live_holds_of(&flavors, &plain("a"), now), 2);
         assert_eq!(live_holds_of(&flavors, &plain("b"), now), 1);
         assert_eq!(live_holds_of(&flavors, &plain("c"), now), 0);
+        // Another address writing a's ID counts on its own.
+        let elsewhere =
+            HoldCounter::new(SaleOwner::PlainHttp(Some("10.0.0.8".parse().unwrap())), "a");
+        assert_eq!(live_holds_of(&flavors, &elsewhere, now), 0);
+        assert_ne!(elsewhere.slot_key(), plain("a").slot_key());
     }
 
     #[test]

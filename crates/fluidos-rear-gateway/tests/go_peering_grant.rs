@@ -209,7 +209,7 @@ async fn a_go_consumer_peers_in_its_own_tenant_namespace_and_nowhere_else() {
         .await
         .unwrap_err();
     assert_eq!(code(&refused), 403, "{refused}");
-    assert!(refused.to_string().contains("no annotations"), "{refused}");
+    assert!(refused.to_string().contains("marks"), "{refused}");
     forged
         .metadata
         .labels
@@ -228,6 +228,20 @@ async fn a_go_consumer_peers_in_its_own_tenant_namespace_and_nowhere_else() {
         .await
         .unwrap_err();
     assert_eq!(code(&refused), 403, "{refused}");
+    // Labelled for another cluster, Liqo would take it for that cluster's.
+    let other = namespace_named(
+        TENANT,
+        &[
+            ("liqo.io/remote-cluster-id", "someone-else"),
+            ("liqo.io/tenant-namespace", "true"),
+        ],
+    );
+    let refused = Api::<Namespace>::all(peer.clone())
+        .create(&PostParams::default(), &other)
+        .await
+        .unwrap_err();
+    assert_eq!(code(&refused), 403, "{refused}");
+    assert!(refused.to_string().contains("bought with"), "{refused}");
     let made = Instant::now();
     Api::<Namespace>::all(peer.clone())
         .create(
