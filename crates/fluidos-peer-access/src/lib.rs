@@ -17,6 +17,8 @@
 //!   namespaces Liqo makes for a peer to the names Liqo derives for it;
 //! - [`remote_namespace`]: which namespaces are a peer's, and the labels
 //!   they must carry (pure);
+//! - [`effective_grant`]: waiting until a grant just written is in force
+//!   (the RBAC authorizer lags behind the API server's store);
 //! - [`guard`]: the executor that applies the policies, puts them back as
 //!   soon as they are deleted or edited (a watch, not a timer), and labels
 //!   each peer namespace as it appears.
@@ -25,6 +27,7 @@
 //! delivered by Liqo is Liqo's provider for its seller, and keeps the same
 //! guard.
 
+pub mod effective_grant;
 pub mod guard;
 pub mod pod_security;
 pub mod remote_namespace;

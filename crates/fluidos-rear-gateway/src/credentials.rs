@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use fluidos_controller::api_error;
+use fluidos_peer_access::effective_grant;
 use futures::StreamExt;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
@@ -1164,7 +1165,28 @@ impl Credentials {
             }
         }
         self.bind_account(Some(ns), ("Role", PEER_NETWORK_ROLE), sa, sa_uid, buyer_id)
-            .await
+            .await?;
+        self.wait_in_force(ns, sa, "ipam.liqo.io", "networks", "get")
+            .await;
+        Ok(())
+    }
+
+    /// Waits until the API server authorizes the grant just written (see
+    /// [`effective_grant`]): a peer handed its kubeconfig before would see
+    /// 403s. Best effort, never fails.
+    async fn wait_in_force(&self, ns: &str, sa: &str, group: &str, resource: &str, verb: &str) {
+        effective_grant::wait_in_force(
+            &self.client,
+            effective_grant::Access {
+                account_namespace: &self.cfg.namespace,
+                account: sa,
+                namespace: ns,
+                group,
+                resource,
+                verb,
+            },
+        )
+        .await;
     }
 
     /// False when the namespace `ns` does not exist or is being deleted;
@@ -1246,7 +1268,10 @@ impl Credentials {
                 source,
             })?;
         self.bind_account(Some(ns), ("Role", PEER_ROLE), sa, sa_uid, buyer_id)
-            .await
+            .await?;
+        // Liqo's peering user first reads its nonce Secret there.
+        self.wait_in_force(ns, sa, "", "secrets", "get").await;
+        Ok(())
     }
 
     /// Server-side applies the binding named `sa` of the buyer's

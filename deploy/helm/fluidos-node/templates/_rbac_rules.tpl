@@ -128,6 +128,12 @@ cluster:
     resources: [roles]
     resourceNames: [fluidos-peer]
     verbs: [bind, escalate]
+  # fluidos-peer-access effective_grant.rs: before a fresh grant is handed
+  # out, the API server is asked whether it enforces it yet (the RBAC
+  # authorizer lags behind the RoleBinding just written).
+  - apiGroups: [authorization.k8s.io]
+    resources: [subjectaccessreviews]
+    verbs: [create]
   {{- if .Values.peering.enabled }}
   # fluidos-peer-access guard.rs: the peer guard's admission policies
   # (what peers' ShadowPods, Pods and Services may do, the names of the namespaces
@@ -390,6 +396,10 @@ cluster:
     resources: [roles]
     resourceNames: [fluidos-peer]
     verbs: [bind, escalate]
+  # fluidos-peer-access effective_grant.rs, as the gateway.
+  - apiGroups: [authorization.k8s.io]
+    resources: [subjectaccessreviews]
+    verbs: [create]
   {{- end }}
 namespace:
   # consumer solver.rs: Solvers (status only).
