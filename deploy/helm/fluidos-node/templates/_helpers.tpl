@@ -62,7 +62,7 @@ peering.podSecurityAllowPrivileged=true.
 {{- define "fluidos-node.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 app.kubernetes.io/name: {{ include "fluidos-node.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: fluidos
@@ -75,7 +75,7 @@ Call with (dict "root" $ "component" "rear-gateway").
 */}}
 {{- define "fluidos-node.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "fluidos-node.name" .root }}
-app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/instance: {{ .root.Release.Name | quote }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
