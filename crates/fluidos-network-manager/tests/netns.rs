@@ -142,7 +142,7 @@ fn spawn_api_side(
     namespace: &str,
     child: &mut Child,
     stop: &CancellationToken,
-) -> NetworkMetrics {
+) -> (NetworkMetrics, tokio::task::JoinHandle<()>) {
     let metrics = NetworkMetrics::default();
     let known = KnownClusters::new(cp.client(), namespace, TTL, metrics.clone());
     let (tx, rx) = mpsc::channel(64);
@@ -161,13 +161,13 @@ fn spawn_api_side(
         pipe_stop.cancelled().await;
         drop(tx);
     });
-    tokio::spawn(known_clusters::maintain(
+    let api_side = tokio::spawn(known_clusters::maintain(
         known,
         rx,
         HOUSEKEEPING,
         stop.clone(),
     ));
-    metrics
+    (metrics, api_side)
 }
 
 async fn wait_for(
@@ -240,8 +240,8 @@ async fn nodes_in_two_network_namespaces_discover_each_other_over_a_veth_pair() 
         ("nodeb", "10.213.0.2:30001"),
         None,
     );
-    let a_metrics = spawn_api_side(&cp, "node-a", &mut a, &stop);
-    let _b_metrics = spawn_api_side(&cp, "node-b", &mut b, &stop);
+    let (a_metrics, a_api_side) = spawn_api_side(&cp, "node-a", &mut a, &stop);
+    let (_b_metrics, b_api_side) = spawn_api_side(&cp, "node-b", &mut b, &stop);
 
     let b_at_a = wait_for(
         &cp,
@@ -291,10 +291,15 @@ async fn nodes_in_two_network_namespaces_discover_each_other_over_a_veth_pair() 
         "knowncluster-nodeb removed {:?} after node B stopped",
         stopped.elapsed()
     );
+    // The watch can see the KnownCluster gone before the DELETE's answer
+    // reaches A and is counted: stop both API sides (a sweep under way runs
+    // to its end first) and read the counters after.
+    stop.cancel();
+    a_api_side.await.unwrap();
+    b_api_side.await.unwrap();
     assert!(a_metrics.write_count("delete") >= 1);
     assert_eq!(a_metrics.failure_count("apply_status"), 0);
 
-    stop.cancel();
     a.kill().await.unwrap();
     drop(lan);
     cp.stop().await;
