@@ -172,6 +172,79 @@ fn assert_args_parse(objects: &[Value]) {
     }
 }
 
+/// Every label, annotation, selector and ConfigMap value of every object
+/// `path` reaches is a YAML string: an unquoted template value that comes out
+/// all digits (a release named `1234`, a checksum whose 16 hex characters
+/// happen to be digits, as one did in CI) parses as a number, and the API
+/// server refuses the whole object ("expected string").
+fn assert_string_maps(value: &Value, path: &str, bad: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map {
+                let here = format!("{path}.{key}");
+                let string_map = matches!(
+                    key.as_str(),
+                    "labels" | "annotations" | "matchLabels" | "nodeSelector" | "data"
+                );
+                match v {
+                    Value::Object(entries) if string_map => {
+                        for (k, e) in entries {
+                            if !e.is_string() {
+                                bad.push(format!("{here}.{k} = {e}"));
+                            }
+                        }
+                    }
+                    _ => assert_string_maps(v, &here, bad),
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                assert_string_maps(v, &format!("{path}[{i}]"), bad);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn chart_renders_every_label_and_annotation_as_a_string() {
+    let Some(bin) = helm::helm_bin() else { return };
+    let chart = helm::chart_dir();
+    // A release whose name is all digits (valid for Helm), with every
+    // optional part on, under several node IDs (the identity checksum
+    // changes with each).
+    for node_id in ["1234567890", "0000000000", "abcdefghij"] {
+        let out = helm::helm(
+            &bin,
+            &[
+                "template",
+                "1234",
+                chart.to_str().unwrap(),
+                "--namespace",
+                support::NS,
+                "--set-string",
+                &format!("common.configMaps.nodeIdentity.nodeID={node_id}"),
+                "--set",
+                "serviceMonitor.enabled=true",
+                "--set",
+                "networkPolicy.enabled=true",
+                "--set",
+                "rearController.plainHttpSales=10.0.0.0/8",
+                "--set",
+                "rearController.goPeeringGrant=10.0.0.0/8",
+            ],
+        );
+        let objects = helm::parse_documents(&out);
+        assert!(!objects.is_empty());
+        let mut bad = Vec::new();
+        for o in &objects {
+            assert_string_maps(o, &helm::kind_name(o), &mut bad);
+        }
+        assert!(bad.is_empty(), "values that are not strings: {bad:#?}");
+    }
+}
+
 #[test]
 fn chart_takes_a_go_chart_values_file() {
     let Some(bin) = helm::helm_bin() else { return };
