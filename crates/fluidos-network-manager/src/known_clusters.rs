@@ -37,13 +37,20 @@ pub enum Outcome {
     /// address holds the node ID (`address_conflict`), the live entry has
     /// pinned another key than the one advertised, or the advertisement
     /// carries none (`fingerprint_conflict`), or there are [`MAX_PEERS`]
-    /// entries already (`capacity`).
+    /// entries already (`capacity`), or [`MAX_PEERS_PER_HOST`] live ones at
+    /// the advertised host (`host_capacity`).
     Ignored(&'static str),
 }
 
 /// Most KnownClusters this manager keeps (hand-made ones count): beyond
 /// it, advertisements of new node IDs are dropped until entries expire.
 pub const MAX_PEERS: usize = 1000;
+
+/// Most live KnownClusters at one host (the host of `spec.address`): one
+/// LAN peer or broker client announcing node ID after node ID for its own
+/// address cannot take all of [`MAX_PEERS`] from the real nodes. A host
+/// runs one FLUIDOS node as a rule; a few behind one address still fit.
+pub const MAX_PEERS_PER_HOST: usize = 16;
 
 /// What one sweep did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -78,6 +85,7 @@ pub struct KnownClusters {
     metrics: NetworkMetrics,
     cache: HashMap<String, Cached>,
     max_peers: usize,
+    max_peers_per_host: usize,
 }
 
 impl KnownClusters {
@@ -94,6 +102,7 @@ impl KnownClusters {
             metrics,
             cache: HashMap::new(),
             max_peers: MAX_PEERS,
+            max_peers_per_host: MAX_PEERS_PER_HOST,
         }
     }
 
@@ -107,6 +116,9 @@ impl KnownClusters {
         }
         let now = Timestamp::now();
         let current = self.cache.get(&ad.node_id).map(|c| &c.observed);
+        if current.is_none() && self.live_at_host(&ad.ip, now) >= self.max_peers_per_host {
+            return Ok(self.ignored("host_capacity"));
+        }
         let room = self.cache.len() < self.max_peers;
         let fingerprint = ad.fingerprint.as_deref();
         let plan = lifecycle::plan_refresh(current, &ad.ip, fingerprint, now, self.ttl, room);
@@ -175,6 +187,24 @@ impl KnownClusters {
     fn ignored(&self, reason: &'static str) -> Outcome {
         self.metrics.dropped(reason);
         Outcome::Ignored(reason)
+    }
+
+    /// Live entries (not known to be expired) whose address is at the host
+    /// of `address`.
+    fn live_at_host(&self, address: &str, now: Timestamp) -> usize {
+        let host = host_of(address);
+        self.cache
+            .values()
+            .filter(|c| c.observed.expiry.is_none_or(|e| e > now))
+            .filter(|c| host_of(&c.observed.address) == host)
+            .count()
+    }
+
+    /// Caps the live entries at one host (default [`MAX_PEERS_PER_HOST`]).
+    #[must_use]
+    pub fn with_max_peers_per_host(mut self, max: usize) -> Self {
+        self.max_peers_per_host = max;
+        self
     }
 
     /// Caps the entries kept (default [`MAX_PEERS`]).
@@ -363,6 +393,18 @@ pub async fn maintain(
     }
 }
 
+/// The host of a `host:port`, what the per-host cap counts by: an IP
+/// address by value (`[::1]` = `[0:0::1]`, a v4-mapped one as IPv4), a name
+/// lower-cased.
+fn host_of(address: &str) -> String {
+    let host = address.rsplit_once(':').map_or(address, |(h, _)| h);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.to_canonical().to_string(),
+        Err(_) => host.to_ascii_lowercase(),
+    }
+}
+
 /// The advertised key for logs (`none` from Go nodes).
 fn fingerprint_of(ad: &Advertisement) -> &str {
     ad.fingerprint.as_deref().unwrap_or("none")
@@ -399,4 +441,18 @@ fn entry_of(kc: &KnownCluster) -> Entry<'_> {
 
 fn is_status(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_of;
+
+    #[test]
+    fn hosts_are_compared_by_value() {
+        assert_eq!(host_of("10.0.0.1:30000"), host_of("10.0.0.1:1"));
+        assert_eq!(host_of("[::1]:1"), host_of("[0:0::1]:2"));
+        assert_eq!(host_of("[::ffff:10.0.0.1]:1"), host_of("10.0.0.1:2"));
+        assert_eq!(host_of("Node.Example:1"), host_of("node.example:2"));
+        assert_ne!(host_of("10.0.0.1:1"), host_of("10.0.0.2:1"));
+    }
 }

@@ -337,6 +337,16 @@ async fn discovery_off_needs_no_socket_and_unknown_interfaces_are_refused() {
     );
 }
 
+/// A keyless (Go) advertisement of `node` at `ip`.
+fn ad(node: &str, ip: &str) -> Advertisement {
+    Advertisement {
+        domain: "fluidos.eu".into(),
+        node_id: node.into(),
+        ip: ip.into(),
+        fingerprint: None,
+    }
+}
+
 /// A datagram claiming a live peer's node ID with another address does not
 /// repoint it (nor cost a write), and new node IDs beyond the cap are
 /// dropped and counted instead of growing the objects without bound.
@@ -351,12 +361,6 @@ async fn a_live_peer_cannot_be_repointed_and_new_peers_are_capped() {
         metrics.clone(),
     )
     .with_max_peers(2);
-    let ad = |node: &str, ip: &str| Advertisement {
-        domain: "fluidos.eu".into(),
-        node_id: node.into(),
-        ip: ip.into(),
-        fingerprint: None,
-    };
     assert_eq!(
         known
             .observe(&ad("provider01", "127.0.0.1:30001"))
@@ -394,6 +398,52 @@ async fn a_live_peer_cannot_be_repointed_and_new_peers_are_capped() {
     assert!(get(&cp, "fluidos", "knowncluster-spoofed").await.is_none());
     assert_eq!(metrics.dropped_count("address_conflict"), 1);
     assert_eq!(metrics.dropped_count("capacity"), 1);
+    cp.stop().await;
+}
+
+/// One host announcing node ID after node ID for its own address gets at
+/// most the per-host cap of them; other hosts still get in.
+#[tokio::test]
+async fn new_peers_at_one_host_are_capped() {
+    let cp = control_plane(&["fluidos"]).await;
+    let metrics = NetworkMetrics::default();
+    let mut known = KnownClusters::new(
+        cp.client(),
+        "fluidos",
+        Duration::from_secs(30),
+        metrics.clone(),
+    )
+    .with_max_peers_per_host(2);
+    for (node, ip, outcome) in [
+        ("squat1", "10.1.1.1:30000", Outcome::Created),
+        ("squat2", "10.1.1.1:30001", Outcome::Created),
+        (
+            "squat3",
+            "10.1.1.1:30002",
+            Outcome::Ignored("host_capacity"),
+        ),
+        (
+            "squat4",
+            "[::ffff:10.1.1.1]:30003",
+            Outcome::Ignored("host_capacity"),
+        ),
+        ("provider01", "10.1.1.2:30000", Outcome::Created),
+        // A peer already known is refreshed as ever.
+        ("squat1", "10.1.1.1:30000", Outcome::Unchanged),
+    ] {
+        assert_eq!(
+            known.observe(&ad(node, ip)).await.unwrap(),
+            outcome,
+            "{node}"
+        );
+    }
+    assert!(get(&cp, "fluidos", "knowncluster-squat3").await.is_none());
+    assert!(
+        get(&cp, "fluidos", "knowncluster-provider01")
+            .await
+            .is_some()
+    );
+    assert_eq!(metrics.dropped_count("host_capacity"), 2);
     cp.stop().await;
 }
 
