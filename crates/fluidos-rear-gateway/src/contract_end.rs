@@ -274,7 +274,8 @@ impl State {
                 // Another replica released them first.
                 Ok(false) => {}
                 Ok(true) => {
-                    tracing::info!(%flavor, transactions = ?txs, "contract ended: sold capacity released");
+                    tracing::info!(%flavor, sales = txs.len(), "contract ended: sold capacity released");
+                    tracing::debug!(%flavor, transactions = ?txs, "contract ended: released");
                     let contracts: Vec<&str> = txs
                         .iter()
                         .filter_map(|tx| noted_sold.get(flavor).and_then(|m| m.get(tx)))

@@ -259,7 +259,9 @@ impl State {
             // repeated purchase writes it again (create-or-adopt).
             self.store_buyer_credentials(&stored, kubeconfig).await?;
         }
-        tracing::info!(transaction = %tx_id, contract = %contract, buyer = %buyer_id, "sold");
+        // A transaction ID is what buys the hold: logged at debug only.
+        tracing::info!(contract = %contract, buyer = %buyer_id, "sold");
+        tracing::debug!(transaction = %tx_id, contract = %contract, "sold");
         self.settle(tx_id, &stored, created, kubeconfig).await
     }
 

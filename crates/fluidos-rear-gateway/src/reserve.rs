@@ -627,7 +627,8 @@ impl State {
             };
             match outcome {
                 Ok(Outcome::Held) => {
-                    tracing::info!(transaction = %tx_id, flavor = %req.flavor_id, buyer = %req.buyer.id, "reserved");
+                    // A transaction ID is what buys the hold: logged at debug only.
+                    tracing::info!(flavor = %req.flavor_id, buyer = %req.buyer.id, "reserved");
                     return Ok(WireTransaction {
                         transaction_id: tx_id,
                         flavor_id: req.flavor_id.clone(),
@@ -840,7 +841,8 @@ impl State {
         if !still_held {
             return Ok(Refresh::Gone);
         }
-        tracing::info!(transaction = %tx_id, buyer = %req.buyer.id, "re-reserve: extended the existing transaction");
+        tracing::info!(flavor = %tx.spec.flavor_id, buyer = %req.buyer.id, "re-reserve: extended the existing transaction");
+        tracing::debug!(transaction = %tx_id, "re-reserve: extended");
         Ok(Refresh::Done(Box::new(WireTransaction {
             transaction_id: tx_id.to_owned(),
             flavor_id: tx.spec.flavor_id.clone(),

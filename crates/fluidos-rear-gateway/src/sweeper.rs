@@ -160,7 +160,8 @@ impl State {
             };
             match sold_as {
                 None => {
-                    tracing::info!(transaction = %id, "transaction expired");
+                    // A transaction ID is what buys the hold: logged at debug only.
+                    tracing::debug!(transaction = %id, "transaction expired");
                     self.delete_transaction(&id).await;
                 }
                 // Sold: once its Contract exists (until then a purchase retry
