@@ -1,6 +1,7 @@
 //! Discovery controller: asks every known provider for matching flavors, in
-//! parallel with a per-provider timeout, and records one PeeringCandidate per
-//! flavor. One unreachable or broken provider never blocks the others.
+//! parallel (at most `discovery_concurrency` at once) with a per-provider
+//! timeout, and records one PeeringCandidate per flavor. One unreachable or
+//! broken provider never blocks the others.
 //!
 //! Decisions are pure functions in [`machine`]; this module does the queries
 //! and the writes, and writes the status once per reconcile.
@@ -18,6 +19,7 @@ use fluidos_controller::api_error::is_already_exists;
 use fluidos_controller::api_error::is_conflict;
 use fluidos_controller::readiness::ReadinessGate;
 use fluidos_rear_client::{Fingerprint, ProviderAddress};
+use futures::StreamExt;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
@@ -145,13 +147,13 @@ async fn reconcile(cached: Arc<Discovery>, ctx: Arc<Context>) -> Result<Action, 
         .discovery
         .set_known_peers(providers.ask.len() + providers.refused.len());
 
-    let mut answers = futures::future::join_all(
-        providers
-            .ask
-            .into_iter()
-            .map(|p| ask(&ctx, p, selector.as_ref())),
-    )
-    .await;
+    // At most `discovery_concurrency` listings in flight (each may hold
+    // MAX_LIST_BYTES), answers kept in the providers' order.
+    let mut answers: Vec<ProviderAnswer> = futures::stream::iter(providers.ask)
+        .map(|p| ask(&ctx, p, selector.as_ref()))
+        .buffered(ctx.cfg.discovery_concurrency.max(1))
+        .collect()
+        .await;
     for (address, why) in providers.refused {
         let answer = machine::provider_answer(
             &ProviderAddress::plain(address),

@@ -42,6 +42,10 @@ pub struct ConsumerConfig {
     pub static_peers: Vec<ProviderAddress>,
     /// Per-provider timeout of one discovery query.
     pub peer_timeout: Duration,
+    /// Providers one Discovery asks at once: a listing in flight holds up
+    /// to [`fluidos_rear_client::MAX_LIST_BYTES`], so a thousand known
+    /// providers must not all answer into memory together.
+    pub discovery_concurrency: usize,
     /// How long a Solver may stay in one running phase (upstream: 2 min).
     pub phase_timeout: Duration,
     /// How long the peering phase may take (upstream: 5 min).
@@ -59,6 +63,7 @@ impl ConsumerConfig {
             identity,
             static_peers: Vec::new(),
             peer_timeout: Duration::from_secs(3),
+            discovery_concurrency: 16,
             phase_timeout: Duration::from_secs(120),
             peering_timeout: Duration::from_secs(300),
             node_key: None,

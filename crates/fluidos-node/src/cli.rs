@@ -203,6 +203,11 @@ pub struct Args {
     #[arg(long, env = "FLUIDOS_PEER_TIMEOUT_MS", default_value_t = 3000)]
     pub peer_timeout_ms: u64,
 
+    /// Providers one discovery asks at once (the others wait their turn):
+    /// each listing in flight may hold up to 4 MiB.
+    #[arg(long, env = "FLUIDOS_DISCOVERY_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    pub discovery_concurrency: u16,
+
     /// Timeout of a RESERVE call to a provider, in milliseconds.
     #[arg(long, env = "FLUIDOS_RESERVE_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub reserve_timeout_ms: u64,

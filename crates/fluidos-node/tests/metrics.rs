@@ -180,6 +180,7 @@ async fn metrics_move_during_a_sale() {
         rear.list_flavors(&rear_address, None)
             .await
             .ok()?
+            .flavors
             .into_iter()
             .next()
     })

@@ -21,6 +21,7 @@
 //! here: the rustls configurations name the ring provider themselves.
 
 mod address;
+mod listing;
 
 use std::collections::HashMap;
 use std::error::Error as StdError;
@@ -30,7 +31,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use fluidos_api::quantity::Amount;
 use fluidos_api::rear::{
-    PurchaseRequest, ReserveRequest, ServiceAccess, WireContract, WireFlavor, WireTransaction,
+    PurchaseRequest, ReserveRequest, ServiceAccess, WireContract, WireTransaction,
 };
 use fluidos_api::solver::{FlavorSelector, QuantityFilter, StringFilter};
 use fluidos_rear_identity::tls::{self, UnexpectedKey};
@@ -47,6 +48,9 @@ pub use address::{ADDRESS_FORM, AddressError, ProviderAddress};
 /// The identity types the API takes, re-exported so that callers need not
 /// depend on `fluidos-rear-identity` for them.
 pub use fluidos_rear_identity::{Fingerprint, NodeKey};
+pub use listing::{
+    FlavorListing, MAX_DECODED_BYTES, MAX_LIST_BYTES, MAX_LISTED_FLAVOR_BYTES, MAX_LISTED_FLAVORS,
+};
 
 /// Timeouts and retries.
 #[derive(Clone, Debug)]
@@ -254,6 +258,8 @@ struct Call<'a> {
     transaction_id: Option<&'a str>,
     timeout: Duration,
     retry: Retry,
+    /// The most bytes of answer read; a longer one is refused, not retried.
+    body_limit: usize,
 }
 
 impl Call<'_> {
@@ -265,6 +271,7 @@ impl Call<'_> {
             transaction_id: None,
             timeout,
             retry: Retry::Always,
+            body_limit: MAX_ANSWER_BYTES,
         }
     }
 
@@ -285,6 +292,7 @@ impl Call<'_> {
             transaction_id: None,
             timeout,
             retry: Retry::ConnectOnly,
+            body_limit: MAX_ANSWER_BYTES,
         })
     }
 
@@ -397,7 +405,7 @@ impl RearClient {
         &self,
         provider: &ProviderAddress,
         selector: Option<&FlavorSelector>,
-    ) -> Result<Vec<WireFlavor>, RearError> {
+    ) -> Result<FlavorListing, RearError> {
         let path = match selector {
             None => "/api/v2/flavors".to_owned(),
             Some(sel) => {
@@ -405,14 +413,13 @@ impl RearClient {
                 format!("/api/v2/flavors/{route}?{}", encode_selector(sel))
             }
         };
-        let call = Call::get(path, self.config().list_timeout);
+        let mut call = Call::get(path, self.config().list_timeout);
+        call.body_limit = MAX_LIST_BYTES;
         let body = self.send(provider, &call).await?;
         match body {
-            None => Ok(Vec::new()),
+            None => Ok(FlavorListing::default()),
             Some(bytes) => {
-                let list: Option<Vec<WireFlavor>> =
-                    decode(&provider.address, "flavor list", &bytes)?;
-                Ok(list.unwrap_or_default())
+                listing::decode(&bytes).map_err(|e| malformed(&provider.address, "flavor list", &e))
             }
         }
     }
@@ -509,7 +516,8 @@ impl RearClient {
             let request = call
                 .request(uri.clone())
                 .map_err(|e| invalid(format!("the request cannot be built: {e}")))?;
-            let outcome = match tokio::time::timeout(call.timeout, once(&pool, request)).await {
+            let attempt_once = once(&pool, request, call.body_limit);
+            let outcome = match tokio::time::timeout(call.timeout, attempt_once).await {
                 Ok(outcome) => outcome,
                 Err(_) => Err(Failure::Transport(
                     format!("no complete answer within {:?}", call.timeout),
@@ -535,7 +543,11 @@ impl RearClient {
 }
 
 /// One attempt: the status and the whole (capped) body.
-async fn once(pool: &Pool, request: Request<RequestBody>) -> Result<Option<Vec<u8>>, Failure> {
+async fn once(
+    pool: &Pool,
+    request: Request<RequestBody>,
+    limit: usize,
+) -> Result<Option<Vec<u8>>, Failure> {
     let response = pool.request(request).await.map_err(Failure::of_request)?;
     let status = response.status();
     let retry_after = response
@@ -548,7 +560,7 @@ async fn once(pool: &Pool, request: Request<RequestBody>) -> Result<Option<Vec<u
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    let bytes = read_capped(response.into_body(), length, MAX_RESPONSE_BYTES).await?;
+    let bytes = read_capped(response.into_body(), length, limit).await?;
     if status == StatusCode::NO_CONTENT {
         return Ok(None);
     }
@@ -562,9 +574,11 @@ async fn once(pool: &Pool, request: Request<RequestBody>) -> Result<Option<Vec<u
     Ok(Some(bytes))
 }
 
-/// The largest REAR answer read: a flavor list of several thousand flavors
-/// fits many times over; a peer streaming more is cut off, not buffered.
-const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+/// The largest REAR answer read but for listings ([`MAX_LIST_BYTES`]): a
+/// transaction, a contract with its kubeconfig or a service's access are a
+/// few KiB; a peer streaming more is cut off, not buffered, and not asked
+/// again.
+pub const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 /// The most of a provider's error text kept (it reaches statuses and logs).
 const MAX_ERROR_CHARS: usize = 500;
 
@@ -575,10 +589,9 @@ async fn read_capped(
     limit: usize,
 ) -> Result<Vec<u8>, Failure> {
     if content_length.is_some_and(|n| n > limit as u64) {
-        return Err(Failure::Transport(
-            format!("the answer is over {limit} bytes (Content-Length)"),
-            false,
-        ));
+        return Err(Failure::TooLarge(format!(
+            "the answer is over {limit} bytes (Content-Length)"
+        )));
     }
     let mut out = Vec::new();
     while let Some(frame) = body.frame().await {
@@ -587,10 +600,9 @@ async fn read_capped(
             continue; // trailers
         };
         if out.len() + chunk.len() > limit {
-            return Err(Failure::Transport(
-                format!("the answer is over {limit} bytes"),
-                false,
-            ));
+            return Err(Failure::TooLarge(format!(
+                "the answer is over {limit} bytes"
+            )));
         }
         out.extend_from_slice(&chunk);
     }
@@ -600,6 +612,9 @@ async fn read_capped(
 enum Failure {
     Connect(String),
     Transport(String, bool),
+    /// Longer than the call reads: the provider chose to send it, so asking
+    /// again would only get it again.
+    TooLarge(String),
     Status(u16, String, Option<Duration>),
     WrongKey {
         expected: Fingerprint,
@@ -636,6 +651,11 @@ impl Failure {
                 address,
                 message,
                 timed_out,
+            },
+            Failure::TooLarge(message) => RearError::Malformed {
+                address,
+                what: "answer",
+                message,
             },
             Failure::Status(status, message, retry_after) => RearError::Rejected {
                 address,
@@ -738,7 +758,11 @@ fn decode<T: DeserializeOwned>(
     what: &'static str,
     bytes: &[u8],
 ) -> Result<T, RearError> {
-    serde_json::from_slice(bytes).map_err(|e| RearError::Malformed {
+    serde_json::from_slice(bytes).map_err(|e| malformed(address, what, &e))
+}
+
+fn malformed(address: &str, what: &'static str, e: &serde_json::Error) -> RearError {
+    RearError::Malformed {
         address: address.to_owned(),
         what,
         // serde quotes the offending value, which the provider chose: as
@@ -749,7 +773,7 @@ fn decode<T: DeserializeOwned>(
             .map(|c| if c.is_control() { ' ' } else { c })
             .take(MAX_ERROR_CHARS)
             .collect(),
-    })
+    }
 }
 
 fn decode_required<T: DeserializeOwned>(
@@ -943,15 +967,20 @@ mod tests {
         assert!(matches!(e, RearError::Invalid { .. }), "{e:?}");
     }
 
-    /// A peer that streams an endless answer is cut off at the limit.
+    /// A peer that streams an endless answer is cut off at the listing
+    /// limit, and not asked again (it would only send it again).
     #[tokio::test]
-    async fn an_endless_answer_is_cut_off() {
+    async fn an_endless_answer_is_cut_off_and_not_retried() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
         use tokio::io::AsyncWriteExt;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
+        let asked = Arc::new(AtomicUsize::new(0));
+        let counted = asked.clone();
         tokio::spawn(async move {
-            // Every attempt (list requests are retried) gets the same answer.
+            // Every attempt, were there any, would get the same answer.
             while let Ok((mut s, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
                 tokio::spawn(async move {
                     let mut buf = [0u8; 1024];
                     let _ = tokio::io::AsyncReadExt::read(&mut s, &mut buf).await;
@@ -973,7 +1002,49 @@ mod tests {
             .list_flavors(&ProviderAddress::plain(addr), None)
             .await
             .unwrap_err();
-        assert!(e.to_string().contains("over 16777216 bytes"), "{e}");
+        assert!(
+            matches!(e, RearError::Malformed { what: "answer", .. }),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .contains(&format!("over {MAX_LIST_BYTES} bytes")),
+            "{e}"
+        );
+        assert_eq!(asked.load(Ordering::SeqCst), 1, "asked again");
+    }
+
+    /// A listing past the count is read up to it and says how many were left.
+    #[tokio::test]
+    async fn a_long_listing_is_read_up_to_the_count() {
+        let flavor = |i: usize| {
+            serde_json::json!({
+                "flavorID": format!("f{i}"), "providerID": "p",
+                "type": {"name": "Other", "data": {}}, "timestamp": "",
+                "price": {"amount": "1", "currency": "EUR", "period": "hourly"},
+                "owner": {"domain": "d", "nodeID": "p", "ip": "h:1"},
+                "availability": true,
+            })
+        };
+        let body: Vec<_> = (0..MAX_LISTED_FLAVORS + 7).map(flavor).collect();
+        let app = axum::Router::new().route(
+            "/api/v2/flavors",
+            axum::routing::get(move || {
+                let body = body.clone();
+                async move { axum::Json(body) }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let client = RearClient::new(ClientConfig::default()).unwrap();
+        let listing = client
+            .list_flavors(&ProviderAddress::plain(addr), None)
+            .await
+            .unwrap();
+        assert_eq!(listing.flavors.len(), MAX_LISTED_FLAVORS);
+        assert_eq!(listing.unread, 7);
+        assert!(listing.unread_reason().is_some());
     }
 
     /// A provider's `Retry-After` reaches the caller, capped.

@@ -184,7 +184,7 @@ async fn a_pinned_provider_is_called_over_tls_and_knows_the_buyer_by_its_key() {
     assert_eq!(client.key_fingerprint(), Some(me));
     let to = provider.pinned();
 
-    let flavors = client.list_flavors(&to, None).await.unwrap();
+    let flavors = client.list_flavors(&to, None).await.unwrap().flavors;
     assert_eq!(flavors.len(), 1);
     assert_eq!(flavors[0].flavor_id, "flavor-1");
     let tx = client.reserve(&to, &reserve_request()).await.unwrap();
@@ -233,7 +233,11 @@ async fn an_anonymous_client_presents_no_certificate() {
     let provider = tls_provider().await;
     let client = RearClient::new(ClientConfig::default()).unwrap();
     assert_eq!(client.key_fingerprint(), None);
-    let flavors = client.list_flavors(&provider.pinned(), None).await.unwrap();
+    let flavors = client
+        .list_flavors(&provider.pinned(), None)
+        .await
+        .unwrap()
+        .flavors;
     assert_eq!(flavors.len(), 1);
     assert_eq!(provider.seen()[0].client, None);
 }
@@ -278,7 +282,7 @@ async fn a_provider_without_a_fingerprint_is_called_over_plain_http() {
     let provider = plain_provider().await;
     let (client, _) = consumer_client();
     let to: ProviderAddress = provider.address.parse().unwrap();
-    let flavors = client.list_flavors(&to, None).await.unwrap();
+    let flavors = client.list_flavors(&to, None).await.unwrap().flavors;
     assert_eq!(flavors.len(), 1);
     let tx = client.reserve(&to, &reserve_request()).await.unwrap();
     assert_eq!(tx.transaction_id, "tx-1");

@@ -557,7 +557,10 @@ async fn bench() {
         let mut list = load(list_name, 20_000, 8, move |_| {
             let (r, p) = (r.clone(), p.clone());
             async move {
-                assert_eq!(r.list_flavors(&p, None).await.unwrap().len(), FLAVORS);
+                assert_eq!(
+                    r.list_flavors(&p, None).await.unwrap().flavors.len(),
+                    FLAVORS
+                );
             }
         })
         .await;

@@ -106,7 +106,12 @@ async fn buyers_are_the_keys_their_connections_prove() {
 
     // The catalog is open on both transports.
     assert_eq!(
-        client(None).list_flavors(&plain, None).await.unwrap().len(),
+        client(None)
+            .list_flavors(&plain, None)
+            .await
+            .unwrap()
+            .flavors
+            .len(),
         3
     );
     assert_eq!(
@@ -114,6 +119,7 @@ async fn buyers_are_the_keys_their_connections_prove() {
             .list_flavors(&pinned, None)
             .await
             .unwrap()
+            .flavors
             .len(),
         3
     );

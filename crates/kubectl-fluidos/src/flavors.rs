@@ -339,10 +339,12 @@ async fn run_remote(client: Client, namespace: &str, args: &FlavorsArgs) -> anyh
                 Err(e) => Err(e),
             };
             match asked {
-                Ok(flavors) => ProviderAnswer {
+                // A listing past the client's bounds: what was read, and why
+                // the rest was not.
+                Ok(listing) => ProviderAnswer {
                     provider,
-                    flavors: Some(flavors),
-                    error: None,
+                    error: listing.unread_reason(),
+                    flavors: Some(listing.flavors),
                 },
                 Err(e) => ProviderAnswer {
                     provider,
@@ -353,7 +355,7 @@ async fn run_remote(client: Client, namespace: &str, args: &FlavorsArgs) -> anyh
         }
     }))
     .await;
-    let all_failed = answers.iter().all(|a| a.error.is_some());
+    let all_failed = answers.iter().all(|a| a.flavors.is_none());
     if let Some(format) = args.output {
         print_structured(format, &serde_json::json!({ "providers": answers }))?;
     } else {

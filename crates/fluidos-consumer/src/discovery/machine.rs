@@ -13,7 +13,7 @@ use fluidos_api::embedded::EmbeddedFlavor;
 use fluidos_api::rear::WireFlavor;
 use fluidos_api::solver::FlavorSelector;
 use fluidos_api::{KnownCluster, PROVIDER_FINGERPRINT_ANNOTATION, PeeringCandidate, Phase};
-use fluidos_rear_client::{Fingerprint, ProviderAddress};
+use fluidos_rear_client::{Fingerprint, FlavorListing, ProviderAddress};
 use kube::ResourceExt;
 
 use crate::reservation::HELD_BY;
@@ -55,8 +55,8 @@ pub fn start(status: Option<&DiscoveryStatus>, now: &str) -> Start {
 /// How one provider query ended, before its flavors are looked at.
 #[derive(Clone, Debug)]
 pub enum Answer {
-    /// It listed these flavors.
-    Listed(Vec<WireFlavor>),
+    /// It listed these flavors (some, past the client's bounds, unread).
+    Listed(FlavorListing),
     /// It answered with an error, or could not be reached.
     Failed(String),
     /// No answer within the per-provider timeout.
@@ -138,16 +138,30 @@ pub fn provider_answer(
     namespace: &str,
     own_node_id: &str,
 ) -> ProviderAnswer {
-    let (outcome, message, wire) = match answer {
+    let (outcome, message, listing) = match answer {
         Answer::TimedOut(after) => (
             ProviderOutcome::TimedOut,
             Some(format!("no answer within {after:?}")),
-            Vec::new(),
+            FlavorListing::default(),
         ),
-        Answer::Failed(e) => (ProviderOutcome::Failed, Some(e), Vec::new()),
-        Answer::Listed(list) => (ProviderOutcome::Answered, None, list),
+        Answer::Failed(e) => (ProviderOutcome::Failed, Some(e), FlavorListing::default()),
+        Answer::Listed(listing) => (ProviderOutcome::Answered, listing.unread_reason(), listing),
     };
-    let usable = usable_flavors(&wire, &provider.address, selector, namespace, own_node_id);
+    let mut usable = usable_flavors(
+        &listing.flavors,
+        &provider.address,
+        selector,
+        namespace,
+        own_node_id,
+    );
+    // Flavors the client did not read count as dropped, over the limit.
+    let unread_reason = listing.unread_reason().unwrap_or_default();
+    for id in &listing.unread_ids {
+        usable.drop_flavor(id, DropReason::Other("OverLimit".into()), || {
+            unread_reason.clone()
+        });
+    }
+    usable.dropped_count += listing.unread.saturating_sub(listing.unread_ids.len());
     ProviderAnswer {
         status: ProviderQueryStatus {
             address: provider.address.clone(),
@@ -607,7 +621,7 @@ mod tests {
         let fp: Fingerprint = FP.parse().unwrap();
         let pinned = provider_answer(
             &ProviderAddress::pinned("127.0.0.1:1", fp),
-            Answer::Listed(vec![wire_flavor("f1", "4", "1")]),
+            Answer::Listed(vec![wire_flavor("f1", "4", "1")].into()),
             None,
             "fluidos",
             "consumer01",
@@ -706,7 +720,10 @@ mod tests {
 
     #[test]
     fn answers_are_classified() {
-        let ok = answer(OWNER, Answer::Listed(vec![wire_flavor("f1", "4", "1")]));
+        let ok = answer(
+            OWNER,
+            Answer::Listed(vec![wire_flavor("f1", "4", "1")].into()),
+        );
         assert_eq!(ok.status.outcome, ProviderOutcome::Answered);
         assert_eq!((ok.status.flavors, ok.status.message.clone()), (1, None));
         // Nothing dropped: the status reads as before `dropped` existed.
@@ -723,6 +740,29 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&slow.status).unwrap()["outcome"],
             serde_json::json!("TimedOut")
+        );
+    }
+
+    #[test]
+    fn flavors_the_client_did_not_read_are_dropped_over_the_limit() {
+        let listing = FlavorListing {
+            flavors: vec![wire_flavor("f1", "4", "1")],
+            unread: 40,
+            unread_ids: vec!["big".into()],
+        };
+        let a = answer(OWNER, Answer::Listed(listing));
+        assert_eq!(a.status.outcome, ProviderOutcome::Answered);
+        assert_eq!((a.status.flavors, a.status.dropped_count), (1, 40));
+        let message = a.status.message.unwrap();
+        assert!(
+            message.starts_with("40 listed flavors not read"),
+            "{message}"
+        );
+        let dropped = a.status.dropped.unwrap();
+        assert_eq!(dropped.len(), 1);
+        assert_eq!(
+            (dropped[0].flavor_id.as_str(), &dropped[0].reason),
+            ("big", &DropReason::Other("OverLimit".into()))
         );
     }
 
@@ -791,7 +831,7 @@ mod tests {
             owned_by("by-name", "localhost:1"),
             owned_by("no-owner", ""),
         ];
-        let a = answer(OWNER, Answer::Listed(list));
+        let a = answer(OWNER, Answer::Listed(list.into()));
         assert_eq!(
             a.flavors.iter().map(|f| f.id()).collect::<Vec<_>>(),
             ["mine"]
@@ -993,9 +1033,9 @@ mod tests {
         let pc = candidate("f1", "4", "1");
         let listed = answer(
             "127.0.0.1:1",
-            Answer::Listed(vec![wire_flavor("f1", "4", "1")]),
+            Answer::Listed(vec![wire_flavor("f1", "4", "1")].into()),
         );
-        let sold_out = answer("127.0.0.1:1", Answer::Listed(vec![]));
+        let sold_out = answer("127.0.0.1:1", Answer::Listed(FlavorListing::default()));
         let down = answer("127.0.0.1:1", Answer::Failed("down".into()));
         assert!(!should_withdraw(&pc, &[listed], None));
         assert!(should_withdraw(&pc, std::slice::from_ref(&sold_out), None));
@@ -1026,7 +1066,12 @@ mod tests {
     fn a_round_ends_solved_failed_or_retrying() {
         let now = at("2026-12-01T10:00:05Z");
         let pc = embedded(&candidate("f1", "4", "1"));
-        let up = || answer(OWNER, Answer::Listed(vec![wire_flavor("f1", "4", "1")]));
+        let up = || {
+            answer(
+                OWNER,
+                Answer::Listed(vec![wire_flavor("f1", "4", "1")].into()),
+            )
+        };
         let down = || answer("b:1", Answer::Failed("down".into()));
 
         let c = conclude(running_since(NOW), &[up(), down()], vec![pc], now);
@@ -1069,7 +1114,10 @@ mod tests {
         );
         let c = conclude(
             running_since(NOW),
-            &[answer("a:1", Answer::Listed(vec![])), down()],
+            &[
+                answer("a:1", Answer::Listed(FlavorListing::default())),
+                down(),
+            ],
             vec![],
             now,
         );

@@ -26,6 +26,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
     // called over TLS presenting this node's key: they know the buyer by it.
     cfg.node_key = ctx.node_key.clone();
     cfg.peer_timeout = Duration::from_millis(ctx.args.peer_timeout_ms);
+    cfg.discovery_concurrency = usize::from(ctx.args.discovery_concurrency);
     let rear = ClientConfig {
         list_timeout: cfg.peer_timeout,
         reserve_timeout: Duration::from_millis(ctx.args.reserve_timeout_ms),
