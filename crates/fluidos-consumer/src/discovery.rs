@@ -1,7 +1,8 @@
 //! Discovery controller: asks every known provider for matching flavors, in
-//! parallel (at most `discovery_concurrency` at once) with a per-provider
-//! timeout, and records one PeeringCandidate per flavor. One unreachable or
-//! broken provider never blocks the others.
+//! parallel (at most `discovery_concurrency` queries at once, across all
+//! Discoveries) with a per-provider timeout that starts when its query
+//! does, and records one PeeringCandidate per flavor. One unreachable or
+//! broken provider never blocks the others beyond its timeout.
 //!
 //! Decisions are pure functions in [`machine`]; this module does the queries
 //! and the writes, and writes the status once per reconcile.
@@ -19,7 +20,6 @@ use fluidos_controller::api_error::is_already_exists;
 use fluidos_controller::api_error::is_conflict;
 use fluidos_controller::readiness::ReadinessGate;
 use fluidos_rear_client::{Fingerprint, ProviderAddress};
-use futures::StreamExt;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
@@ -65,6 +65,9 @@ async fn ask(
     provider: ProviderAddress,
     selector: Option<&FlavorSelector>,
 ) -> ProviderAnswer {
+    // At most `discovery_concurrency` listings in flight in this node, each
+    // up to MAX_LIST_BYTES; the timeout starts once the slot is ours.
+    let _slot = ctx.discovery_slots().acquire().await;
     let answer = match tokio::time::timeout(
         ctx.cfg.peer_timeout,
         ctx.rear.list_flavors(&provider, selector),
@@ -147,13 +150,15 @@ async fn reconcile(cached: Arc<Discovery>, ctx: Arc<Context>) -> Result<Action, 
         .discovery
         .set_known_peers(providers.ask.len() + providers.refused.len());
 
-    // At most `discovery_concurrency` listings in flight (each may hold
-    // MAX_LIST_BYTES), answers kept in the providers' order.
-    let mut answers: Vec<ProviderAnswer> = futures::stream::iter(providers.ask)
-        .map(|p| ask(&ctx, p, selector.as_ref()))
-        .buffered(ctx.cfg.discovery_concurrency.max(1))
-        .collect()
-        .await;
+    // Each query waits for a slot (see `ask`), so a slow provider holds up
+    // only its own slot, not the queries after it.
+    let mut answers = futures::future::join_all(
+        providers
+            .ask
+            .into_iter()
+            .map(|p| ask(&ctx, p, selector.as_ref())),
+    )
+    .await;
     for (address, why) in providers.refused {
         let answer = machine::provider_answer(
             &ProviderAddress::plain(address),

@@ -42,9 +42,10 @@ pub struct ConsumerConfig {
     pub static_peers: Vec<ProviderAddress>,
     /// Per-provider timeout of one discovery query.
     pub peer_timeout: Duration,
-    /// Providers one Discovery asks at once: a listing in flight holds up
-    /// to [`fluidos_rear_client::MAX_LIST_BYTES`], so a thousand known
-    /// providers must not all answer into memory together.
+    /// Providers asked at once, by all Discoveries together: a listing in
+    /// flight holds up to [`fluidos_rear_client::MAX_LIST_BYTES`] and what
+    /// it decodes to, so a thousand known providers (or many Discoveries)
+    /// must not all answer into memory together.
     pub discovery_concurrency: usize,
     /// How long a Solver may stay in one running phase (upstream: 2 min).
     pub phase_timeout: Duration,
@@ -63,7 +64,7 @@ impl ConsumerConfig {
             identity,
             static_peers: Vec::new(),
             peer_timeout: Duration::from_secs(3),
-            discovery_concurrency: 16,
+            discovery_concurrency: 8,
             phase_timeout: Duration::from_secs(120),
             peering_timeout: Duration::from_secs(300),
             node_key: None,
@@ -90,6 +91,9 @@ pub struct Context {
     /// PURCHASE to a pinned seller then carries a kubeconfig of this
     /// cluster for it. `None`: delivery over REAR.
     offloading: Option<OffloadingIssuer>,
+    /// One permit per discovery query in flight, shared by all Discoveries
+    /// (`cfg.discovery_concurrency` of them).
+    discovery_slots: Arc<tokio::sync::Semaphore>,
 }
 
 /// A step of a reconcile, named in errors, logs and the failure metric.
@@ -280,7 +284,12 @@ impl Context {
             None => RearClient::new(rear_cfg),
         }
         .map_err(|e| Error::Setup(e.to_string()))?;
+        let discovery_slots = Arc::new(tokio::sync::Semaphore::new(
+            cfg.discovery_concurrency
+                .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
+        ));
         Ok(Arc::new(Context {
+            discovery_slots,
             client,
             cfg,
             rear,
@@ -288,6 +297,11 @@ impl Context {
             streaming_lists: std::sync::OnceLock::new(),
             offloading,
         }))
+    }
+
+    /// The permits of discovery queries in flight.
+    pub(crate) fn discovery_slots(&self) -> &tokio::sync::Semaphore {
+        &self.discovery_slots
     }
 
     /// Reconcile bookkeeping (metrics, backoff, logs) for one controller.

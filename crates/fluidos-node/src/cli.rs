@@ -203,9 +203,10 @@ pub struct Args {
     #[arg(long, env = "FLUIDOS_PEER_TIMEOUT_MS", default_value_t = 3000)]
     pub peer_timeout_ms: u64,
 
-    /// Providers one discovery asks at once (the others wait their turn):
-    /// each listing in flight may hold up to 4 MiB.
-    #[arg(long, env = "FLUIDOS_DISCOVERY_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    /// Discovery queries in flight at once, all Discoveries together (the
+    /// others wait their turn, their timeout not yet running): each may hold
+    /// a 4 MiB listing and 4 MiB of what it decodes to.
+    #[arg(long, env = "FLUIDOS_DISCOVERY_CONCURRENCY", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
     pub discovery_concurrency: u16,
 
     /// Timeout of a RESERVE call to a provider, in milliseconds.

@@ -560,16 +560,19 @@ async fn once(
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
+    if !status.is_success() && status != StatusCode::NO_CONTENT {
+        // Only its first MAX_ERROR_CHARS are kept: a long error body is
+        // not read, and the status still says what happened.
+        let message = match read_capped(response.into_body(), length, MAX_ERROR_BODY_BYTES).await {
+            Ok(bytes) => error_message(&bytes),
+            Err(Failure::TooLarge(_)) => format!("(error body over {MAX_ERROR_BODY_BYTES} bytes)"),
+            Err(other) => return Err(other),
+        };
+        return Err(Failure::Status(status.as_u16(), message, retry_after));
+    }
     let bytes = read_capped(response.into_body(), length, limit).await?;
     if status == StatusCode::NO_CONTENT {
         return Ok(None);
-    }
-    if !status.is_success() {
-        return Err(Failure::Status(
-            status.as_u16(),
-            error_message(&bytes),
-            retry_after,
-        ));
     }
     Ok(Some(bytes))
 }
@@ -581,6 +584,8 @@ async fn once(
 pub const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 /// The most of a provider's error text kept (it reaches statuses and logs).
 const MAX_ERROR_CHARS: usize = 500;
+/// The longest error body read (a JSON `error` may escape its text).
+const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 
 /// The body, read frame by frame and refused once over `limit` bytes.
 async fn read_capped(

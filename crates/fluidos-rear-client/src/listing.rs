@@ -4,16 +4,24 @@
 //! [`MAX_LIST_BYTES`], then walked element by element as raw JSON borrowed
 //! from that buffer (no tree of the whole answer is ever built), and only the
 //! first [`MAX_LISTED_FLAVORS`] flavors of at most [`MAX_LISTED_FLAVOR_BYTES`]
-//! each are decoded. The rest is counted, not kept, so the memory one answer
-//! can cost is the buffer plus what those flavors decode to, whatever the
-//! provider sends. Four hostile providers answering 16 MiB listings used to
-//! take a consumer past 400 MB.
+//! each are decoded, while what they hold stays within [`MAX_DECODED_BYTES`].
+//! The rest is counted, not kept, so the memory one answer can cost is the
+//! buffer plus that budget, whatever the provider sends. Four hostile
+//! providers answering 16 MiB listings used to take a consumer past 400 MB.
+//!
+//! What a flavor holds is estimated, not its JSON length: JSON of small
+//! elements (`[{"":0},...]`) decodes to many times its size, a map of one
+//! entry being a B-tree node of hundreds of bytes. So each element or key
+//! is charged [`ELEMENT_BYTES`] before decoding, and a payload kept as a
+//! JSON value (an untyped `type.data`) is charged what its tree holds.
 
+use std::borrow::Cow;
 use std::fmt;
 
-use fluidos_api::rear::WireFlavor;
+use fluidos_api::rear::{WireFlavor, WireFlavorData};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, SeqAccess, Visitor};
+use serde_json::Value;
 use serde_json::value::RawValue;
 
 /// The largest listing read: a thousand upstream flavors (about 1.5 KiB
@@ -21,10 +29,21 @@ use serde_json::value::RawValue;
 pub const MAX_LIST_BYTES: usize = 4 * 1024 * 1024;
 /// Flavors decoded from one listing; later ones are counted, not read.
 pub const MAX_LISTED_FLAVORS: usize = 1024;
-/// A flavor whose JSON is larger is not decoded (upstream's are a few KiB).
-pub const MAX_LISTED_FLAVOR_BYTES: usize = 64 * 1024;
-/// Bytes of flavor JSON decoded from one listing in all.
-pub const MAX_DECODED_BYTES: usize = 1024 * 1024;
+/// A flavor whose JSON is larger is not decoded (upstream's are a few KiB;
+/// discovery keeps none over 32 KiB).
+pub const MAX_LISTED_FLAVOR_BYTES: usize = 32 * 1024;
+/// Estimated bytes the flavors decoded from one listing may hold in all
+/// (a thousand typed upstream flavors fit; the consumer keeps at most 256
+/// of one provider).
+pub const MAX_DECODED_BYTES: usize = 4 * 1024 * 1024;
+/// Charged per element, key or value separator of a flavor's JSON: a
+/// decoded element of a vector takes a slot of up to this much (a
+/// `String`, with room for the vector's growth); maps of untyped payloads
+/// are charged on top, by what their trees hold.
+pub const ELEMENT_BYTES: usize = 32;
+/// Charged per map of a payload kept as a JSON value, per few entries: a
+/// B-tree node of eleven `String` keys and values.
+const MAP_NODE_BYTES: usize = 11 * (size_of::<String>() + size_of::<serde_json::Value>()) + 32;
 /// IDs of unread flavors kept to name in statuses.
 const MAX_UNREAD_IDS: usize = 10;
 /// Characters of an unread flavor's ID kept.
@@ -48,7 +67,7 @@ impl FlavorListing {
         (self.unread > 0).then(|| {
             format!(
                 "{} listed flavors not read: a listing is read up to {MAX_LISTED_FLAVORS} flavors \
-                 and {MAX_DECODED_BYTES} bytes of flavors, each at most {MAX_LISTED_FLAVOR_BYTES} bytes",
+                 holding an estimated {MAX_DECODED_BYTES} bytes, each at most {MAX_LISTED_FLAVOR_BYTES} bytes of JSON",
                 self.unread
             )
         })
@@ -110,33 +129,83 @@ impl<'de> Visitor<'de> for ListingVisitor {
                 break;
             };
             let size = raw.get().len();
-            if size > MAX_LISTED_FLAVOR_BYTES || decoded_bytes + size > MAX_DECODED_BYTES {
-                out.unread += 1;
-                if out.unread_ids.len() < MAX_UNREAD_IDS
-                    && let Some(id) = flavor_id(raw)
-                {
-                    out.unread_ids.push(id.chars().take(MAX_ID_CHARS).collect());
-                }
+            let charged = size + ELEMENT_BYTES * elements(raw.get());
+            if size > MAX_LISTED_FLAVOR_BYTES || decoded_bytes + charged > MAX_DECODED_BYTES {
+                out.unread(raw);
                 continue;
             }
-            decoded_bytes += size;
             let flavor = WireFlavor::deserialize(raw).map_err(de::Error::custom)?;
+            let held = charged + raw_payload_bytes(&flavor);
+            if decoded_bytes + held > MAX_DECODED_BYTES {
+                // Dropped as soon as it is decoded: one flavor at a time.
+                out.unread(raw);
+                continue;
+            }
+            decoded_bytes += held;
             out.flavors.push(flavor);
         }
         Ok(out)
     }
 }
 
-/// The `flavorID` of an unread flavor, read without decoding the rest.
+impl FlavorListing {
+    /// Counts a flavor not read, naming the first few.
+    fn unread(&mut self, raw: &RawValue) {
+        self.unread += 1;
+        if self.unread_ids.len() < MAX_UNREAD_IDS
+            && let Some(id) = flavor_id(raw)
+        {
+            self.unread_ids.push(id);
+        }
+    }
+}
+
+/// Elements, keys and values in `json` at most: its separators and
+/// openings (counted inside strings too, which only overestimates).
+fn elements(json: &str) -> usize {
+    json.bytes()
+        .filter(|b| matches!(b, b',' | b':' | b'[' | b'{'))
+        .count()
+}
+
+/// What a `type.data` kept as a JSON value holds beyond its slot (typed
+/// payloads hold no more than their elements were charged).
+fn raw_payload_bytes(flavor: &WireFlavor) -> usize {
+    let WireFlavorData::Raw(value) = &flavor.type_.data else {
+        return 0;
+    };
+    let mut held = 0;
+    let mut stack = vec![value];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::String(s) => held += s.capacity(),
+            Value::Array(items) => {
+                held += items.capacity() * size_of::<Value>();
+                stack.extend(items);
+            }
+            Value::Object(map) => {
+                // Nodes are at least half full but for the root.
+                held += map.len().div_ceil(5).max(1) * MAP_NODE_BYTES;
+                held += map.keys().map(String::capacity).sum::<usize>();
+                stack.extend(map.values());
+            }
+            Value::Null | Value::Bool(_) | Value::Number(_) => {}
+        }
+    }
+    held
+}
+
+/// The `flavorID` of an unread flavor, cut to [`MAX_ID_CHARS`], read
+/// without decoding the rest (borrowed unless it has escapes).
 fn flavor_id(raw: &RawValue) -> Option<String> {
     #[derive(Deserialize)]
-    struct IdOnly {
-        #[serde(rename = "flavorID", alias = "flavorId")]
-        flavor_id: String,
+    struct IdOnly<'a> {
+        #[serde(rename = "flavorID", alias = "flavorId", borrow)]
+        flavor_id: Cow<'a, str>,
     }
-    serde_json::from_str::<IdOnly>(raw.get())
+    serde_json::from_str::<IdOnly<'_>>(raw.get())
         .ok()
-        .map(|i| i.flavor_id)
+        .map(|i| i.flavor_id.chars().take(MAX_ID_CHARS).collect())
 }
 
 #[cfg(test)]
@@ -226,6 +295,34 @@ mod tests {
         );
         assert_eq!(listing.flavors.len() + listing.unread, fit + 3);
         assert!(listing.unread >= 2);
+    }
+
+    /// Small elements decode to many times their JSON: what they hold is
+    /// charged, not their length.
+    #[test]
+    fn payloads_that_decode_to_large_trees_are_charged_what_they_hold() {
+        let tiny_maps = |id: &str| {
+            let maps = vec![r#"{"":0}"#; 4000].join(",");
+            format!(
+                r#"{{"flavorID":"{id}","providerID":"p","type":{{"name":"Other","data":{{"a":[{maps}]}}}},"timestamp":"","price":{{"amount":"1","currency":"EUR","period":"hourly"}},"owner":{{"domain":"d","nodeID":"p","ip":"h:1"}},"availability":true}}"#
+            )
+        };
+        let one = tiny_maps("t0");
+        assert!(one.len() < MAX_LISTED_FLAVOR_BYTES);
+        let n = 40;
+        let body = format!(
+            "[{}]",
+            (0..n)
+                .map(|i| tiny_maps(&format!("t{i}")))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        // 40 such flavors are about 1.1 MiB of JSON, each holding over
+        // 2.5 MiB once decoded: one fits the budget.
+        let listing = decode(body.as_bytes()).unwrap();
+        assert_eq!(listing.flavors.len(), 1, "{}", listing.unread);
+        assert_eq!(listing.unread, n - 1);
+        assert!(raw_payload_bytes(&listing.flavors[0]) > 4000 * MAP_NODE_BYTES);
     }
 
     #[test]

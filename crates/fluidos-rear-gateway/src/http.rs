@@ -134,8 +134,10 @@ async fn list_service(AxState(st): AxState<Arc<State>>, RawQuery(q): RawQuery) -
         (status = 429, description = "Over the per-peer request rate", body = ErrorBody, headers(("Retry-After" = u64, description = "Seconds to wait"))),
         (status = 503, description = "Starting, or the provider's Kubernetes API server is busy or unavailable (conflict, throttling, 5xx, timeout); retry", body = ErrorBody, headers(("Retry-After" = u64, description = "Seconds to wait"))),
     ))]
-// The ids are recorded by `State::reserve` once the body is decoded.
-#[tracing::instrument(skip_all, fields(flavor_id = tracing::field::Empty, transaction_id = tracing::field::Empty))]
+// The flavor is recorded by `State::reserve` once the body is decoded. No
+// transaction ID in spans: it is what buys the hold and reads a service's
+// credentials, and span fields go out with every event logged inside.
+#[tracing::instrument(skip_all, fields(flavor_id = tracing::field::Empty))]
 async fn reserve(
     AxState(st): AxState<Arc<State>>,
     caller: Option<Extension<Caller>>,
@@ -144,7 +146,6 @@ async fn reserve(
     let owner = buyer::owner_of(caller_of(caller), &st.cfg.plain_http_sales)?;
     let body = body_or_error(body)?;
     let tx = st.reserve(&body, owner).await?;
-    tracing::Span::current().record("transaction_id", tx.transaction_id.as_str());
     wire_response(serde_json::to_string(&tx))
 }
 
@@ -162,7 +163,8 @@ async fn reserve(
         (status = 429, description = "Over the per-peer request rate", body = ErrorBody, headers(("Retry-After" = u64, description = "Seconds to wait"))),
         (status = 503, description = "Starting, or the provider's Kubernetes API server is busy or unavailable (conflict, throttling, 5xx, timeout); retry", body = ErrorBody, headers(("Retry-After" = u64, description = "Seconds to wait"))),
     ))]
-#[tracing::instrument(skip_all, fields(transaction_id = %tx_id))]
+// No transaction ID in the span (see `reserve`).
+#[tracing::instrument(skip_all)]
 async fn purchase(
     AxState(st): AxState<Arc<State>>,
     caller: Option<Extension<Caller>>,

@@ -73,6 +73,10 @@ pub struct ProviderAnswer {
     /// The key it was pinned to (and proved it holds), which its candidates
     /// carry in [`PROVIDER_FINGERPRINT_ANNOTATION`]; `None` over plain HTTP.
     pub fingerprint: Option<Fingerprint>,
+    /// Some listed flavors were left unread or over what is kept: a
+    /// candidate not among `flavors` may still be listed, so none is
+    /// withdrawn on this answer.
+    pub partial: bool,
 }
 
 /// The providers a Discovery asks.
@@ -162,6 +166,7 @@ pub fn provider_answer(
         });
     }
     usable.dropped_count += listing.unread.saturating_sub(listing.unread_ids.len());
+    let partial = usable.over_limit || listing.unread > 0;
     ProviderAnswer {
         status: ProviderQueryStatus {
             address: provider.address.clone(),
@@ -173,6 +178,7 @@ pub fn provider_answer(
         },
         flavors: usable.flavors,
         fingerprint: provider.fingerprint,
+        partial,
     }
 }
 
@@ -185,6 +191,8 @@ pub struct Usable {
     pub dropped: Vec<DroppedFlavor>,
     /// How many were dropped in all.
     pub dropped_count: usize,
+    /// Some were dropped only for being over what is kept of one provider.
+    pub over_limit: bool,
 }
 
 impl Usable {
@@ -257,6 +265,7 @@ pub fn usable_flavors(
                 } else if out.flavors.len() >= MAX_FLAVORS_PER_PROVIDER
                     || kept_bytes + size > MAX_PROVIDER_FLAVOR_BYTES
                 {
+                    out.over_limit = true;
                     out.drop_flavor(&w.flavor_id, DropReason::Other("OverLimit".into()), || {
                         format!(
                             "over what is kept of one provider ({MAX_FLAVORS_PER_PROVIDER} flavors, {MAX_PROVIDER_FLAVOR_BYTES} bytes)"
@@ -439,6 +448,10 @@ pub fn should_withdraw(
     }) else {
         return false;
     };
+    // Past the bounds, not being kept is not being unlisted.
+    if answer.partial {
+        return false;
+    }
     let held = pc.annotations().contains_key(HELD_BY);
     let listed = answer.flavors.iter().any(|f| f.id() == flavor.id());
     let matches = match flavor.spec.flavor_type.parse() {
@@ -1042,6 +1055,18 @@ mod tests {
         assert!(
             !should_withdraw(&pc, &[down], None),
             "no answer proves nothing"
+        );
+        let partial = answer(
+            "127.0.0.1:1",
+            Answer::Listed(FlavorListing {
+                unread: 3,
+                ..FlavorListing::default()
+            }),
+        );
+        assert!(partial.partial);
+        assert!(
+            !should_withdraw(&pc, &[partial], None),
+            "an unread flavor may be this one"
         );
         let mut held = pc.clone();
         held.metadata.annotations = Some([(HELD_BY.to_owned(), "fluidos/r".to_owned())].into());
