@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use fluidos_api::NodeIdentity;
 use fluidos_controller::Metrics;
-use fluidos_rear_identity::NodeKey;
+use fluidos_rear_identity::{Fingerprint, NodeKey};
 use kube::Client;
 
 use crate::cli::Args;
@@ -32,8 +32,13 @@ pub struct Context {
     /// `fluidos_leader` (registered in `metrics`): 1 while this replica leads.
     pub leader: prometheus_client::metrics::gauge::Gauge,
     /// This node's REAR key (Secret `fluidos-node-identity`), loaded when a
-    /// component that talks REAR or announces the node is selected.
+    /// component that talks REAR is selected.
     pub node_key: Option<Arc<NodeKey>>,
+    /// The key's fingerprint, which the network manager announces: of
+    /// `node_key` when loaded, else as the REAR components published it
+    /// (ConfigMap `fluidos-node-rear-fingerprint`), so that a network
+    /// manager alone never reads the private key.
+    pub rear_fingerprint: Option<Fingerprint>,
 }
 
 impl Context {
@@ -57,6 +62,7 @@ impl std::fmt::Debug for Context {
             .field("identity", &self.identity)
             .field("readiness", &self.readiness)
             .field("node_key", &self.node_key)
+            .field("rear_fingerprint", &self.rear_fingerprint)
             .finish_non_exhaustive()
     }
 }

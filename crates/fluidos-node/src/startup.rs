@@ -49,6 +49,9 @@ pub enum StartupError {
     /// The node's REAR key could not be read or created.
     #[error("the node's REAR identity: {0}")]
     NodeKey(#[from] fluidos_rear_identity::secret::SecretError),
+    /// The published fingerprint of the node's REAR key is not usable.
+    #[error("the node's REAR identity: {0}")]
+    Fingerprint(#[from] fluidos_rear_identity::published::PublishedError),
     /// The leader-election Lease is not usable.
     #[error(transparent)]
     LeaderElection(#[from] leader_election::ElectionError),
@@ -169,46 +172,43 @@ async fn start_with_clients(
     identity.additional_information =
         liqo_id.map(|id| fluidos_api::NodeIdentityAdditionalInfo { liqo_id: Some(id) });
 
-    // The REAR components use the key (and create it on first start); the
-    // network manager only announces its fingerprint, so it reads the key
-    // once one of them has made it and is granted no Secret creation.
+    // The REAR components use the key (and create it on first start), and
+    // publish its fingerprint; the network manager only announces the
+    // fingerprint, so it reads that once one of them has published it, and
+    // may read no Secret of the key.
     let selected = args.selected_components();
     let uses_key = selected
         .iter()
         .any(|c| matches!(c, Component::RearGateway | Component::RearManager));
     let secret = fluidos_rear_identity::secret::DEFAULT_SECRET_NAME;
-    let node_key = if uses_key {
-        Some(std::sync::Arc::new(
-            fluidos_rear_identity::secret::load_or_create(
-                &client,
-                &args.namespace,
-                secret,
-                &identity.node_id,
-            )
-            .await?,
-        ))
-    } else if selected.contains(&Component::NetworkManager) {
-        let key = fluidos_rear_identity::secret::wait_for(
+    let (node_key, rear_fingerprint) = if uses_key {
+        let key = fluidos_rear_identity::secret::load_or_create(
             &client,
             &args.namespace,
             secret,
             &identity.node_id,
-            KEY_WAIT,
         )
         .await?;
-        if key.is_none() {
+        fluidos_rear_identity::published::publish(&client, &args.namespace, key.fingerprint())
+            .await?;
+        let fingerprint = key.fingerprint();
+        (Some(std::sync::Arc::new(key)), Some(fingerprint))
+    } else if selected.contains(&Component::NetworkManager) {
+        let fingerprint =
+            fluidos_rear_identity::published::wait_for(&client, &args.namespace, KEY_WAIT).await?;
+        if fingerprint.is_none() {
             tracing::warn!(
-                secret,
-                "no REAR key after {KEY_WAIT:?} (the rear-gateway or rear-manager creates it): \
+                configmap = fluidos_rear_identity::published::CONFIGMAP_NAME,
+                "no REAR fingerprint after {KEY_WAIT:?} (the rear-gateway or rear-manager publishes it): \
                  advertisements carry no fingerprint, so peers will call this node over plain HTTP"
             );
         }
-        key.map(std::sync::Arc::new)
+        (None, fingerprint)
     } else {
-        None
+        (None, None)
     };
-    if let Some(key) = &node_key {
-        tracing::info!(fingerprint = %key.fingerprint(), "REAR identity");
+    if let Some(fingerprint) = &rear_fingerprint {
+        tracing::info!(%fingerprint, "REAR identity");
     }
 
     let probes = bind(
@@ -250,6 +250,7 @@ async fn start_with_clients(
             leadership: Leadership::always(),
             leader,
             node_key,
+            rear_fingerprint,
         },
         probes,
         metrics,

@@ -14,6 +14,7 @@
 
 pub mod fingerprint;
 pub mod key;
+pub mod published;
 pub mod secret;
 pub mod tls;
 

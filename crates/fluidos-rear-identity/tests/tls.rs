@@ -275,3 +275,62 @@ async fn the_key_is_created_once_and_kept_in_a_secret() {
     assert_eq!(still.data.unwrap()[secret::KEY_FIELD].0, b"garbage");
     cp.stop().await;
 }
+
+/// The fingerprint is published apart from the key: a reader of the
+/// ConfigMap waits for it, gets it once written, and is told when it is not
+/// a fingerprint.
+#[tokio::test]
+async fn the_fingerprint_is_published_in_a_configmap() {
+    use fluidos_rear_identity::published::{self, PublishedError};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let cp = ControlPlane::start(ControlPlaneOptions {
+        workloads: false,
+        crd_dirs: vec![],
+    })
+    .await
+    .unwrap();
+    let client = cp.client();
+    fixtures::namespace(&cp, "fluidos").await.unwrap();
+    let short = std::time::Duration::from_millis(300);
+    assert!(
+        published::wait_for(&client, "fluidos", short)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let key = NodeKey::generate("node-1").unwrap();
+    let waiting = published::wait_for(&client, "fluidos", std::time::Duration::from_secs(30));
+    let (got, written) = tokio::join!(waiting, async {
+        // Twice: a restart writes it again.
+        published::publish(&client, "fluidos", key.fingerprint()).await?;
+        published::publish(&client, "fluidos", key.fingerprint()).await
+    });
+    written.unwrap();
+    assert_eq!(got.unwrap(), Some(key.fingerprint()));
+
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), "fluidos");
+    let damaged = serde_json::json!({"data": {published::FINGERPRINT_FIELD: "sha256:XYZ"}});
+    configmaps
+        .patch(
+            published::CONFIGMAP_NAME,
+            &PatchParams::default(),
+            &Patch::Merge(&damaged),
+        )
+        .await
+        .unwrap();
+    let e = published::wait_for(&client, "fluidos", short)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, PublishedError::Unusable { .. }), "{e}");
+    // The next start of a REAR component puts it right.
+    published::publish(&client, "fluidos", key.fingerprint())
+        .await
+        .unwrap();
+    assert_eq!(
+        published::wait_for(&client, "fluidos", short)
+            .await
+            .unwrap(),
+        Some(key.fingerprint())
+    );
+    cp.stop().await;
+}

@@ -27,7 +27,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
     let metrics = ctx.network_metrics.clone();
     // Advertised with the node's REAR key, so that peers pin it; without a
     // key the advertisement is exactly a Go node's.
-    let fingerprint = ctx.node_key.as_ref().map(|k| k.fingerprint());
+    let fingerprint = ctx.rear_fingerprint;
     let manager =
         NetworkManager::bind(settings, ctx.identity.clone(), fingerprint, metrics.clone())
             .map_err(|e| Error::Setup(format!("network manager: {e}")))?;

@@ -53,6 +53,22 @@ liqo:
 {{- end -}}
 
 {{/*
+The REAR key's fingerprint (fluidos-node startup.rs, fluidos-rear-identity
+published.rs `publish`): written at every start by the components that hold
+the key, for the network manager, which may read no Secret of it
+(server-side apply: create the first time, then patch by name).
+*/}}
+{{- define "fluidos-node.rules.rear-fingerprint" -}}
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [create]
+- apiGroups: [""]
+  resources: [configmaps]
+  resourceNames: [fluidos-node-rear-fingerprint]
+  verbs: [patch]
+{{- end -}}
+
+{{/*
 Leader election (--leader-elect; crates/fluidos-node/src/leader_election.rs,
 kube-lease-manager): the Lease `fluidos-node-<component>` in the release
 namespace. Call with (dict "root" $ "component" "rear-manager").
@@ -277,6 +293,7 @@ namespace:
   - apiGroups: [rbac.authorization.k8s.io]
     resources: [roles, rolebindings]
     verbs: [deletecollection]
+  {{- include "fluidos-node.rules.rear-fingerprint" . | nindent 2 }}
   {{- include "fluidos-node.rules.events" . | nindent 2 }}
   {{- include "fluidos-node.rules.leases" (dict "root" . "component" "rear-gateway") | nindent 2 }}
 liqo:
@@ -468,6 +485,7 @@ namespace:
     resources: [serviceaccounts/token]
     verbs: [create]
   {{- end }}
+  {{- include "fluidos-node.rules.rear-fingerprint" . | nindent 2 }}
   {{- include "fluidos-node.rules.events" . | nindent 2 }}
   {{- include "fluidos-node.rules.leases" (dict "root" . "component" "rear-manager") | nindent 2 }}
 liqo:
@@ -501,13 +519,13 @@ namespace:
   - apiGroups: [network.fluidos.eu]
     resources: [knownclusters/status]
     verbs: [patch]
-  # fluidos-node startup.rs (fluidos-rear-identity secret.rs `wait_for`):
-  # the node's REAR key, whose fingerprint the advertisements carry; read
-  # (watched by name until the rear-gateway or rear-manager creates it),
-  # never created here.
+  # fluidos-node startup.rs (fluidos-rear-identity published.rs
+  # `wait_for`): the fingerprint of the node's REAR key, which the
+  # advertisements carry, watched by name until the rear-gateway or
+  # rear-manager publishes it; the key's Secret is not readable here.
   - apiGroups: [""]
-    resources: [secrets]
-    resourceNames: [fluidos-node-identity]
+    resources: [configmaps]
+    resourceNames: [fluidos-node-rear-fingerprint]
     verbs: [get, list, watch]
   {{- if .Values.networkManager.config.broker.enabled }}
   # The AMQP broker client: Broker objects and their TLS Secrets.
