@@ -310,66 +310,103 @@ fn is_length_limit(e: &axum::Error) -> bool {
     false
 }
 
-/// Most request bodies buffered at once: with `body_limit` (1 MiB by
-/// default) a bound on the memory bodies take, whatever the connections.
-pub(crate) const MAX_BODIES_READ_AT_ONCE: usize = 64;
 /// Largest body of a request that is not a POST (REAR's GETs carry none).
 const MAX_OTHER_BODY: usize = 1024;
+
+/// Whether `path` is a route that sells (RESERVE, PURCHASE), whose caller
+/// must be allowed to buy before its body is read.
+fn is_sale_route(path: &str) -> bool {
+    path == "/api/v2/reservations"
+        || path
+            .strip_prefix("/api/v2/transactions/")
+            .is_some_and(|rest| rest.ends_with("/purchase"))
+}
+
+/// Why a body was not read.
+enum Unread {
+    /// No permit: the peer reads its share of bodies already.
+    Busy(ApiError),
+    /// The connection or the size limit.
+    Body(axum::Error),
+}
+
+/// An answer sent without reading the body: the connection cannot carry
+/// another request, since the body may still be coming.
+fn closing(e: ApiError) -> Response {
+    let mut response = e.into_response();
+    response.headers_mut().insert(
+        header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    response
+}
 
 /// Reads the whole body before routing, within `body_read_timeout` and
 /// `body_limit`: a client dripping its body slowly gets 408 and loses the
 /// connection; one over the limit gets 413. Only POSTs may carry more than
-/// [`MAX_OTHER_BODY`], and at most [`MAX_BODIES_READ_AT_ONCE`] POST bodies
-/// are read at once (the others wait, within the same time limit).
+/// [`MAX_OTHER_BODY`]. A caller that may not buy is refused (403) on a sale
+/// route before anything of its body is read, and a POST body is read only
+/// with one of the permits of [`crate::body_permits`] (429 when the peer's
+/// address reads its share already; the others wait, within the same time
+/// limit).
 async fn read_body(AxState(st): AxState<Arc<State>>, req: Request<Body>, next: Next) -> Response {
     let (parts, body) = req.into_parts();
     let limit = st.cfg.body_read_timeout;
     let post = parts.method == axum::http::Method::POST;
+    if post && is_sale_route(parts.uri.path()) {
+        let caller = parts
+            .extensions
+            .get::<Caller>()
+            .cloned()
+            .unwrap_or(Caller::Plain(None));
+        if let Err(e) = buyer::owner_of(caller, &st.cfg.plain_http_sales) {
+            return closing(e);
+        }
+    }
+    let peer = parts
+        .extensions
+        .get::<ConnectInfo<std::net::SocketAddr>>()
+        .map(|ConnectInfo(a)| a.ip());
     let body_limit = if post {
         st.cfg.body_limit
     } else {
         MAX_OTHER_BODY.min(st.cfg.body_limit)
     };
     let read = async {
-        // Only a POST's body (up to `body_limit`) waits for a permit; the
+        // Only a POST's body (up to `body_limit`) takes a permit; the
         // 1 KiB of another request never does, so slow POST bodies cannot
-        // hold up listings. A closed semaphore never happens.
+        // hold up listings.
         let _permit = if post {
-            st.body_reads.acquire().await.ok()
+            Some(st.body_permits.acquire(peer).await.map_err(Unread::Busy)?)
         } else {
             None
         };
-        axum::body::to_bytes(body, body_limit).await
+        axum::body::to_bytes(body, body_limit)
+            .await
+            .map_err(Unread::Body)
     };
     match tokio::time::timeout(limit, read).await {
         Ok(Ok(bytes)) => {
             next.run(Request::from_parts(parts, Body::from(bytes)))
                 .await
         }
-        Ok(Err(e)) if is_length_limit(&e) => ApiError::new(
+        Ok(Err(Unread::Busy(e))) => closing(e),
+        Ok(Err(Unread::Body(e))) if is_length_limit(&e) => ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("the request body is over {body_limit} bytes"),
         )
         .into_response(),
-        Ok(Err(e)) => {
+        Ok(Err(Unread::Body(e))) => {
             ApiError::bad_request(format!("reading the request body: {e}")).into_response()
         }
-        Err(_) => {
-            let mut response = ApiError::new(
-                StatusCode::REQUEST_TIMEOUT,
-                format!(
-                    "the request body did not arrive within {} s",
-                    limit.as_secs_f64()
-                ),
-            )
-            .into_response();
-            // The rest of the body is still coming: the connection cannot carry another request.
-            response.headers_mut().insert(
-                header::CONNECTION,
-                axum::http::HeaderValue::from_static("close"),
-            );
-            response
-        }
+        // The rest of the body is still coming.
+        Err(_) => closing(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "the request body did not arrive within {} s",
+                limit.as_secs_f64()
+            ),
+        )),
     }
 }
 

@@ -17,6 +17,7 @@
 //!
 //! The JSON is the Go node's, key for key (see `docs/rear-quirks.md`).
 
+mod body_permits;
 mod book;
 pub mod buyer;
 mod catalog;
@@ -343,8 +344,9 @@ pub(crate) struct State {
     limiter: Option<rate_limit::PeerLimiter>,
     /// New holds being taken right now, per buyer (for the per-buyer cap).
     reserving: reserve::InFlight,
-    /// Request bodies being buffered at once (each up to `body_limit`).
-    body_reads: tokio::sync::Semaphore,
+    /// Request bodies being buffered at once (each up to `body_limit`), in
+    /// all and per peer address.
+    body_permits: body_permits::BodyPermits,
 }
 
 /// Forwards the catalog's readiness to `ready`, the first time only after a
@@ -420,7 +422,10 @@ impl Gateway {
             ready,
             limiter: cfg.rate_limit.map(rate_limit::PeerLimiter::new),
             reserving: reserve::InFlight::default(),
-            body_reads: tokio::sync::Semaphore::new(http::MAX_BODIES_READ_AT_ONCE),
+            body_permits: body_permits::BodyPermits::new(
+                body_permits::MAX_BODIES_READ_AT_ONCE,
+                body_permits::MAX_BODIES_PER_PEER,
+            ),
             cfg,
         });
         let sweep = tokio::spawn(sweeper::run(state.clone(), state.cfg.sweep_interval));

@@ -597,6 +597,103 @@ async fn floods_slow_drips_and_connection_hogs_are_cut_off() {
     cp.stop().await;
 }
 
+/// A connection from `local` (a loopback address) to `addr`.
+async fn connect_from(local: [u8; 4], addr: &str) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(std::net::SocketAddr::from((local, 0))).unwrap();
+    socket.connect(addr.parse().unwrap()).await.unwrap()
+}
+
+/// The head of a RESERVE whose 100-byte body is still to come.
+const HEAD_ONLY: &[u8] = b"POST /api/v2/reservations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{";
+
+/// The answer on `tcp` within `limit`: its status line (empty if none came).
+async fn status_line(tcp: &mut TcpStream, limit: Duration) -> String {
+    let mut buf = [0u8; 4096];
+    match tokio::time::timeout(limit, tcp.read(&mut buf)).await {
+        Ok(Ok(n)) => String::from_utf8_lossy(&buf[..n])
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_owned(),
+        _ => String::new(),
+    }
+}
+
+/// Issue 28 finding 6: slow POST bodies take permits of their own address
+/// only, and a caller that may not buy is told so before its body is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_bodies_hold_only_their_peers_permits_and_refused_callers_are_told_first() {
+    const NS: &str = "limits-bodies";
+    let cp = control_plane().await;
+    let client = cp.client();
+    namespace(&client, NS).await;
+    flavors(&client, NS, "f", 1).await;
+    let mut cfg = config(&cp, NS);
+    // Plain-HTTP sales from two of the three loopback addresses used.
+    cfg.plain_http_sales = "127.0.0.1,127.0.0.2".parse().unwrap();
+    cfg.body_read_timeout = Duration::from_secs(20);
+    cfg.rate_limit = None;
+    let gw = serve(&client, cfg).await;
+    let addr = gw.base.trim_start_matches("http://").to_owned();
+
+    // 127.0.0.1 drips five bodies: four (its share) are held, whichever
+    // the gateway took first, and one is refused at once, not queued.
+    let started = Instant::now();
+    let mut drips = Vec::new();
+    for _ in 0..5 {
+        let mut tcp = connect_from([127, 0, 0, 1], &addr).await;
+        tcp.write_all(HEAD_ONLY).await.unwrap();
+        drips.push(tcp);
+    }
+    let lines = futures::future::join_all(
+        drips
+            .iter_mut()
+            .map(|tcp| status_line(tcp, Duration::from_secs(3))),
+    )
+    .await;
+    let refused_at = lines
+        .iter()
+        .position(|l| l.starts_with("HTTP/1.1 429"))
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    assert!(
+        lines
+            .iter()
+            .enumerate()
+            .all(|(i, l)| i == refused_at || l.is_empty()),
+        "{lines:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    drips.remove(refused_at);
+    // Another address buys meanwhile.
+    let other = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let (s, answer) = post(
+        &other,
+        &gw.url("/api/v2/reservations"),
+        &k8s_reserve("f-0", "b", "1", "1Gi", "1"),
+    )
+    .await;
+    assert_eq!(s, 200, "{answer}");
+    // An address that may not buy gets 403 before it sends its body.
+    let started = Instant::now();
+    let mut refused = connect_from([127, 0, 0, 3], &addr).await;
+    refused.write_all(HEAD_ONLY).await.unwrap();
+    let line = status_line(&mut refused, Duration::from_secs(5)).await;
+    assert!(line.starts_with("HTTP/1.1 403"), "{line:?}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // The dripping bodies are still waiting, none answered yet.
+    for tcp in &mut drips {
+        assert_eq!(status_line(tcp, Duration::from_millis(50)).await, "");
+    }
+    drop(drips);
+    gw.shutdown().await;
+    cp.stop().await;
+}
+
 /// A validating webhook that nothing serves, with `failurePolicy: Fail`: the
 /// real API server then answers every Contract (and ConfigMap) create in
 /// `ns` with 500 InternalError.
