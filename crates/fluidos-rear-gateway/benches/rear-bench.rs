@@ -5,7 +5,8 @@
 //! for plain and filtered lists, reserve, and reserve+purchase, plus the RSS;
 //! the sequential sale on fresh ledgers through the consumer's REAR client,
 //! over plain HTTP and over TLS with client certificates, side by side; then
-//! the list and the sale again through that client after the load.
+//! the list and the sale again through that client after the load; and the
+//! sale while slow clients drip request bodies.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -213,6 +214,61 @@ async fn sequential_sales(
         async move { sell(&c, &b, (i * 7) % FLAVORS, &format!("buyer-{}", i % 10)).await }
     })
     .await
+}
+
+/// Slow clients: `per_address` connections from each of `addresses`, each
+/// sending a RESERVE head and then a byte of its body every 500 ms, for as
+/// long as the gateway keeps the connection (until aborted).
+fn drip(base: &str, addresses: &[[u8; 4]], per_address: usize) -> Vec<tokio::task::JoinHandle<()>> {
+    use tokio::io::AsyncWriteExt;
+    let to: std::net::SocketAddr = base.trim_start_matches("http://").parse().unwrap();
+    let mut tasks = Vec::new();
+    for &local in addresses {
+        for _ in 0..per_address {
+            tasks.push(tokio::spawn(async move {
+                let socket = tokio::net::TcpSocket::new_v4().unwrap();
+                socket.bind(std::net::SocketAddr::from((local, 0))).unwrap();
+                let Ok(mut tcp) = socket.connect(to).await else {
+                    return;
+                };
+                let head = b"POST /api/v2/reservations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{";
+                if tcp.write_all(head).await.is_err() {
+                    return;
+                }
+                loop {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    if tcp.write_all(b" ").await.is_err() {
+                        return;
+                    }
+                }
+            }));
+        }
+    }
+    tasks
+}
+
+/// Sales from this process's address while `drippers` drip (each a set of
+/// loopback addresses and connections per address).
+async fn sales_while_dripping(
+    name: &'static str,
+    c: &reqwest::Client,
+    base: &Arc<str>,
+    addresses: &[[u8; 4]],
+    per_address: usize,
+) -> Stats {
+    let slow = drip(base, addresses, per_address);
+    // Let them connect and take what permits they can.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (cc, b) = (c.clone(), base.clone());
+    let stats = load(name, 30, 1, move |i| {
+        let (c, b) = (cc.clone(), b.clone());
+        async move { sell(&c, &b, (i * 11 + 3) % FLAVORS, &format!("drip-{}", i % 10)).await }
+    })
+    .await;
+    for t in slow {
+        t.abort();
+    }
+    stats
 }
 
 /// `total` sales through `rear` to each of `providers` (the same gateway,
@@ -600,6 +656,31 @@ async fn bench() {
     }
     println!(
         "ledger entries per flavor: {ledger_before:.1} before the sequential sales, {ledger_after:.1} before the second run"
+    );
+
+    // Slow-drip bodies (issue 28 finding 6): 128 slow clients from two
+    // addresses hold 4 body permits each (the rest are refused, 429); 48
+    // from twelve addresses hold 48 of the 64. Sales from another address
+    // go on in both cases.
+    let mut quiet = sales_while_dripping("sale, no slow clients", &c, &base, &[], 0).await;
+    quiet.print();
+    let mut two = sales_while_dripping(
+        "sale, 128 slow from 2 addr",
+        &c,
+        &base,
+        &[[127, 0, 1, 1], [127, 0, 1, 2]],
+        64,
+    )
+    .await;
+    two.print();
+    let twelve: Vec<[u8; 4]> = (1..=12).map(|i| [127, 0, 2, i]).collect();
+    let mut many = sales_while_dripping("sale, 48 slow from 12 addr", &c, &base, &twelve, 4).await;
+    many.print();
+    println!(
+        "sale p50 while slow clients drip: {:.2} ms alone, {:.2} ms with 128 from 2 addresses, {:.2} ms with 48 from 12",
+        quiet.p50_ms(),
+        two.p50_ms(),
+        many.p50_ms()
     );
     println!(
         "targets: list p99 < 10 ms, >= 5000 req/s; reserve+purchase (1 at a time) p50 < 20 ms on fresh ledgers: REAR client {:.2} ms plain, {:.2} ms TLS; bare client {:.2} ms plain ({:.2} ms after load)",
