@@ -566,7 +566,9 @@ async fn once(
         let message = match read_capped(response.into_body(), length, MAX_ERROR_BODY_BYTES).await {
             Ok(bytes) => error_message(&bytes),
             Err(Failure::TooLarge(_)) => format!("(error body over {MAX_ERROR_BODY_BYTES} bytes)"),
-            Err(other) => return Err(other),
+            // The status is the answer; a body cut short does not make it
+            // a transport failure (which a read would retry).
+            Err(_) => "(error body unreadable)".to_owned(),
         };
         return Err(Failure::Status(status.as_u16(), message, retry_after));
     }

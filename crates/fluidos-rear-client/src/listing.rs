@@ -115,6 +115,10 @@ impl<'de> Visitor<'de> for ListingVisitor {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<FlavorListing, A::Error> {
         let mut out = FlavorListing::default();
         let mut decoded_bytes = 0;
+        // Once a decoded flavor did not fit, the rest are not decoded: a
+        // provider sizing them just under the first check would otherwise
+        // have each one built and thrown away.
+        let mut spent = false;
         loop {
             if out.flavors.len() >= MAX_LISTED_FLAVORS {
                 // Past the count: skipped without allocating.
@@ -130,15 +134,19 @@ impl<'de> Visitor<'de> for ListingVisitor {
             };
             let size = raw.get().len();
             let charged = size + ELEMENT_BYTES * elements(raw.get());
-            if size > MAX_LISTED_FLAVOR_BYTES || decoded_bytes + charged > MAX_DECODED_BYTES {
+            if spent
+                || size > MAX_LISTED_FLAVOR_BYTES
+                || decoded_bytes + charged > MAX_DECODED_BYTES
+            {
                 out.unread(raw);
                 continue;
             }
             let flavor = WireFlavor::deserialize(raw).map_err(de::Error::custom)?;
-            let held = charged + raw_payload_bytes(&flavor);
+            let held = charged + payload_bytes(&flavor);
             if decoded_bytes + held > MAX_DECODED_BYTES {
                 // Dropped as soon as it is decoded: one flavor at a time.
                 out.unread(raw);
+                spent = true;
                 continue;
             }
             decoded_bytes += held;
@@ -168,12 +176,20 @@ fn elements(json: &str) -> usize {
         .count()
 }
 
-/// What a `type.data` kept as a JSON value holds beyond its slot (typed
-/// payloads hold no more than their elements were charged).
-fn raw_payload_bytes(flavor: &WireFlavor) -> usize {
-    let WireFlavorData::Raw(value) = &flavor.type_.data else {
-        return 0;
-    };
+/// What a flavor's `type.data` holds beyond its slot: the tree of a payload
+/// kept as a JSON value, and, for a typed one, the tree of its JSON form
+/// (typed payloads keep JSON values too: a service's configuration
+/// template, additional properties, selectors), an overestimate for the
+/// rest of it.
+fn payload_bytes(flavor: &WireFlavor) -> usize {
+    match &flavor.type_.data {
+        WireFlavorData::Raw(value) => tree_bytes(value),
+        typed => tree_bytes(&typed.to_raw()),
+    }
+}
+
+/// What a JSON value's tree holds on the heap (estimated).
+fn tree_bytes(value: &Value) -> usize {
     let mut held = 0;
     let mut stack = vec![value];
     while let Some(v) = stack.pop() {
@@ -322,7 +338,34 @@ mod tests {
         let listing = decode(body.as_bytes()).unwrap();
         assert_eq!(listing.flavors.len(), 1, "{}", listing.unread);
         assert_eq!(listing.unread, n - 1);
-        assert!(raw_payload_bytes(&listing.flavors[0]) > 4000 * MAP_NODE_BYTES);
+        assert!(payload_bytes(&listing.flavors[0]) > 4000 * MAP_NODE_BYTES);
+    }
+
+    /// A typed payload holding a JSON value (K8Slice properties'
+    /// additionalProperties) is charged that value's tree too.
+    #[test]
+    fn typed_payloads_holding_json_values_are_charged_their_trees() {
+        let mut data = serde_json::to_value(fluidos_api::rear::WireK8Slice {
+            characteristics: fluidos_api::rear::characteristics("amd64", "4", "8Gi", "110"),
+            ..Default::default()
+        })
+        .unwrap();
+        let maps: Vec<Value> = (0..4000).map(|_| serde_json::json!({"": 0})).collect();
+        data["properties"]["additionalProperties"] = serde_json::json!({ "a": maps });
+        let one = serde_json::json!({
+            "flavorID": "k", "providerID": "p", "type": {"name": "k8slice", "data": data},
+            "timestamp": "", "price": {"amount": "1", "currency": "EUR", "period": "hourly"},
+            "owner": {"domain": "d", "nodeID": "p", "ip": "h:1"}, "availability": true,
+        });
+        let body = serde_json::to_vec(&vec![one; 40]).unwrap();
+        let listing = decode(&body).unwrap();
+        assert!(
+            matches!(listing.flavors[0].type_.data, WireFlavorData::K8Slice(_)),
+            "typed"
+        );
+        assert!(payload_bytes(&listing.flavors[0]) > 4000 * MAP_NODE_BYTES);
+        assert_eq!(listing.flavors.len(), 1, "{}", listing.unread);
+        assert_eq!(listing.unread, 39);
     }
 
     #[test]

@@ -6,8 +6,9 @@
 //! the rear-manager) write the fingerprint into the ConfigMap
 //! [`CONFIGMAP_NAME`] at every start, and the network manager reads only
 //! that. Whoever may write ConfigMaps in the node's namespace can make it
-//! announce another fingerprint, which only makes peers refuse to talk to
-//! this node (they pin the key, and the key is not theirs to choose).
+//! announce another fingerprint: peers then pin that key and refuse this
+//! node, unless the writer also answers at this node's address with it.
+//! The chart grants that write to no one but the REAR components.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -94,31 +95,40 @@ pub async fn publish(
     Ok(())
 }
 
-/// The published fingerprint of `namespace`, watching for it at most
-/// `timeout`; `None` if none appeared by then.
+/// The published fingerprint of `namespace`, watching at most `timeout`
+/// for one that parses (a ConfigMap being written, or put right by the
+/// next start of a REAR component, may not hold one yet); `None` if there
+/// is no ConfigMap by then, [`PublishedError::Unusable`] if there is one
+/// without a valid fingerprint.
 pub async fn wait_for(
     client: &kube::Client,
     namespace: &str,
     timeout: Duration,
 ) -> Result<Option<Fingerprint>, PublishedError> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-    let exists = |c: Option<&ConfigMap>| c.is_some();
-    let found = match tokio::time::timeout(
+    let usable = |c: Option<&ConfigMap>| c.is_some_and(|c| fingerprint_in(c, namespace).is_ok());
+    match tokio::time::timeout(
         timeout,
-        kube::runtime::wait::await_condition(api, CONFIGMAP_NAME, exists),
+        kube::runtime::wait::await_condition(api.clone(), CONFIGMAP_NAME, usable),
     )
     .await
     {
-        Err(_) => return Ok(None),
-        Ok(Err(e)) => {
-            return Err(PublishedError::Watch {
+        Ok(Ok(found)) => found.map(|cm| fingerprint_in(&cm, namespace)).transpose(),
+        Ok(Err(e)) => Err(PublishedError::Watch {
+            namespace: namespace.to_owned(),
+            reason: e.to_string(),
+        }),
+        // Say why, when there is something.
+        Err(_) => match api.get_opt(CONFIGMAP_NAME).await {
+            Ok(Some(cm)) => fingerprint_in(&cm, namespace).map(Some),
+            Ok(None) => Ok(None),
+            Err(source) => Err(PublishedError::Api {
+                action: "reading",
                 namespace: namespace.to_owned(),
-                reason: e.to_string(),
-            });
-        }
-        Ok(Ok(cm)) => cm,
-    };
-    found.map(|cm| fingerprint_in(&cm, namespace)).transpose()
+                source: Box::new(source),
+            }),
+        },
+    }
 }
 
 fn fingerprint_in(cm: &ConfigMap, namespace: &str) -> Result<Fingerprint, PublishedError> {
@@ -131,5 +141,7 @@ fn fingerprint_in(cm: &ConfigMap, namespace: &str) -> Result<Fingerprint, Publis
         .and_then(|d| d.get(FINGERPRINT_FIELD))
         .ok_or_else(|| unusable("missing".into()))?
         .parse()
-        .map_err(|e: crate::fingerprint::FingerprintError| unusable(e.to_string()))
+        .map_err(|_: crate::fingerprint::FingerprintError| {
+            unusable("not sha256: and 64 lower-case hex digits".into())
+        })
 }

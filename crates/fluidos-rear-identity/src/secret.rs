@@ -29,16 +29,6 @@ pub enum SecretError {
         /// The cause (boxed: a kube error is large).
         source: Box<kube::Error>,
     },
-    /// Watching for the Secret failed.
-    #[error("waiting for the node identity Secret {namespace}/{name}: {reason}")]
-    Watch {
-        /// Namespace.
-        namespace: String,
-        /// Secret name.
-        name: String,
-        /// The watch's error.
-        reason: String,
-    },
     /// The Secret exists but holds no usable key. It is never overwritten:
     /// a new key changes the fingerprint every peer knows this node by.
     #[error(
@@ -123,40 +113,6 @@ pub async fn node_fingerprint(
     load_or_create(client, namespace, DEFAULT_SECRET_NAME, node_id)
         .await
         .map(|key| key.fingerprint())
-}
-
-/// The node's key from `namespace/name` once another component has created
-/// it (a component that only announces the node may read the key, never
-/// create Secrets), watching for it at most `timeout`; `None` if it did not
-/// appear by then.
-pub async fn wait_for(
-    client: &kube::Client,
-    namespace: &str,
-    name: &str,
-    node_id: &str,
-    timeout: std::time::Duration,
-) -> Result<Option<NodeKey>, SecretError> {
-    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let exists = |s: Option<&Secret>| s.is_some();
-    let found = match tokio::time::timeout(
-        timeout,
-        kube::runtime::wait::await_condition(api, name, exists),
-    )
-    .await
-    {
-        Err(_) => return Ok(None),
-        Ok(Err(e)) => {
-            return Err(SecretError::Watch {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-                reason: e.to_string(),
-            });
-        }
-        Ok(Ok(secret)) => secret,
-    };
-    found
-        .map(|secret| from_secret(&secret, namespace, name, node_id))
-        .transpose()
 }
 
 fn from_secret(

@@ -442,18 +442,23 @@ pub fn should_withdraw(
     selector: Option<&FlavorSelector>,
 ) -> bool {
     let flavor = &pc.spec.flavor;
-    let Some(answer) = answers.iter().find(|a| {
-        a.status.outcome == ProviderOutcome::Answered
-            && same_endpoint(&flavor.spec.owner.ip, &a.status.address)
-    }) else {
-        return false;
-    };
+    // Every answer of its address (asked over plain HTTP and pinned, it
+    // answers twice): unlisted only if one answered and none lists it.
+    let from_owner: Vec<&ProviderAnswer> = answers
+        .iter()
+        .filter(|a| {
+            a.status.outcome == ProviderOutcome::Answered
+                && same_endpoint(&flavor.spec.owner.ip, &a.status.address)
+        })
+        .collect();
     // Past the bounds, not being kept is not being unlisted.
-    if answer.partial {
+    if from_owner.is_empty() || from_owner.iter().any(|a| a.partial) {
         return false;
     }
     let held = pc.annotations().contains_key(HELD_BY);
-    let listed = answer.flavors.iter().any(|f| f.id() == flavor.id());
+    let listed = from_owner
+        .iter()
+        .any(|a| a.flavors.iter().any(|f| f.id() == flavor.id()));
     let matches = match flavor.spec.flavor_type.parse() {
         Ok(t) => selector.is_none_or(|s| s.matches(&t)),
         Err(_) => true,
@@ -1050,7 +1055,11 @@ mod tests {
         );
         let sold_out = answer("127.0.0.1:1", Answer::Listed(FlavorListing::default()));
         let down = answer("127.0.0.1:1", Answer::Failed("down".into()));
-        assert!(!should_withdraw(&pc, &[listed], None));
+        assert!(!should_withdraw(&pc, std::slice::from_ref(&listed), None));
+        assert!(
+            !should_withdraw(&pc, &[sold_out.clone(), listed], None),
+            "listed in one of its address's answers"
+        );
         assert!(should_withdraw(&pc, std::slice::from_ref(&sold_out), None));
         assert!(
             !should_withdraw(&pc, &[down], None),

@@ -56,16 +56,14 @@ liqo:
 The REAR key's fingerprint (fluidos-node startup.rs, fluidos-rear-identity
 published.rs `publish`): written at every start by the components that hold
 the key, for the network manager, which may read no Secret of it
-(server-side apply: create the first time, then patch by name).
+(server-side apply: a patch by name, authorized as a create by name the
+first time).
 */}}
 {{- define "fluidos-node.rules.rear-fingerprint" -}}
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [create]
-- apiGroups: [""]
-  resources: [configmaps]
   resourceNames: [fluidos-node-rear-fingerprint]
-  verbs: [patch]
+  verbs: [create, patch]
 {{- end -}}
 
 {{/*
