@@ -75,13 +75,16 @@ fn start(
     metrics
 }
 
-/// Sends `node_id`'s first advertisement from a node's sender socket and
-/// returns how long until the listener's KnownCluster exists.
+/// Sends `node_id`'s first advertisement (for a REAR address at
+/// 127.0.2.`host`: a host per node, as on a LAN, since the manager keeps
+/// at most MAX_PEERS_PER_HOST nodes of one host) from a node's sender
+/// socket and returns how long until the listener's KnownCluster exists.
 async fn first_advertisement_to_known_cluster(
     cp: &ControlPlane,
     namespace: &str,
     group: SocketAddrV4,
     node_id: &str,
+    host: u8,
 ) -> Duration {
     let (_, sender) = MulticastSockets::open(&MulticastSettings {
         group,
@@ -92,7 +95,9 @@ async fn first_advertisement_to_known_cluster(
     .split();
     let api = Api::<KnownCluster>::namespaced(cp.client(), namespace);
     let name = fluidos_api::naming::known_cluster_name(node_id);
-    let datagram = Advertisement::of(&identity(node_id, 31000)).to_bytes();
+    let mut node = identity(node_id, 31000);
+    node.ip = format!("127.0.2.{host}:31000");
+    let datagram = Advertisement::of(&node).to_bytes();
     let sent = Instant::now();
     sender.send(&datagram).await.unwrap();
     loop {
@@ -124,10 +129,12 @@ async fn latency(cp: &ControlPlane) {
     );
     // Let the listener's first sweep (an API list) pass.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let cold = first_advertisement_to_known_cluster(cp, ns, g, "cold-node").await;
+    let cold = first_advertisement_to_known_cluster(cp, ns, g, "cold-node", 1).await;
     let mut warm = Vec::new();
     for i in 0..WARM_RUNS {
-        warm.push(first_advertisement_to_known_cluster(cp, ns, g, &format!("warm-node-{i}")).await);
+        let host = u8::try_from(i + 2).unwrap();
+        let node = format!("warm-node-{i}");
+        warm.push(first_advertisement_to_known_cluster(cp, ns, g, &node, host).await);
     }
     warm.sort();
     let goal = config::DEFAULT_INTERVAL + Duration::from_millis(100);
@@ -157,13 +164,14 @@ async fn simulate(group: SocketAddrV4, stop: CancellationToken) -> u64 {
     })
     .unwrap()
     .split();
+    // Each at a host of its own, as on a LAN: the manager keeps at most
+    // MAX_PEERS_PER_HOST nodes of one host.
     let datagrams: Vec<Vec<u8>> = (0..SIMULATED_NODES)
         .map(|i| {
-            Advertisement::of(&identity(
-                &format!("sim-{i:03}"),
-                40000 + u16::try_from(i).unwrap(),
-            ))
-            .to_bytes()
+            let host = u8::try_from(i + 1).unwrap();
+            let mut node = identity(&format!("sim-{i:03}"), 40000);
+            node.ip = format!("127.0.1.{host}:40000");
+            Advertisement::of(&node).to_bytes()
         })
         .collect();
     let mut tick = tokio::time::interval(SIM_INTERVAL);
