@@ -333,10 +333,15 @@ async fn a_service_bought_is_delivered_by_liqo_offloading_and_taken_down_with_it
     )
     .unwrap();
     let b_tenant = format!("liqo-tenant-{PROVIDER_ID}");
-    Api::<Secret>::namespaced(as_seller.clone(), &b_tenant)
-        .list(&ListParams::default())
-        .await
-        .unwrap();
+    let sellers = Api::<Secret>::namespaced(as_seller.clone(), &b_tenant);
+    sellers.get_opt("liqo-nonce").await.unwrap();
+    // Its own Secrets there by name only (the namespace Liqo shares with
+    // the buyer's own peering with it, were it to buy a K8Slice there).
+    let refused = sellers.list(&ListParams::default()).await.unwrap_err();
+    assert!(
+        matches!(&refused, kube::Error::Api(e) if e.code == 403),
+        "{refused}"
+    );
     for ns in [NS, name.as_str()] {
         let refused = Api::<Secret>::namespaced(as_seller.clone(), ns)
             .list(&ListParams::default())

@@ -22,7 +22,7 @@ use base64::Engine as _;
 use fluidos_api::common::FlavorTypeIdentifier;
 use fluidos_api::configuration::ConfigurationData;
 use fluidos_api::flavor::FlavorTypeData;
-use fluidos_api::reservation::ContractSpec;
+use fluidos_api::reservation::{ContractSpec, GO_PEERING_NAMESPACE_LABEL};
 use fluidos_liqo_api::generated::identity::{IdentityAuthParams, IdentityType};
 use fluidos_liqo_api::generated::tenant::TenantStatusAuthParams;
 use fluidos_liqo_api::{
@@ -139,6 +139,14 @@ pub fn foreign_tenant_namespace(
             ns.name_any()
         ));
     }
+    // Adopted by this node's gateway for an unmodified Go consumer, which
+    // may list every Secret there (Liqo's library finds its nonce so).
+    if ns.labels().contains_key(GO_PEERING_NAMESPACE_LABEL) {
+        return Some(format!(
+            "not peering with cluster {provider}: namespace {} is the tenant namespace of a Go consumer this node sells to ({GO_PEERING_NAMESPACE_LABEL}), whose Liqo peering rights there include listing Secrets; Liqo keeps one tenant namespace per peer for both directions, so this node's Liqo credentials for {provider}, which carry this cluster's Liqo private key, would be readable by {provider}. End {provider}'s Contracts with this node (its namespace then goes) before buying from it",
+            ns.name_any()
+        ));
+    }
     let made_by_gateway = ns
         .labels()
         .get(MANAGED_BY.0)
@@ -192,12 +200,19 @@ pub fn reverse_tenant_namespace_object(peer: &str, buyer_key: Option<&str>) -> N
     ns
 }
 
-/// The tenant namespace for `peer`, with the two labels Liqo finds it by.
+/// The tenant namespace for `peer`, with the two labels Liqo finds it by
+/// and [`MANAGED_BY`]: the REAR gateway never adopts a namespace labelled
+/// as managed for a Go consumer (whose rights there would read this node's
+/// credentials).
 pub fn tenant_namespace_object(peer: &str) -> Namespace {
     Namespace {
         metadata: ObjectMeta {
             name: Some(tenant_namespace(peer)),
-            labels: labels(&[(REMOTE_CLUSTER_ID, peer), (TENANT_NAMESPACE_LABEL, "true")]),
+            labels: labels(&[
+                (REMOTE_CLUSTER_ID, peer),
+                (TENANT_NAMESPACE_LABEL, "true"),
+                MANAGED_BY,
+            ]),
             ..Default::default()
         },
         ..Default::default()
@@ -515,6 +530,8 @@ pub(crate) mod tests {
         assert_eq!(ns.metadata.name.as_deref(), Some("liqo-tenant-prov"));
         assert_eq!(label(&ns.metadata, REMOTE_CLUSTER_ID), Some("prov"));
         assert_eq!(label(&ns.metadata, TENANT_NAMESPACE_LABEL), Some("true"));
+        // What the gateway's Go-consumer adoption leaves alone.
+        assert_eq!(label(&ns.metadata, MANAGED_BY.0), Some(MANAGED_BY.1));
     }
 
     #[test]
@@ -610,6 +627,18 @@ pub(crate) mod tests {
                 "prov"
             )
             .is_none()
+        );
+        // A Go consumer's, adopted by the gateway, whose Liqo rights there
+        // list Secrets: never, whatever its recorded owner.
+        let mut go = ns(Some(GATEWAY_MANAGER), Some(&fp));
+        go.metadata
+            .labels
+            .get_or_insert_default()
+            .insert(GO_PEERING_NAMESPACE_LABEL.into(), "true".into());
+        let why = foreign_tenant_namespace(&go, key(&c).as_ref(), "prov").unwrap();
+        assert!(
+            why.contains("listing Secrets") && why.contains("private key"),
+            "{why}"
         );
         // Made by the peering for a buyer's reverse peering: its key.
         let reverse = reverse_tenant_namespace_object("prov", Some(&fp));

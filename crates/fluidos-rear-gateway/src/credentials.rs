@@ -42,8 +42,11 @@ use crate::go_peering;
 const GO_GUARD_WAIT: Duration = Duration::from_secs(10);
 /// Prefix of every peer ServiceAccount's name ([`service_account_name`]).
 pub const SERVICE_ACCOUNT_PREFIX: &str = "fluidos-peer-";
-/// Name of the shared Role every peer is bound to.
+/// Name of the Role, in each buyer's tenant namespace, the buyer is bound to.
 pub const PEER_ROLE: &str = "fluidos-peer";
+/// Name of the nonce Secret a consumer creates in its tenant namespace on
+/// the provider, which Liqo fills (Liqo v1.0.0's `liqo-nonce`).
+pub const LIQO_NONCE_SECRET: &str = "liqo-nonce";
 /// Name of the shared Role, in Liqo's namespace
 /// ([`go_peering::LIQO_NAMESPACE`]), through which K8Slice buyers read this
 /// cluster's pod and external CIDRs ([`peer_network_rules`]).
@@ -193,7 +196,7 @@ pub fn valid_cluster_id(id: &str) -> bool {
 pub struct CredentialsConfig {
     /// Namespace of the ServiceAccounts.
     pub namespace: String,
-    /// A namespace where peers are granted [`peer_rules`] besides their
+    /// A namespace where peers are granted [`liqo_peering_user_rules`] besides their
     /// Liqo tenant namespace, for consumers that act elsewhere; none by
     /// default (least privilege: nothing in the node's own namespace).
     pub role_namespace: Option<String>,
@@ -207,10 +210,11 @@ pub struct CredentialsConfig {
     /// Whether unmodified Go consumers may be granted peering rights
     /// ([`crate::go_peering`]); its cluster-wide objects are applied then.
     pub go_peering: bool,
-    /// Whether to remove, at start, the peer grants earlier versions made
-    /// in the node's namespace (without [`Self::role_namespace`]): the
-    /// gateway's job; the rear-manager issuing for sellers leaves it (and
-    /// holds no right to it).
+    /// Whether to mend, at start, the peer grants of earlier versions:
+    /// remove those made in the node's namespace (without
+    /// [`Self::role_namespace`]) and narrow the peer Roles of tenant
+    /// namespaces ([`peer_role_rules_for`]). The gateway's job; the
+    /// rear-manager issuing for sellers leaves it (and holds no right to it).
     pub remove_stale_grants: bool,
 }
 
@@ -252,14 +256,14 @@ pub struct Credentials {
 /// namespace only after the namespace was claimed for that same buyer
 /// ([`Credentials::grant_tenant_namespace`]), and goes away with it.
 pub fn tenant_grant_is_current(
-    role: Option<&Role>,
+    (role, rules): (Option<&Role>, &[PolicyRule]),
     binding: Option<&RoleBinding>,
     buyer_id: &str,
     sa: &str,
     sa_uid: &str,
     sa_namespace: &str,
 ) -> bool {
-    role_has(role, &peer_rules())
+    role_has(role, rules)
         && binding.is_some_and(|b| binds(b, PEER_ROLE, buyer_id, sa, sa_uid, sa_namespace))
 }
 
@@ -340,16 +344,59 @@ pub fn peer_network_rules() -> Vec<PolicyRule> {
     vec![rule(&["ipam.liqo.io"], &["networks"], &["get", "list"])]
 }
 
-/// The Role rules a peer gets: Liqo 1.0's `liqo-peering-user-tenant-ns`
-/// ClusterRole plus the read-only part of `liqo-peering-user-liqo-ns`,
-/// namespaced. No `patch`, no cluster scope, nothing on other Secrets' names
-/// beyond what the tenant flow creates.
-pub fn peer_rules() -> Vec<PolicyRule> {
-    vec![
+/// The Role rules a FLUIDOS-rs buyer of Liqo cluster ID `cluster_id` gets
+/// in its tenant namespace `liqo-tenant-<cluster_id>`: Liqo 1.0's
+/// `liqo-peering-user-tenant-ns` ClusterRole plus the read-only part of
+/// `liqo-peering-user-liqo-ns`, namespaced, except that of Secrets it may
+/// read and delete only the two it owns there, by name: its nonce
+/// ([`LIQO_NONCE_SECRET`]) and the key Secret of its gateway (`gw-<cluster_id>`,
+/// the name Liqo gives the keys of the GatewayServer it makes, which is
+/// named after it). Liqo keeps one tenant namespace per peer for both
+/// directions: when this node also buys from that peer, this node's
+/// Identity and its kubeconfig Secret, which carries this cluster's Liqo
+/// private key, are in the same namespace; Liqo's own peering user may list
+/// them. A FLUIDOS-rs consumer reads nothing else (it gets by name). No
+/// `patch`, no cluster scope.
+pub fn peer_rules(cluster_id: &str) -> Vec<PolicyRule> {
+    let own = vec![LIQO_NONCE_SECRET.to_owned(), format!("gw-{cluster_id}")];
+    peering_user_rules_with(vec![
+        // A name cannot restrict a creation (the authorizer does not know
+        // it yet): the peer guard confines what a peer's Secrets may be.
+        rule(&[""], &["secrets"], &["create"]),
+        PolicyRule {
+            resource_names: Some(own),
+            ..rule(&[""], &["secrets"], &["delete", "get"])
+        },
+    ])
+}
+
+/// Liqo 1.0's peering user's rules, Secrets listed: what an unmodified Go
+/// consumer gets in the tenant namespace it made and this gateway adopted
+/// (`--rear-go-peering-grant`), since Liqo's library finds its nonce by
+/// listing Secrets (`GetNonceSecretByClusterID`), and what every peer gets
+/// in [`CredentialsConfig::role_namespace`]. A Go consumer's namespace
+/// therefore never holds this node's own Liqo credentials: this node does
+/// not peer with that cluster there (`fluidos-peering` refuses and says
+/// why), and the gateway never adopts a namespace this node's peering made.
+pub fn liqo_peering_user_rules() -> Vec<PolicyRule> {
+    peering_user_rules_with(vec![rule(
+        &[""],
+        &["secrets"],
+        &["create", "delete", "get", "list"],
+    )])
+}
+
+/// Liqo 1.0's `liqo-peering-user-tenant-ns` ClusterRole plus the read-only
+/// part of `liqo-peering-user-liqo-ns`, namespaced, without `patch`, with
+/// `secrets` for its rules on Secrets.
+fn peering_user_rules_with(secrets: Vec<PolicyRule>) -> Vec<PolicyRule> {
+    let mut rules = vec![
         rule(&[""], &["configmaps"], &["get", "list", "watch"]),
         rule(&[""], &["services"], &["get"]),
         rule(&["apps"], &["deployments"], &["get"]),
-        rule(&[""], &["secrets"], &["create", "delete", "get", "list"]),
+    ];
+    rules.extend(secrets);
+    rules.extend([
         rule(
             &["authentication.liqo.io"],
             &["tenants"],
@@ -382,7 +429,79 @@ pub fn peer_rules() -> Vec<PolicyRule> {
             &["get", "list"],
         ),
         rule(&["ipam.liqo.io"], &["networks"], &["get", "list"]),
-    ]
+    ]);
+    rules
+}
+
+/// The rules the peer Role in the tenant namespace `ns` is to hold (pure):
+/// Liqo's peering user's where a Go consumer's namespace was adopted, the
+/// named Secrets of [`peer_rules`] in any other tenant namespace; `None`
+/// outside tenant namespaces.
+pub fn peer_role_rules_for(ns: &Namespace) -> Option<Vec<PolicyRule>> {
+    let cluster_id = ns
+        .metadata
+        .name
+        .as_deref()?
+        .strip_prefix(go_peering::TENANT_PREFIX)?;
+    if ns.labels().contains_key(go_peering::NAMESPACE_LABEL) {
+        Some(liqo_peering_user_rules())
+    } else {
+        Some(peer_rules(cluster_id))
+    }
+}
+
+/// Puts the rules of [`peer_role_rules_for`] into the peer Roles of tenant
+/// namespaces that hold others: earlier versions let every buyer list the
+/// Secrets of its tenant namespace (best effort: logged).
+async fn narrow_peer_roles(client: &kube::Client) {
+    let selector = format!("{}={}", MANAGED_LABEL.0, MANAGED_LABEL.1);
+    let roles = match Api::<Role>::all(client.clone())
+        .list(&ListParams::default().labels(&selector))
+        .await
+    {
+        Ok(roles) => roles.items,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not list the peer Roles to narrow those of earlier versions");
+            return;
+        }
+    };
+    let namespaces = Api::<Namespace>::all(client.clone());
+    for role in roles.iter().filter(|r| r.name_any() == PEER_ROLE) {
+        let Some(ns) = role.namespace() else { continue };
+        let rules = match namespaces.get_opt(&ns).await {
+            Ok(Some(found)) => peer_role_rules_for(&found),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, namespace = ns, "could not read a peer's tenant namespace");
+                None
+            }
+        };
+        let Some(rules) = rules.filter(|r| role.rules.as_deref() != Some(r)) else {
+            continue;
+        };
+        let narrowed = Role {
+            metadata: ObjectMeta {
+                name: Some(PEER_ROLE.to_owned()),
+                namespace: Some(ns.clone()),
+                labels: labels(),
+                ..Default::default()
+            },
+            rules: Some(rules),
+        };
+        match Api::<Role>::namespaced(client.clone(), &ns)
+            .patch(
+                PEER_ROLE,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(with_type(&narrowed, "rbac.authorization.k8s.io/v1", "Role")),
+            )
+            .await
+        {
+            Ok(_) => tracing::info!(namespace = ns, "narrowed a peer Role of an earlier version"),
+            Err(e) => {
+                tracing::warn!(error = %e, namespace = ns, "could not narrow a peer Role of an earlier version");
+            }
+        }
+    }
 }
 
 /// Deletes the peer Role and RoleBindings this gateway made in `ns`
@@ -578,9 +697,14 @@ impl Credentials {
         // a compatibility namespace those grants go.
         let stale = (cfg.remove_stale_grants && cfg.role_namespace.is_none())
             .then(|| (client.clone(), cfg.namespace.clone()));
+        let narrow = cfg.remove_stale_grants.then(|| client.clone());
         let driver = async move {
             if let Some((client, ns)) = stale {
                 remove_grants_in(&client, &ns).await;
+            }
+            // Before the watches: a sale meanwhile applies the same rules.
+            if let Some(client) = narrow {
+                narrow_peer_roles(&client).await;
             }
             driver.await;
         };
@@ -858,7 +982,8 @@ impl Credentials {
             })?;
         if let Some(extra) = &self.cfg.role_namespace {
             let uid = applied.uid().unwrap_or_default();
-            self.bind_peer_rules(extra, sa, &uid, buyer_id).await?;
+            self.bind_peer_rules(extra, liqo_peering_user_rules(), sa, &uid, buyer_id)
+                .await?;
         }
         if applied.annotations().contains_key(REVOKING_ANNOTATION) {
             // Issuing cancels a pending revocation; the write also changes
@@ -941,11 +1066,14 @@ impl Credentials {
         // The buyer ID and, once recorded, the key: after a revocation
         // another key buying with that buyer ID is not bound into the
         // namespace its first owner's Liqo objects may still be in.
+        // Not a Go consumer's (adopted with Liqo's wider rules, which a
+        // FLUIDOS-rs buyer's grant would narrow under it).
         let ours = |n: &Namespace| {
             namespace_buyer(n) == Some(buyer_id)
                 && n.annotations()
                     .get(OWNER_ANNOTATION)
                     .is_none_or(|o| o == owner)
+                && !n.labels().contains_key(go_peering::NAMESPACE_LABEL)
         };
         let taken = || CredentialsError::TenantTaken {
             namespace: ns.to_owned(),
@@ -1041,10 +1169,14 @@ impl Credentials {
         }
         let ns = format!("liqo-tenant-{buyer_cluster_id}");
         let sa = service_account_name(buyer_id);
+        let rules = peer_rules(buyer_cluster_id);
         if tenant_grant_is_current(
-            self.roles
-                .get(&ObjectRef::new(PEER_ROLE).within(&ns))
-                .as_deref(),
+            (
+                self.roles
+                    .get(&ObjectRef::new(PEER_ROLE).within(&ns))
+                    .as_deref(),
+                &rules,
+            ),
             self.bindings
                 .get(&ObjectRef::new(&sa).within(&ns))
                 .as_deref(),
@@ -1064,7 +1196,7 @@ impl Credentials {
         self.claim_tenant_namespace(&ns, buyer_id, owner, buyer_cluster_id)
             .await?;
         tokio::try_join!(
-            self.bind_peer_rules(&ns, &sa, sa_uid, buyer_id),
+            self.bind_peer_rules(&ns, rules, &sa, sa_uid, buyer_id),
             self.grant_liqo_networks(&sa, sa_uid, buyer_id)
         )
         .map(|_| ())
@@ -1237,11 +1369,12 @@ impl Credentials {
         }
     }
 
-    /// Server-side applies the peer Role in `ns` and binds the buyer's
-    /// ServiceAccount `sa` to it.
+    /// Server-side applies the peer Role of `rules` in `ns` and binds the
+    /// buyer's ServiceAccount `sa` to it.
     async fn bind_peer_rules(
         &self,
         ns: &str,
+        rules: Vec<PolicyRule>,
         sa: &str,
         sa_uid: &str,
         buyer_id: &str,
@@ -1254,7 +1387,7 @@ impl Credentials {
                 labels: labels(),
                 ..Default::default()
             },
-            rules: Some(peer_rules()),
+            rules: Some(rules),
         };
         Api::<Role>::namespaced(self.client.clone(), ns)
             .patch(
@@ -1269,8 +1402,8 @@ impl Credentials {
             })?;
         self.bind_account(Some(ns), ("Role", PEER_ROLE), sa, sa_uid, buyer_id)
             .await?;
-        // Liqo's peering user first reads its nonce Secret there.
-        self.wait_in_force(ns, sa, "", "secrets", "get").await;
+        // Liqo's peering user first creates its nonce Secret there.
+        self.wait_in_force(ns, sa, "", "secrets", "create").await;
         Ok(())
     }
 
@@ -1679,7 +1812,8 @@ impl Credentials {
                 step: "adopting the Go consumer's Liqo tenant namespace",
                 source,
             })?;
-        self.bind_peer_rules(ns, sa, sa_uid, buyer_id).await
+        self.bind_peer_rules(ns, liqo_peering_user_rules(), sa, sa_uid, buyer_id)
+            .await
     }
 
     /// Applies the Go-consumer grant's ClusterRole, Role and admission
@@ -1818,8 +1952,7 @@ impl Credentials {
             let Some(cluster) = go_peering::cluster_of_namespace(&name) else {
                 continue;
             };
-            if ns.metadata.deletion_timestamp.is_some() || ns.labels().contains_key(MANAGED_LABEL.0)
-            {
+            if !go_peering::may_adopt(&ns) {
                 continue;
             }
             let claims = self.go_claims();
@@ -2137,7 +2270,7 @@ mod tests {
 
     fn granted(buyer: &str, sa: &str, sa_ns: &str) -> (Role, RoleBinding) {
         let role = Role {
-            rules: Some(peer_rules()),
+            rules: Some(peer_rules("liqo-b")),
             ..Default::default()
         };
         let binding = RoleBinding {
@@ -2169,8 +2302,9 @@ mod tests {
     #[test]
     fn a_tenant_grant_is_skipped_only_when_it_is_exactly_in_place() {
         let (role, binding) = granted("b", "fluidos-peer-b", "fluidos");
+        let rules = peer_rules("liqo-b");
         let current = |r: Option<&Role>, b: Option<&RoleBinding>| {
-            tenant_grant_is_current(r, b, "b", "fluidos-peer-b", "uid-1", "fluidos")
+            tenant_grant_is_current((r, &rules), b, "b", "fluidos-peer-b", "uid-1", "fluidos")
         };
         assert!(current(Some(&role), Some(&binding)));
         assert!(!current(None, Some(&binding)), "no Role yet");
@@ -2187,7 +2321,7 @@ mod tests {
 
         // Made for an earlier (revoked) account of the same name.
         assert!(!tenant_grant_is_current(
-            Some(&role),
+            (Some(&role), &rules),
             Some(&binding),
             "b",
             "fluidos-peer-b",
@@ -2210,6 +2344,19 @@ mod tests {
             !current(Some(&old_rules), Some(&binding)),
             "rules changed since"
         );
+        let wide = Role {
+            rules: Some(liqo_peering_user_rules()),
+            ..Default::default()
+        };
+        assert!(
+            !current(Some(&wide), Some(&binding)),
+            "a Role of an earlier version, which listed every Secret"
+        );
+        let another_peers = Role {
+            rules: Some(peer_rules("liqo-c")),
+            ..Default::default()
+        };
+        assert!(!current(Some(&another_peers), Some(&binding)));
 
         let mut going = binding.clone();
         going.metadata.deletion_timestamp =
@@ -2322,10 +2469,49 @@ mod tests {
 
     #[test]
     fn rules_have_no_patch_and_no_wildcards() {
-        for r in peer_rules().into_iter().chain(peer_network_rules()) {
+        for r in peer_rules("liqo-b")
+            .into_iter()
+            .chain(liqo_peering_user_rules())
+            .chain(peer_network_rules())
+        {
             assert!(!r.verbs.iter().any(|v| v == "patch" || v == "*"));
             assert!(!r.resources.unwrap().iter().any(|x| x == "*"));
         }
+    }
+
+    #[test]
+    fn a_fluidos_buyer_reads_only_its_own_secrets_by_name() {
+        let secrets: Vec<_> = peer_rules("liqo-b")
+            .into_iter()
+            .filter(|r| r.resources.as_ref().unwrap().iter().any(|x| x == "secrets"))
+            .collect();
+        assert_eq!(secrets.len(), 2, "{secrets:?}");
+        for r in &secrets {
+            assert!(
+                !r.verbs.iter().any(|v| v == "list" || v == "watch"),
+                "{r:?}"
+            );
+            let reads = r.verbs.iter().any(|v| v == "get" || v == "delete");
+            if reads {
+                assert_eq!(
+                    r.resource_names.as_deref(),
+                    Some(&["liqo-nonce".to_owned(), "gw-liqo-b".to_owned()][..])
+                );
+            } else {
+                assert_eq!(r.verbs, ["create"]);
+            }
+        }
+        // The rest is Liqo's peering user's, as the Go consumer gets it.
+        let others = |rules: Vec<PolicyRule>| -> Vec<PolicyRule> {
+            rules
+                .into_iter()
+                .filter(|r| !r.resources.as_ref().unwrap().iter().any(|x| x == "secrets"))
+                .collect()
+        };
+        assert_eq!(
+            others(peer_rules("liqo-b")),
+            others(liqo_peering_user_rules())
+        );
     }
 
     fn api_status(code: u16, reason: &str, uid_cause: bool) -> kube::Error {

@@ -469,6 +469,20 @@ pub fn sole_claimant<'a>(
     found.next().is_none().then_some(first)
 }
 
+/// Whether `namespace` may be adopted for a Go consumer's claim (pure):
+/// not being deleted, and managed by no one (no `app.kubernetes.io/managed-by`
+/// label). The tenant namespaces this node's own peering makes for the
+/// providers it buys from carry `fluidos-peering` there, and hold this
+/// node's Liqo credentials: a Go consumer's rights list Secrets.
+pub fn may_adopt(namespace: &k8s_openapi::api::core::v1::Namespace) -> bool {
+    namespace.metadata.deletion_timestamp.is_none()
+        && namespace
+            .metadata
+            .labels
+            .as_ref()
+            .is_none_or(|l| !l.contains_key(MANAGED_LABEL.0))
+}
+
 /// The server-side apply body that adopts a Go consumer's tenant namespace
 /// for `buyer`: this gateway's label, buyer and owner annotations (so that
 /// it counts as that buyer's, as the namespaces the gateway makes do, and
@@ -613,6 +627,39 @@ mod tests {
             ..claim
         };
         assert!(!unknown.made_after_claim(&made("2026-12-02T04:01:00Z")));
+    }
+
+    #[test]
+    fn a_namespace_managed_by_anyone_is_never_adopted() {
+        let ns = |labels: &[(&str, &str)]| k8s_openapi::api::core::v1::Namespace {
+            metadata: ObjectMeta {
+                name: Some("liqo-tenant-x".into()),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let liqo = [
+            ("liqo.io/remote-cluster-id", "x"),
+            ("liqo.io/tenant-namespace", "true"),
+        ];
+        assert!(may_adopt(&ns(&liqo)), "a Go consumer's, as it makes it");
+        // This node's own peering's (fluidos-peering `tenant_namespace_object`).
+        let mut ours = liqo.to_vec();
+        ours.push(("app.kubernetes.io/managed-by", "fluidos-peering"));
+        assert!(!may_adopt(&ns(&ours)));
+        let mut gateways = liqo.to_vec();
+        gateways.push(MANAGED_LABEL);
+        assert!(!may_adopt(&ns(&gateways)));
+        let mut going = ns(&liqo);
+        going.metadata.deletion_timestamp =
+            Some(serde_json::from_value(serde_json::json!("2026-01-01T00:00:00Z")).unwrap());
+        assert!(!may_adopt(&going));
     }
 
     #[test]

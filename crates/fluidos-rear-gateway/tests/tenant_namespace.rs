@@ -1,7 +1,12 @@
 //! A K8Slice sale binds the buyer into its Liqo tenant namespace, and only
 //! its own: a buyer stating another peer's Liqo cluster ID is refused. It
 //! also lets the buyer read this cluster's CIDRs (Liqo's IPAM Networks) in
-//! Liqo's namespace, and nothing else there.
+//! Liqo's namespace, and nothing else there. Of the Secrets of its tenant
+//! namespace, which Liqo shares with this node's own peering with it (this
+//! node's Identity and its private key, when it buys from that peer), the
+//! buyer reads and deletes only its nonce and its gateway's keys; a peer
+//! Role of an earlier version, which let it list them all, is narrowed when
+//! the gateway starts.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -9,9 +14,10 @@ mod common;
 
 use common::*;
 use fluidos_api::flavor::FlavorType;
-use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::api::rbac::v1::RoleBinding;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::Api;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 
 fn json(body: &str) -> serde_json::Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
@@ -51,6 +57,7 @@ async fn a_buyer_cannot_claim_another_peers_tenant_namespace() {
     let tx = json(&body)["transactionID"].as_str().unwrap().to_owned();
     let (s, body) = post(&c, &purchase(&tx), &serde_json::json!({})).await;
     assert_eq!(s, 200, "{body}");
+    let contract_a = json(&body)["contractID"].as_str().unwrap().to_owned();
     let tenant = Api::<Namespace>::all(client.clone())
         .get("liqo-tenant-liqo-a")
         .await
@@ -80,7 +87,6 @@ async fn a_buyer_cannot_claim_another_peers_tenant_namespace() {
     for (verb, group, resource) in [
         ("create", "authentication.liqo.io", "tenants"),
         ("create", "", "secrets"),
-        ("get", "", "secrets"),
         ("list", "", "configmaps"),
     ] {
         assert!(
@@ -88,6 +94,7 @@ async fn a_buyer_cannot_claim_another_peers_tenant_namespace() {
             "{verb} {resource} in its tenant namespace"
         );
     }
+    own_secrets_only(&cp, ns, &contract_a, "liqo-tenant-liqo-a").await;
     // Liqo's networking phase reads the provider's pod and external CIDRs
     // in Liqo's namespace (a list by label, or a get).
     for verb in ["list", "get"] {
@@ -100,6 +107,10 @@ async fn a_buyer_cannot_claim_another_peers_tenant_namespace() {
         ("get", "", "secrets", Some(ns)),
         ("list", "", "secrets", Some(ns)),
         ("create", "", "secrets", Some(ns)),
+        // Secrets of its tenant namespace by name only (what this node
+        // keeps there when it buys from that peer too).
+        ("list", "", "secrets", own),
+        ("watch", "", "secrets", own),
         ("list", "", "configmaps", Some(ns)),
         ("get", "", "secrets", Some("liqo-tenant-liqo-b")),
         (
@@ -184,4 +195,90 @@ async fn a_buyer_cannot_claim_another_peers_tenant_namespace() {
         "a refused buyer reads no CIDRs"
     );
     gw.shutdown().await;
+}
+
+/// With its own kubeconfig, the buyer of contract `contract` creates and
+/// reads its nonce Secret in `tenant` but cannot list, read or delete a
+/// Secret this node keeps there; the peer Role of an earlier version
+/// (Liqo's peering user's, listing Secrets) is narrowed by a gateway that
+/// starts.
+async fn own_secrets_only(
+    cp: &fluidos_testenv::ControlPlane,
+    ns: &str,
+    contract: &str,
+    tenant: &str,
+) {
+    let client = &cp.client();
+    let peer = peer_client(client, ns, contract).await;
+    let theirs: Api<Secret> = Api::namespaced(peer.clone(), tenant);
+    let ours: Api<Secret> = Api::namespaced(client.clone(), tenant);
+    let nonce: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "liqo-nonce", "labels": {
+            "liqo.io/nonce": "true", "liqo.io/remote-cluster-id": "liqo-a"}},
+    }))
+    .unwrap();
+    theirs.create(&PostParams::default(), &nonce).await.unwrap();
+    assert!(theirs.get("liqo-nonce").await.is_ok(), "its own nonce");
+    // What Liqo writes for this node's Identity when this node buys from
+    // that peer: a kubeconfig with this cluster's Liqo private key.
+    let identity: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "kubeconfig-controlplane-liqo-a"},
+        "stringData": {"kubeconfig": "client-key-data: this cluster's key"},
+    }))
+    .unwrap();
+    ours.create(&PostParams::default(), &identity)
+        .await
+        .unwrap();
+    let refused = |r: Result<_, kube::Error>, what: &str| match r {
+        Err(kube::Error::Api(e)) if e.code == 403 => {}
+        other => panic!("{what} must be forbidden: {:?}", other.map(|_| ())),
+    };
+    refused(
+        theirs
+            .get("kubeconfig-controlplane-liqo-a")
+            .await
+            .map(|_| ()),
+        "reading this node's Secret",
+    );
+    refused(
+        theirs.list(&ListParams::default()).await.map(|_| ()),
+        "listing the Secrets",
+    );
+    refused(
+        theirs
+            .delete("kubeconfig-controlplane-liqo-a", &DeleteParams::default())
+            .await
+            .map(|_| ()),
+        "deleting this node's Secret",
+    );
+
+    // An earlier version's Role, as Liqo's peering user: listing works...
+    let roles: Api<Role> = Api::namespaced(client.clone(), tenant);
+    let wide = fluidos_rear_gateway::credentials::liqo_peering_user_rules();
+    let patch = serde_json::json!({"rules": wide});
+    roles
+        .patch(
+            "fluidos-peer",
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    // ... until a gateway starts, which narrows it again.
+    let narrowed = fluidos_rear_gateway::credentials::peer_rules("liqo-a");
+    let cfg = config(cp, ns);
+    let restarted = serve(client, cfg).await;
+    tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        kube::runtime::wait::await_condition(roles.clone(), "fluidos-peer", |r: Option<&Role>| {
+            r.and_then(|r| r.rules.as_ref()) == Some(&narrowed)
+        }),
+    )
+    .await
+    .expect("the peer Role narrowed at the gateway's start")
+    .unwrap();
+    restarted.shutdown().await;
+    ours.delete("kubeconfig-controlplane-liqo-a", &DeleteParams::default())
+        .await
+        .unwrap();
 }
