@@ -252,6 +252,14 @@ pub struct Args {
     #[arg(long, env = "FLUIDOS_REAR_PLAIN_HTTP_SALES", default_value = "off")]
     pub rear_plain_http_sales: fluidos_rear_gateway::PlainHttpSales,
 
+    /// Who may buy K8Slices (a sale makes the buyer a Liqo consumer of this
+    /// cluster, and REAR keys cost nothing): `open`, or a comma-separated
+    /// list of `known` (a TLS buyer whose key is a KnownCluster's
+    /// `spec.fingerprint` here), `sha256:<64 hex>` keys, and addresses or
+    /// CIDR networks. Services are not affected (README, "Who may buy").
+    #[arg(long, env = "FLUIDOS_REAR_K8SLICE_BUYERS", default_value = "open")]
+    pub rear_k8slice_buyers: fluidos_rear_gateway::K8SliceBuyers,
+
     /// Which plain-HTTP buyers of K8Slices (unmodified Go consumers, which
     /// create Liqo's objects here themselves) get the rights the Go node's
     /// peering needs: `off`, `all`, or a comma-separated list of addresses
@@ -544,6 +552,11 @@ mod tests {
         assert_eq!(
             a.rear_plain_http_sales,
             fluidos_rear_gateway::PlainHttpSales::Off
+        );
+        // K8Slices are sold to every buyer the transport admits.
+        assert_eq!(
+            a.rear_k8slice_buyers,
+            fluidos_rear_gateway::K8SliceBuyers::Open
         );
         // So is the Go consumers' peering grant.
         assert_eq!(

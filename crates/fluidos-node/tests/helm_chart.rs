@@ -77,6 +77,7 @@ fn chart_lints_and_renders_with_default_values() {
         "networkManager.config.broker.enabled=true",
         "rearController.replicas=2",
         "rearController.plainHttpSales=10.0.0.0/8",
+        "rearController.k8sliceBuyers=known\\,10.0.0.0/8",
         "rearController.goPeeringGrant=10.0.0.0/8",
         "peering.networking=true",
         "peering.gatewayServiceType=LoadBalancer",

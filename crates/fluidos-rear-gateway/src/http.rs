@@ -126,7 +126,7 @@ async fn list_service(AxState(st): AxState<Arc<State>>, RawQuery(q): RawQuery) -
     responses(
         (status = 200, description = "The transaction (the same one for a repeated request of the buyer)", body = TransactionDoc),
         (status = 400, description = "Malformed body, bad configuration, unsupported type, missing liqoID, a field over its size or format (named in `field`), a flavorID that is not a Kubernetes name, a zero-size partition", body = ErrorBody),
-        (status = 403, description = "Plain HTTP while plain-HTTP sales are off for the caller's address (the message says how to enable them), TLS without a client certificate, or a repeated reserve of a hold made with another key", body = ErrorBody),
+        (status = 403, description = "Plain HTTP while plain-HTTP sales are off for the caller's address (the message says how to enable them), TLS without a client certificate, a repeated reserve of a hold made with another key, or a K8Slice buyer `--rear-k8slice-buyers` does not admit", body = ErrorBody),
         (status = 404, description = "Unknown flavor", body = ErrorBody),
         (status = 408, description = "The body did not arrive in time", body = ErrorBody),
         (status = 409, description = "Not available, or not enough left, or the buyer already holds the flavor with another configuration (field configuration)", body = ErrorBody),
@@ -141,11 +141,13 @@ async fn list_service(AxState(st): AxState<Arc<State>>, RawQuery(q): RawQuery) -
 async fn reserve(
     AxState(st): AxState<Arc<State>>,
     caller: Option<Extension<Caller>>,
+    peer: Option<Extension<ConnectInfo<std::net::SocketAddr>>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let owner = buyer::owner_of(caller_of(caller), &st.cfg.plain_http_sales)?;
     let body = body_or_error(body)?;
-    let tx = st.reserve(&body, owner).await?;
+    let source = peer.map(|Extension(ConnectInfo(a))| a.ip());
+    let tx = st.reserve(&body, owner, source).await?;
     wire_response(serde_json::to_string(&tx))
 }
 

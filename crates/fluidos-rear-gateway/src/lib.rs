@@ -35,6 +35,7 @@ pub mod query;
 mod rate_limit;
 mod recent;
 mod reserve;
+pub mod sale_policy;
 mod server;
 mod service_access;
 mod sweeper;
@@ -59,6 +60,7 @@ pub use go_peering::GoPeeringGrant;
 pub use http::ApiDoc;
 pub use purchase::{allocation_name, contract_name};
 pub use rate_limit::RateLimit;
+pub use sale_policy::K8SliceBuyers;
 
 use crate::book::Book;
 use crate::catalog::Catalog;
@@ -214,6 +216,9 @@ pub struct GatewayConfig {
     /// Which plain-HTTP peers may reserve and buy (unmodified Go nodes
     /// speak only `http://`); listing flavors is open to all.
     pub plain_http_sales: PlainHttpSales,
+    /// Who may buy K8Slices ([`sale_policy`]): open to every buyer the
+    /// transport admits by default.
+    pub k8slice_buyers: K8SliceBuyers,
     /// Which plain-HTTP buyers of K8Slices (unmodified Go consumers) get the
     /// rights the Go node's peering needs on this cluster, confined to their
     /// tenant namespace ([`go_peering`]); off by default.
@@ -257,6 +262,7 @@ impl GatewayConfig {
             max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
             tls: None,
             plain_http_sales: PlainHttpSales::Off,
+            k8slice_buyers: K8SliceBuyers::Open,
             go_peering_grant: GoPeeringGrant::OFF,
             service_delivery: fluidos_api::service_delivery::ServiceDelivery::Rear,
         }
@@ -347,6 +353,8 @@ pub(crate) struct State {
     /// Request bodies being buffered at once (each up to `body_limit`), in
     /// all and per peer address.
     body_permits: body_permits::BodyPermits,
+    /// Who may buy K8Slices.
+    sale_policy: sale_policy::SalePolicy,
 }
 
 /// Forwards the catalog's readiness to `ready`, the first time only after a
@@ -402,6 +410,8 @@ impl Gateway {
         let ns = cfg.namespace.as_str();
         let client_for_events = client.clone();
         let (credentials, accounts_driver) = Credentials::new(client.clone(), cfg.credentials());
+        let (sale_policy, known_clusters) =
+            sale_policy::SalePolicy::new(&client, ns, cfg.k8slice_buyers.clone());
         let state = Arc::new(State {
             book: Book::new(
                 Api::<Flavor>::namespaced(client.clone(), ns),
@@ -426,6 +436,7 @@ impl Gateway {
                 body_permits::MAX_BODIES_READ_AT_ONCE,
                 body_permits::MAX_BODIES_PER_PEER,
             ),
+            sale_policy,
             cfg,
         });
         let sweep = tokio::spawn(sweeper::run(state.clone(), state.cfg.sweep_interval));
@@ -433,16 +444,15 @@ impl Gateway {
             let state = state.clone();
             tokio::spawn(async move { state.credentials.run_go_peering().await })
         };
-        Gateway {
-            tasks: vec![
-                tokio::spawn(driver),
-                go_peering,
-                tokio::spawn(accounts_driver),
-                sweep,
-                warm_up,
-            ],
-            state,
-        }
+        let mut tasks = vec![
+            tokio::spawn(driver),
+            go_peering,
+            tokio::spawn(accounts_driver),
+            sweep,
+            warm_up,
+        ];
+        tasks.extend(known_clusters.map(tokio::spawn));
+        Gateway { tasks, state }
     }
 
     /// The REAR routes, for serving or for in-process tests.
@@ -486,7 +496,8 @@ impl Gateway {
         })?;
         let cfg = &self.state.cfg;
         tracing::info!(%addr, namespace = %cfg.namespace, tls = cfg.tls.is_some(),
-            plain_http_sales = %cfg.plain_http_sales, "REAR gateway serving");
+            plain_http_sales = %cfg.plain_http_sales,
+            k8slice_buyers = %self.state.sale_policy.setting(), "REAR gateway serving");
         let limits = server::ConnectionLimits {
             header_read_timeout: cfg.header_read_timeout,
             write_timeout: cfg.write_timeout,

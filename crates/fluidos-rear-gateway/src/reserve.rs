@@ -541,14 +541,20 @@ impl State {
     }
 
     /// Handles a RESERVE body.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one compare-and-swap loop: a renewed hold, a new one, its Transaction, each retried in turn"
+    )]
     pub(crate) async fn reserve(
         &self,
         body: &[u8],
         caller: SaleOwner,
+        source: Option<std::net::IpAddr>,
     ) -> Result<WireTransaction, ApiError> {
         let (req, liqo_id) = decode_reserve(body)?;
         let mut flavor = self.book.cached_or_fetch(&req.flavor_id).await?;
         let (crd_config, want) = validate(&flavor, &req, self.pods_on_buyer(caller))?;
+        self.admit_buyer(&flavor, caller, source).await?;
 
         let buyer = req.buyer.id.clone();
         let mut slot = None;
@@ -651,6 +657,21 @@ impl State {
         Err(ApiError::unavailable(
             "the reservation kept racing with other changes to the flavor; retry",
         ))
+    }
+
+    /// Refuses (403) a K8Slice buyer `--rear-k8slice-buyers` does not
+    /// admit, before any hold, a renewed one included: a K8Slice sale makes
+    /// the buyer a Liqo consumer of this cluster. Services are sold to all.
+    async fn admit_buyer(
+        &self,
+        flavor: &Flavor,
+        caller: SaleOwner,
+        source: Option<std::net::IpAddr>,
+    ) -> Result<(), ApiError> {
+        if matches!(flavor_data(flavor)?, FlavorTypeData::K8Slice(_)) {
+            self.sale_policy.check(caller, source).await?;
+        }
+        Ok(())
     }
 
     /// A slot for one more hold of the buyer, or 429 when it already has

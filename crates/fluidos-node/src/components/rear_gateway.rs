@@ -142,6 +142,7 @@ pub(crate) async fn config(ctx: &Context) -> Result<GatewayConfig, Error> {
     cfg.transaction_ttl = Duration::from_secs(ctx.args.transaction_ttl_seconds);
     cfg.metrics = ctx.metrics.clone();
     cfg.plain_http_sales = ctx.args.rear_plain_http_sales.clone();
+    cfg.k8slice_buyers = ctx.args.rear_k8slice_buyers.clone();
     cfg.go_peering_grant = ctx.args.rear_go_peering_grant.clone();
     cfg.service_delivery = ctx.args.service_delivery;
     if let Some(key) = &ctx.node_key {

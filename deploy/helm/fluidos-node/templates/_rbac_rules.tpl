@@ -270,6 +270,13 @@ namespace:
     resources: [reservations]
     verbs: [list]
   {{- end }}
+  {{- if has "known" (splitList "," (nospace (.Values.rearController.k8sliceBuyers | default "open"))) }}
+  # sale_policy.rs (k8sliceBuyers names `known`): a K8Slice buyer's key must
+  # be a KnownCluster's spec.fingerprint here (a watch cache).
+  - apiGroups: [network.fluidos.eu]
+    resources: [knownclusters]
+    verbs: [list, watch]
+  {{- end }}
   # credentials.rs: one ServiceAccount per buyer (`fluidos-peer-<buyer>`),
   # created with its owner on a buyer ID's first sale (claim_account), then
   # applied; a bounded token for it (TokenRequest), revocation;

@@ -1,0 +1,225 @@
+//! Who may buy K8Slices (`--rear-k8slice-buyers`), on a real API server
+//! with the consumer's own REAR client over real TLS: keys cost nothing,
+//! so a provider may sell slices only to the keys, KnownClusters or
+//! networks it lists.
+//!
+//! - a listed key reserves and buys; another key is refused with 403
+//!   naming its key and the setting, before any hold is on the ledger;
+//! - `known` admits a key a KnownCluster here records as
+//!   `spec.fingerprint`, and no other;
+//! - a listed network admits TLS and plain-HTTP buyers from it;
+//! - Service flavors are sold as before.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::too_many_lines,
+    reason = "one scenario per setting on one running cluster, read top to bottom"
+)]
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use fluidos_api::Flavor;
+use fluidos_api::common::HostingPolicy;
+use fluidos_api::flavor::FlavorType;
+use fluidos_api::network::{KnownCluster, KnownClusterSpec};
+use fluidos_api::rear::{PurchaseRequest, ReserveRequest};
+use fluidos_rear_client::{ClientConfig, ProviderAddress, RearClient, RearError};
+use fluidos_rear_gateway::{K8SliceBuyers, PlainHttpSales};
+use fluidos_rear_identity::NodeKey;
+use kube::Api;
+use kube::api::PostParams;
+
+fn reserve_request(flavor: &str, buyer_id: &str) -> ReserveRequest {
+    serde_json::from_value(k8s_reserve(flavor, buyer_id, "1", "1Gi", "1")).unwrap()
+}
+
+fn client(key: Option<&Arc<NodeKey>>) -> RearClient {
+    let config = ClientConfig {
+        retries: 0,
+        ..ClientConfig::default()
+    };
+    match key {
+        Some(k) => RearClient::with_key(config, k.clone()).unwrap(),
+        None => RearClient::new(config).unwrap(),
+    }
+}
+
+fn refused(r: Result<impl std::fmt::Debug, RearError>) -> (u16, String) {
+    match r {
+        Err(e) => (e.status().unwrap_or(0), e.to_string()),
+        Ok(v) => panic!("expected a refusal, got {v:?}"),
+    }
+}
+
+async fn flavors(client: &kube::Client, ns: &str) {
+    namespace(client, ns).await;
+    let p = partition(("1", "1"), ("1Gi", "1Gi"), ("1", "1"));
+    let k = k8slice("amd64", "8", "16Gi", "110", None, None, p);
+    create_flavor(
+        client,
+        ns,
+        "fluidos.eu-k8slice-aaaa",
+        spec(FlavorType::k8slice(&k), true),
+    )
+    .await;
+    let db = service(
+        "database",
+        &["sql"],
+        &[HostingPolicy::Provider],
+        serde_json::json!({"type": "object"}),
+    );
+    create_flavor(
+        client,
+        ns,
+        "fluidos.eu-service-db01",
+        spec(FlavorType::service(&db), true),
+    )
+    .await;
+}
+
+/// Holds on `flavor`'s ledger.
+async fn ledger_len(client: &kube::Client, ns: &str, flavor: &str) -> usize {
+    Api::<Flavor>::namespaced(client.clone(), ns)
+        .get(flavor)
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.ledger)
+        .map_or(0, |l| l.len())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k8slices_are_sold_only_to_the_buyers_the_setting_admits() {
+    let cp = control_plane().await;
+    let kube = cp.client();
+    let provider_key = NodeKey::generate("provider").unwrap();
+    let alice = Arc::new(NodeKey::generate("alice").unwrap());
+    let mallory = Arc::new(NodeKey::generate("mallory").unwrap());
+    let known = Arc::new(NodeKey::generate("known").unwrap());
+    let slice = "fluidos.eu-k8slice-aaaa";
+
+    // ---- Keys: Alice listed, Mallory not.
+    let ns = "policy-keys";
+    flavors(&kube, ns).await;
+    let mut cfg = config(&cp, ns);
+    cfg.plain_http_sales = PlainHttpSales::Off;
+    cfg.k8slice_buyers = alice.fingerprint().to_string().parse().unwrap();
+    let served = serve(&kube, cfg.with_node_key(&provider_key).unwrap()).await;
+    let addr = served.base.trim_start_matches("http://").to_owned();
+    let pinned = ProviderAddress::pinned(addr.clone(), provider_key.fingerprint());
+    let tx = client(Some(&alice))
+        .reserve(&pinned, &reserve_request(slice, "alice"))
+        .await
+        .unwrap();
+    client(Some(&alice))
+        .purchase(&pinned, &tx.transaction_id, &PurchaseRequest::default())
+        .await
+        .unwrap();
+    let before = ledger_len(&kube, ns, slice).await;
+    let (code, text) = refused(
+        client(Some(&mallory))
+            .reserve(&pinned, &reserve_request(slice, "mallory"))
+            .await,
+    );
+    assert_eq!(code, 403, "{text}");
+    assert!(
+        text.contains("--rear-k8slice-buyers") && text.contains(&mallory.fingerprint().to_string()),
+        "{text}"
+    );
+    assert_eq!(
+        ledger_len(&kube, ns, slice).await,
+        before,
+        "nothing held for a refused buyer"
+    );
+    // Writing Alice's buyer ID changes nothing: the key decides.
+    let (code, _) = refused(
+        client(Some(&mallory))
+            .reserve(&pinned, &reserve_request(slice, "alice"))
+            .await,
+    );
+    assert_eq!(code, 403);
+    // Services are sold as before.
+    let service: ReserveRequest = serde_json::from_value(serde_json::json!({
+        "flavorID": "fluidos.eu-service-db01", "buyerID": buyer("mallory")}))
+    .unwrap();
+    client(Some(&mallory))
+        .reserve(&pinned, &service)
+        .await
+        .unwrap();
+    served.shutdown().await;
+
+    // ---- `known`: the key a KnownCluster records, written before the
+    // gateway starts (its first list decides the first sale).
+    let ns = "policy-known";
+    flavors(&kube, ns).await;
+    let record = KnownCluster::new(
+        "knowncluster-known",
+        KnownClusterSpec {
+            address: "10.0.0.9:3004".into(),
+            fingerprint: Some(known.fingerprint().to_string()),
+        },
+    );
+    Api::<KnownCluster>::namespaced(kube.clone(), ns)
+        .create(&PostParams::default(), &record)
+        .await
+        .unwrap();
+    let mut cfg = config(&cp, ns);
+    cfg.plain_http_sales = PlainHttpSales::Off;
+    cfg.k8slice_buyers = "known".parse().unwrap();
+    let served = serve(&kube, cfg.with_node_key(&provider_key).unwrap()).await;
+    let addr = served.base.trim_start_matches("http://").to_owned();
+    let pinned = ProviderAddress::pinned(addr.clone(), provider_key.fingerprint());
+    client(Some(&known))
+        .reserve(&pinned, &reserve_request(slice, "known"))
+        .await
+        .unwrap();
+    let (code, text) = refused(
+        client(Some(&alice))
+            .reserve(&pinned, &reserve_request(slice, "alice"))
+            .await,
+    );
+    assert_eq!(code, 403, "{text}");
+    assert!(text.contains("KnownCluster"), "{text}");
+    served.shutdown().await;
+
+    // ---- A network: every buyer from it, TLS or plain HTTP; none from
+    // elsewhere.
+    let ns = "policy-network";
+    flavors(&kube, ns).await;
+    let mut cfg = config(&cp, ns);
+    cfg.plain_http_sales = PlainHttpSales::All;
+    cfg.k8slice_buyers = "127.0.0.0/8".parse().unwrap();
+    let served = serve(&kube, cfg.clone().with_node_key(&provider_key).unwrap()).await;
+    let addr = served.base.trim_start_matches("http://").to_owned();
+    let pinned = ProviderAddress::pinned(addr.clone(), provider_key.fingerprint());
+    let plain = ProviderAddress::plain(addr.clone());
+    client(Some(&mallory))
+        .reserve(&pinned, &reserve_request(slice, "mallory"))
+        .await
+        .unwrap();
+    client(None)
+        .reserve(&plain, &reserve_request(slice, "gonode"))
+        .await
+        .unwrap();
+    served.shutdown().await;
+    cfg.k8slice_buyers =
+        K8SliceBuyers::Only(vec![fluidos_rear_gateway::sale_policy::Admitted::Network(
+            "10.99.0.0/16".parse().unwrap(),
+        )]);
+    let served = serve(&kube, cfg).await;
+    let plain = ProviderAddress::plain(served.base.trim_start_matches("http://").to_owned());
+    let (code, text) = refused(
+        client(None)
+            .reserve(&plain, &reserve_request(slice, "gonode2"))
+            .await,
+    );
+    assert_eq!(code, 403, "{text}");
+    assert!(
+        text.contains("plain-HTTP buyer") && text.contains("127.0.0.1"),
+        "{text}"
+    );
+    served.shutdown().await;
+}
