@@ -44,6 +44,12 @@ pub struct LedgerEntry {
     /// buyer's ID from elsewhere neither finds nor reveals its transaction.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub buyer_address: Option<String>,
+    /// The peer a hold was reserved from, over TLS or plain HTTP, as the
+    /// provider's per-address limits count peers: an IPv4 address, or the
+    /// first address of an IPv6 /64. The per-address hold cap counts by it,
+    /// since keys cost nothing. Absent on holds of earlier versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_peer: Option<String>,
     /// Held or sold.
     pub state: LedgerState,
     /// Resources taken (absent for Service flavors).
@@ -347,6 +353,7 @@ mod tests {
             buyer_id: "b".into(),
             buyer_key: None,
             buyer_address: None,
+            source_peer: None,
             state: LedgerState::Held,
             resources: Some(LedgerResources {
                 cpu: cpu.into(),

@@ -522,6 +522,7 @@ mod tests {
             buyer_id: "b".into(),
             buyer_key: None,
             buyer_address: None,
+            source_peer: None,
             state,
             resources: Some(LedgerResources {
                 cpu: cpu.into(),

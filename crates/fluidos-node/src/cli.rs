@@ -240,6 +240,13 @@ pub struct Args {
     #[arg(long, env = "FLUIDOS_REAR_MAX_HOLDS_PER_BUYER", default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..))]
     pub rear_max_holds_per_buyer: u64,
 
+    /// Most live reservations held from one peer address (an IPv4
+    /// address, an IPv6 /64) over all flavors, whatever keys and buyer IDs
+    /// it uses (keys cost nothing). Behind a load balancer that rewrites
+    /// source addresses every buyer shares one: raise it there.
+    #[arg(long, env = "FLUIDOS_REAR_MAX_HOLDS_PER_ADDRESS", default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..))]
+    pub rear_max_holds_per_address: u64,
+
     /// Longest life of a hold in seconds, however often it is renewed.
     #[arg(long, env = "FLUIDOS_REAR_MAX_HOLD_AGE_SECONDS", default_value_t = 7200, value_parser = clap::value_parser!(u64).range(1..))]
     pub rear_max_hold_age_seconds: u64,
@@ -547,6 +554,10 @@ mod tests {
                 a.rear_max_hold_age_seconds
             ),
             (50, 200, 32, 7200)
+        );
+        assert_eq!(
+            a.rear_max_holds_per_address,
+            fluidos_rear_gateway::DEFAULT_MAX_HOLDS_PER_ADDRESS as u64
         );
         // Plain HTTP proves nothing about a buyer: sales there are opt-in.
         assert_eq!(

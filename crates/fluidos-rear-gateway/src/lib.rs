@@ -123,6 +123,8 @@ const REPORTER: &str = "fluidos-rear-gateway";
 pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 /// Default cap on one buyer's live holds, over all flavors.
 pub const DEFAULT_MAX_HOLDS_PER_BUYER: usize = 32;
+/// Default of [`GatewayConfig::max_holds_per_address`]: four buyers' worth.
+pub const DEFAULT_MAX_HOLDS_PER_ADDRESS: usize = 128;
 /// Default longest life of a hold, however often it is renewed (2 h: two
 /// upstream transaction lifetimes).
 pub const DEFAULT_MAX_HOLD_AGE: Duration = Duration::from_secs(2 * 3600);
@@ -187,6 +189,11 @@ pub struct GatewayConfig {
     /// cannot hold every flavor). Counted on this replica's view of the
     /// ledgers, so replicas racing may let a buyer exceed it briefly.
     pub max_holds_per_buyer: usize,
+    /// Most live holds reserved from one peer address (an IPv4 address, an
+    /// IPv6 /64) over all flavors, whatever keys and buyer IDs: keys cost
+    /// nothing. One more RESERVE is a 429. Behind a load balancer that
+    /// rewrites source addresses, all buyers share one address.
+    pub max_holds_per_address: usize,
     /// Longest life of a hold: a repeated RESERVE extends it by
     /// `transaction_ttl`, but never past this age (from the Transaction's
     /// creation); then it expires and the capacity is contested again.
@@ -252,6 +259,7 @@ impl GatewayConfig {
             revoke_grace: DEFAULT_REVOKE_GRACE,
             metrics: Metrics::default(),
             max_holds_per_buyer: DEFAULT_MAX_HOLDS_PER_BUYER,
+            max_holds_per_address: DEFAULT_MAX_HOLDS_PER_ADDRESS,
             max_hold_age: DEFAULT_MAX_HOLD_AGE,
             rate_limit: Some(RateLimit::DEFAULT),
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,

@@ -672,6 +672,7 @@ mod tests {
             buyer_id: "b".into(),
             buyer_key: None,
             buyer_address: None,
+            source_peer: None,
             state: LedgerState::Sold,
             resources: None,
             expiration_time: None,

@@ -32,7 +32,7 @@ use crate::catalog::remaining;
 use fluidos_controller::api_error::is_not_found;
 
 use crate::error::ApiError;
-use crate::{State, decode, labels, time};
+use crate::{State, decode, labels, rate_limit, time};
 
 /// What the buyer asks of the flavor, validated against its type.
 #[derive(Debug, Clone)]
@@ -342,6 +342,29 @@ pub(crate) fn live_holds_of<'a>(
         .sum()
 }
 
+/// Live holds reserved from `peer` (a [`rate_limit::peer_key`], as
+/// recorded in `sourcePeer`) over `flavors` at `now`, whatever keys or
+/// buyer IDs they name (pure).
+pub(crate) fn live_holds_from<'a>(
+    flavors: impl IntoIterator<Item = &'a Flavor>,
+    peer: &str,
+    now: &str,
+) -> usize {
+    flavors
+        .into_iter()
+        .map(|f| {
+            ledger_of(f)
+                .iter()
+                .filter(|e| {
+                    e.state == LedgerState::Held
+                        && e.source_peer.as_deref() == Some(peer)
+                        && ledger::is_live(e, now)
+                })
+                .count()
+        })
+        .sum()
+}
+
 /// The expiry a renewed hold gets at `now`: `ttl` later, but never more
 /// than `max_age` after the hold was created (pure; the strings compare
 /// as times).
@@ -411,13 +434,20 @@ impl Drop for Slot<'_> {
     }
 }
 
+/// The in-progress slots of one new hold: its buyer's and its peer
+/// address's (dropping it ends both).
+pub(crate) struct HoldSlots<'a> {
+    _buyer: Slot<'a>,
+    _peer: Option<Slot<'a>>,
+}
+
 /// `hold`, ending `slot` as soon as the hold is on the ledger: the cap
 /// counts this process's newest ledgers, where the slot would count it a
 /// second time (under load, concurrent reserves of one buyer were refused
 /// below the cap).
 async fn ending_slot_when_held<E>(
     hold: impl Future<Output = Result<Outcome, E>>,
-    slot: &mut Option<Slot<'_>>,
+    slot: &mut Option<HoldSlots<'_>>,
 ) -> Result<Outcome, E> {
     let outcome = hold.await;
     if matches!(outcome, Ok(Outcome::Held)) {
@@ -555,6 +585,7 @@ impl State {
         let mut flavor = self.book.cached_or_fetch(&req.flavor_id).await?;
         let (crd_config, want) = validate(&flavor, &req, self.pods_on_buyer(caller))?;
         self.admit_buyer(&flavor, caller, source).await?;
+        let peer = source.map(|ip| rate_limit::peer_key(ip).to_string());
 
         let buyer = req.buyer.id.clone();
         let mut slot = None;
@@ -577,7 +608,8 @@ impl State {
                 }
             }
             if slot.is_none() {
-                slot = Some(self.hold_slot(&HoldCounter::new(caller, &req.buyer.id))?);
+                let counter = HoldCounter::new(caller, &req.buyer.id);
+                slot = Some(self.hold_slots(&counter, peer.as_deref())?);
             }
             // Cheap early answer from the cache; confirmed fresh before a 409.
             if let Err(e) = take(&flavor, &want, ledger_of(&flavor), &now) {
@@ -610,6 +642,7 @@ impl State {
                     buyer_id: buyer.clone(),
                     buyer_key: caller.key(),
                     buyer_address: caller.address(),
+                    source_peer: peer.clone(),
                     state: LedgerState::Held,
                     resources,
                     expiration_time: Some(entry_exp.clone()),
@@ -672,6 +705,47 @@ impl State {
             self.sale_policy.check(caller, source).await?;
         }
         Ok(())
+    }
+
+    /// Slots for one more hold of the buyer from `peer`, or 429 when the
+    /// buyer already has `max_holds_per_buyer` live or in progress, or the
+    /// peer address `max_holds_per_address` (whatever keys it uses: they
+    /// cost nothing).
+    fn hold_slots(
+        &self,
+        counter: &HoldCounter,
+        peer: Option<&str>,
+    ) -> Result<HoldSlots<'_>, ApiError> {
+        let buyer = self.hold_slot(counter)?;
+        let Some(peer) = peer else {
+            return Ok(HoldSlots {
+                _buyer: buyer,
+                _peer: None,
+            });
+        };
+        let cap = self.cfg.max_holds_per_address;
+        let slot = self
+            .reserving
+            .take(
+                &format!("peer:{peer}"),
+                || {
+                    let flavors = self.book.newest_all();
+                    live_holds_from(flavors.iter().map(AsRef::as_ref), peer, &time::now_string())
+                },
+                cap,
+            )
+            .map_err(|held| {
+                ApiError::too_many_requests(
+                    format!(
+                        "{held} reservations are held from {peer} (an IPv4 address or IPv6 /64),                          the most this provider allows one address ({cap}); buy or let some expire first"
+                    ),
+                    HOLD_CAP_RETRY_AFTER_SECS,
+                )
+            })?;
+        Ok(HoldSlots {
+            _buyer: buyer,
+            _peer: Some(slot),
+        })
     }
 
     /// A slot for one more hold of the buyer, or 429 when it already has
@@ -1001,6 +1075,7 @@ mod tests {
                         buyer_id: buyer.into(),
                         buyer_key: None,
                         buyer_address: None,
+                        source_peer: None,
                         state,
                         resources: None,
                         expiration_time: (!exp.is_empty()).then(|| exp.to_owned()),
@@ -1011,6 +1086,34 @@ mod tests {
             ..Default::default()
         });
         f
+    }
+
+    #[test]
+    fn only_live_holds_from_the_peer_count_whatever_buyer_they_name() {
+        let now = "2026-01-01T00:00:00Z";
+        let live = "2026-01-01T01:00:00Z";
+        let dead = "2025-12-31T23:00:00Z";
+        let mut f = flavor_with(vec![
+            ("a", LedgerState::Held, live),
+            ("b", LedgerState::Held, live),
+            ("c", LedgerState::Held, dead),
+            ("d", LedgerState::Sold, ""),
+            ("e", LedgerState::Held, live),
+        ]);
+        let ledger = f.status.as_mut().unwrap().ledger.as_mut().unwrap();
+        for e in ledger.iter_mut().take(4) {
+            e.source_peer = Some("10.0.0.7".into());
+        }
+        ledger[4].source_peer = Some("10.0.0.8".into());
+        let flavors = [f];
+        assert_eq!(live_holds_from(&flavors, "10.0.0.7", now), 2);
+        assert_eq!(live_holds_from(&flavors, "10.0.0.8", now), 1);
+        assert_eq!(live_holds_from(&flavors, "10.0.0.9", now), 0);
+        // What is recorded is the peer as the rate limit keys it.
+        assert_eq!(
+            rate_limit::peer_key("2001:db8:1:2:3::9".parse().unwrap()).to_string(),
+            "2001:db8:1:2::"
+        );
     }
 
     #[test]

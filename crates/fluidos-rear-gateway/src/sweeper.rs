@@ -224,6 +224,7 @@ mod tests {
                         buyer_id: "b".into(),
                         buyer_key: None,
                         buyer_address: None,
+                        source_peer: None,
                         state,
                         resources: None,
                         expiration_time: exp.map(Into::into),

@@ -288,6 +288,43 @@ async fn a_buyer_cannot_hog_capacity_or_renew_a_hold_forever() {
     assert_eq!(held, 3, "the cap holds under concurrency");
     gw.shutdown().await;
 
+    // ---- Invented buyer IDs (or keys, which cost nothing) from one
+    // address: that address's cap, whatever IDs it writes.
+    const PEER_NS: &str = "limits-peer-holds";
+    namespace(&client, PEER_NS).await;
+    flavors(&client, PEER_NS, "p", 4).await;
+    let mut cfg = config(&cp, PEER_NS);
+    cfg.max_holds_per_buyer = 2;
+    cfg.max_holds_per_address = 3;
+    let gw = serve(&client, cfg).await;
+    let reserve = gw.url("/api/v2/reservations");
+    for (flavor, buyer) in [("p-0", "id-1"), ("p-1", "id-1"), ("p-2", "id-2")] {
+        let (s, body) = post(&c, &reserve, &k8s_reserve(flavor, buyer, "1", "1Gi", "1")).await;
+        assert_eq!(s, 200, "{body}");
+    }
+    let (s, body) = post(&c, &reserve, &k8s_reserve("p-3", "id-3", "1", "1Gi", "1")).await;
+    assert_eq!(s, 429, "{body}");
+    assert!(
+        json(&body)["error"]
+            .as_str()
+            .unwrap()
+            .contains("held from 127.0.0.1"),
+        "{body}"
+    );
+    // Renewing a hold from there is not a new hold.
+    let (s, body) = post(&c, &reserve, &k8s_reserve("p-0", "id-1", "1", "1Gi", "1")).await;
+    assert_eq!(s, 200, "{body}");
+    let ledger = Api::<fluidos_api::Flavor>::namespaced(client.clone(), PEER_NS)
+        .get("p-0")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .ledger
+        .unwrap();
+    assert_eq!(ledger[0].source_peer.as_deref(), Some("127.0.0.1"));
+    gw.shutdown().await;
+
     // ---- Hold age: renewed every half second, a 2 s hold capped at 4 s of age.
     let mut cfg = config(&cp, NS);
     cfg.transaction_ttl = Duration::from_secs(2);

@@ -133,6 +133,8 @@ pub(crate) async fn config(ctx: &Context) -> Result<GatewayConfig, Error> {
     });
     cfg.max_holds_per_buyer =
         usize::try_from(ctx.args.rear_max_holds_per_buyer).unwrap_or(usize::MAX);
+    cfg.max_holds_per_address =
+        usize::try_from(ctx.args.rear_max_holds_per_address).unwrap_or(usize::MAX);
     cfg.max_hold_age = Duration::from_secs(ctx.args.rear_max_hold_age_seconds);
     if let Some(url) = &ctx.args.api_server_url {
         cfg.api_server_url = url.clone();
