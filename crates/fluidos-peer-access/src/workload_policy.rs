@@ -502,8 +502,27 @@ const VOLUME_BINDERS: [&str; 2] = [
 /// issued to it, and peer there as this cluster; this node's own peering
 /// makes those Secrets with its own credentials), never a ServiceAccount
 /// token (a way out of the peer's rights).
+/// Name of the one Secret a peer creates here: its nonce, which this
+/// cluster's Liqo fills (Liqo v1.0.0's `liqo-nonce`).
+pub const PEER_NONCE_SECRET: &str = "liqo-nonce";
+/// The labels a peer's nonce Secret may carry (Liqo's nonce creator finds
+/// it by them).
+pub const PEER_NONCE_LABELS: [&str; 2] = ["liqo.io/nonce", REMOTE_CLUSTER_ID_LABEL];
+
+/// What a Secret a peer's account writes may be: its nonce only. Liqo
+/// trusts Secrets by their labels (the crd-replicator starts reflecting
+/// with any kubeconfig Secret labelled `liqo.io/identity-type`, the
+/// gateways take keys labelled `networking.liqo.io/gateway-resource`,
+/// the nonce signer signs `liqo.io/signed-nonce`), so a peer that may
+/// create Secrets must not choose their names, labels or annotations.
 fn peer_secret_validations() -> Vec<Validation> {
+    let allowed_labels = PEER_NONCE_LABELS
+        .iter()
+        .map(|l| format!("'{l}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
     vec![
+        // In this order: the first refusal is the one the peer is told.
         deny(
             format!(
                 "!(object.metadata.?labels.orValue({{}}).exists(k, k == '{SIGNED_NONCE_LABEL}'))"
@@ -515,6 +534,33 @@ fn peer_secret_validations() -> Vec<Validation> {
         deny(
             "object.?type.orValue('') != 'kubernetes.io/service-account-token'".to_owned(),
             "type: a peer may not create ServiceAccount-token Secrets, FLUIDOS peer guard"
+                .to_owned(),
+        ),
+        deny(
+            format!("object.metadata.name == '{PEER_NONCE_SECRET}'"),
+            format!(
+                "metadata.name: a peer may create only its nonce Secret {PEER_NONCE_SECRET} here, FLUIDOS peer guard"
+            ),
+        ),
+        deny(
+            format!("object.metadata.?labels.orValue({{}}).all(k, k in [{allowed_labels}])"),
+            format!(
+                "metadata.labels: a peer's nonce Secret carries only {} (Liqo trusts Secrets by their labels), FLUIDOS peer guard",
+                PEER_NONCE_LABELS.join(" and ")
+            ),
+        ),
+        deny(
+            format!(
+                "!('{REMOTE_CLUSTER_ID_LABEL}' in object.metadata.?labels.orValue({{}})) \
+                 || request.namespace == '{TENANT_PREFIX}' + object.metadata.labels['{REMOTE_CLUSTER_ID_LABEL}']"
+            ),
+            format!(
+                "metadata.labels[{REMOTE_CLUSTER_ID_LABEL}]: a peer's nonce Secret names the cluster of its tenant namespace, FLUIDOS peer guard"
+            ),
+        ),
+        deny(
+            "size(object.metadata.?annotations.orValue({})) == 0".to_owned(),
+            "metadata.annotations: a peer's nonce Secret carries none, FLUIDOS peer guard"
                 .to_owned(),
         ),
     ]

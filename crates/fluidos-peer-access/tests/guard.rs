@@ -485,14 +485,75 @@ async fn a_peers_workloads_are_confined_to_the_pod_security_level() {
     let peer = kube::Client::try_from(config).unwrap();
     let peer_secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(peer.clone(), &tenant);
     let secret = |name: &str, labels: Value, type_: Option<&str>| {
+        let annotations = if type_.is_some() {
+            json!({"kubernetes.io/service-account.name": "default"})
+        } else {
+            json!({})
+        };
         serde_json::from_value::<k8s_openapi::api::core::v1::Secret>(json!({
-            "metadata": {"name": name, "labels": labels,
-                "annotations": {"kubernetes.io/service-account.name": "default"}},
+            "metadata": {"name": name, "labels": labels, "annotations": annotations},
             "type": type_.unwrap_or("Opaque"),
             "stringData": {"nonce": "chosen-by-the-peer"}
         }))
         .unwrap()
     };
+    // Only its nonce: Liqo trusts Secrets by labels, so a peer choosing a
+    // kubeconfig Secret's (the crd-replicator would use it, and send it its
+    // token) or a gateway key's labels, or another name, is refused.
+    let planted = |name: &str, labels: Value, annotations: Value| {
+        serde_json::from_value::<k8s_openapi::api::core::v1::Secret>(json!({
+            "metadata": {"name": name, "labels": labels, "annotations": annotations},
+            "stringData": {"kubeconfig": "tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token"}
+        }))
+        .unwrap()
+    };
+    for (what, s, field) in [
+        (
+            "a Secret of another name",
+            planted("kubeconfig-controlplane-x", json!({}), json!({})),
+            "metadata.name",
+        ),
+        (
+            "a nonce with a control-plane kubeconfig's labels",
+            planted(
+                "liqo-nonce",
+                json!({"liqo.io/identity-type": "ControlPlane", "liqo.io/remote-cluster-id": PEER}),
+                json!({}),
+            ),
+            "metadata.labels",
+        ),
+        (
+            "a nonce with a gateway key's label",
+            planted(
+                "liqo-nonce",
+                json!({"networking.liqo.io/gateway-resource": "true"}),
+                json!({}),
+            ),
+            "metadata.labels",
+        ),
+        (
+            "a nonce naming another cluster",
+            planted(
+                "liqo-nonce",
+                json!({"liqo.io/nonce": "true", "liqo.io/remote-cluster-id": "someone-else"}),
+                json!({}),
+            ),
+            "metadata.labels[liqo.io/remote-cluster-id]",
+        ),
+        (
+            "a nonce with annotations",
+            planted(
+                "liqo-nonce",
+                json!({"liqo.io/nonce": "true"}),
+                json!({"liqo.io/remote-tenant-namespace": "x"}),
+            ),
+            "metadata.annotations",
+        ),
+    ] {
+        let msg = refusal(peer_secrets.create(&PostParams::default(), &s).await, what);
+        assert!(msg.contains(field), "{what}: {msg}");
+        say(&format!("{what} refused: {msg}"));
+    }
     let msg = refusal(
         peer_secrets
             .create(

@@ -348,25 +348,29 @@ pub fn peer_network_rules() -> Vec<PolicyRule> {
 /// in its tenant namespace `liqo-tenant-<cluster_id>`: Liqo 1.0's
 /// `liqo-peering-user-tenant-ns` ClusterRole plus the read-only part of
 /// `liqo-peering-user-liqo-ns`, namespaced, except that of Secrets it may
-/// read and delete only the two it owns there, by name: its nonce
-/// ([`LIQO_NONCE_SECRET`]) and the key Secret of its gateway (`gw-<cluster_id>`,
-/// the name Liqo gives the keys of the GatewayServer it makes, which is
-/// named after it). Liqo keeps one tenant namespace per peer for both
+/// create (its nonce: the peer guard admits no other), read and delete its
+/// nonce ([`LIQO_NONCE_SECRET`]), and read the keys of the tunnel's gateway
+/// on this side (`gw-<cluster_id>`, the name Liqo gives the keys of the
+/// GatewayServer the consumer makes here, named after it: its networking
+/// phase needs the public key; the Secret holds the private one too, as
+/// Liqo's own peering user reads it). Liqo keeps one tenant namespace per peer for both
 /// directions: when this node also buys from that peer, this node's
 /// Identity and its kubeconfig Secret, which carries this cluster's Liqo
 /// private key, are in the same namespace; Liqo's own peering user may list
 /// them. A FLUIDOS-rs consumer reads nothing else (it gets by name). No
 /// `patch`, no cluster scope.
 pub fn peer_rules(cluster_id: &str) -> Vec<PolicyRule> {
-    let own = vec![LIQO_NONCE_SECRET.to_owned(), format!("gw-{cluster_id}")];
+    let named = |names: Vec<String>, verbs: &[&str]| PolicyRule {
+        resource_names: Some(names),
+        ..rule(&[""], &["secrets"], verbs)
+    };
     peering_user_rules_with(vec![
         // A name cannot restrict a creation (the authorizer does not know
-        // it yet): the peer guard confines what a peer's Secrets may be.
+        // it yet): the peer guard admits a peer's nonce Secret only.
         rule(&[""], &["secrets"], &["create"]),
-        PolicyRule {
-            resource_names: Some(own),
-            ..rule(&[""], &["secrets"], &["delete", "get"])
-        },
+        named(vec![LIQO_NONCE_SECRET.to_owned()], &["delete", "get"]),
+        // Read only: deleting it would reset this side of the tunnel.
+        named(vec![format!("gw-{cluster_id}")], &["get"]),
     ])
 }
 
@@ -452,22 +456,36 @@ pub fn peer_role_rules_for(ns: &Namespace) -> Option<Vec<PolicyRule>> {
 
 /// Puts the rules of [`peer_role_rules_for`] into the peer Roles of tenant
 /// namespaces that hold others: earlier versions let every buyer list the
-/// Secrets of its tenant namespace (best effort: logged).
-async fn narrow_peer_roles(client: &kube::Client) {
+/// Secrets of its tenant namespace. Each write is conditioned on the Role
+/// as listed (a sale or an adoption writing it meanwhile wins); the list is
+/// retried a few times; `skip` is the compatibility namespace, whose Role
+/// keeps Liqo's rules. Best effort: logged.
+async fn narrow_peer_roles(client: &kube::Client, skip: Option<&str>) {
     let selector = format!("{}={}", MANAGED_LABEL.0, MANAGED_LABEL.1);
-    let roles = match Api::<Role>::all(client.clone())
-        .list(&ListParams::default().labels(&selector))
-        .await
-    {
-        Ok(roles) => roles.items,
-        Err(e) => {
-            tracing::warn!(error = %e, "could not list the peer Roles to narrow those of earlier versions");
-            return;
+    let roles_api = Api::<Role>::all(client.clone());
+    let mut roles = None;
+    for attempt in 0..5u32 {
+        match roles_api
+            .list(&ListParams::default().labels(&selector))
+            .await
+        {
+            Ok(list) => {
+                roles = Some(list.items);
+                break;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, attempt, "could not list the peer Roles to narrow those of earlier versions");
+                tokio::time::sleep(Duration::from_secs(2u64.pow(attempt))).await;
+            }
         }
-    };
+    }
+    let Some(roles) = roles else { return };
     let namespaces = Api::<Namespace>::all(client.clone());
     for role in roles.iter().filter(|r| r.name_any() == PEER_ROLE) {
         let Some(ns) = role.namespace() else { continue };
+        if skip == Some(ns.as_str()) {
+            continue;
+        }
         let rules = match namespaces.get_opt(&ns).await {
             Ok(Some(found)) => peer_role_rules_for(&found),
             Ok(None) => None,
@@ -484,6 +502,7 @@ async fn narrow_peer_roles(client: &kube::Client) {
                 name: Some(PEER_ROLE.to_owned()),
                 namespace: Some(ns.clone()),
                 labels: labels(),
+                resource_version: role.metadata.resource_version.clone(),
                 ..Default::default()
             },
             rules: Some(rules),
@@ -497,6 +516,12 @@ async fn narrow_peer_roles(client: &kube::Client) {
             .await
         {
             Ok(_) => tracing::info!(namespace = ns, "narrowed a peer Role of an earlier version"),
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                tracing::debug!(
+                    namespace = ns,
+                    "a peer Role changed while it was narrowed: the newer write stands"
+                );
+            }
             Err(e) => {
                 tracing::warn!(error = %e, namespace = ns, "could not narrow a peer Role of an earlier version");
             }
@@ -697,16 +722,19 @@ impl Credentials {
         // a compatibility namespace those grants go.
         let stale = (cfg.remove_stale_grants && cfg.role_namespace.is_none())
             .then(|| (client.clone(), cfg.namespace.clone()));
-        let narrow = cfg.remove_stale_grants.then(|| client.clone());
+        let narrow = cfg
+            .remove_stale_grants
+            .then(|| (client.clone(), cfg.role_namespace.clone()));
         let driver = async move {
             if let Some((client, ns)) = stale {
                 remove_grants_in(&client, &ns).await;
             }
-            // Before the watches: a sale meanwhile applies the same rules.
-            if let Some(client) = narrow {
-                narrow_peer_roles(&client).await;
-            }
-            driver.await;
+            let narrow = async move {
+                if let Some((client, skip)) = narrow {
+                    narrow_peer_roles(&client, skip.as_deref()).await;
+                }
+            };
+            futures::future::join(narrow, driver).await;
         };
         let credentials = Credentials {
             client,
@@ -1738,8 +1766,13 @@ impl Credentials {
         match namespace_buyer(&existing) {
             Some(b) if b == buyer_id => Ok(()),
             // Made by this buyer's Go consumer after its earlier claim, and
-            // not adopted yet.
-            None if claims.iter().any(|c| c.made_after_claim(&existing)) => Ok(()),
+            // not adopted yet: never one managed by anyone (this node's own
+            // peering's holds its Liqo credentials).
+            None if go_peering::may_adopt(&existing)
+                && claims.iter().any(|c| c.made_after_claim(&existing)) =>
+            {
+                Ok(())
+            }
             _ => Err(taken()),
         }
     }
@@ -1785,9 +1818,15 @@ impl Credentials {
         )
         .await?;
         let ns = format!("{}{cluster_id}", go_peering::TENANT_PREFIX);
-        let exists = self.read_tenant_namespace(&ns).await?.is_some();
-        if exists {
-            self.adopt_go_namespace(&ns, &sa, sa_uid, buyer_id).await?;
+        match self.read_tenant_namespace(&ns).await? {
+            None => {}
+            // Already this buyer's, or its Go consumer's, not yet adopted
+            // (made since its claim: `check_go_claim`).
+            Some(n) if namespace_buyer(&n) == Some(buyer_id) || go_peering::may_adopt(&n) => {
+                self.adopt_go_namespace(&ns, &sa, sa_uid, buyer_id).await?;
+            }
+            // Managed by someone else meanwhile (this node's own peering).
+            Some(_) => return Err(CredentialsError::TenantTaken { namespace: ns }),
         }
         Ok(())
     }
@@ -1812,8 +1851,62 @@ impl Credentials {
                 step: "adopting the Go consumer's Liqo tenant namespace",
                 source,
             })?;
+        // Labelled first, then looked into: this node's own peering writes
+        // its signed nonce there before it reads the namespace again (and
+        // refuses a Go consumer's), so one of the two sees the other, and a
+        // Go consumer's rights, which list Secrets, never reach this node's
+        // Liqo credentials.
+        if self.holds_own_peering(ns).await? {
+            tracing::warn!(
+                namespace = ns,
+                buyer = buyer_id,
+                "not adopting a Go consumer's Liqo tenant namespace: this node's own peering with that cluster is there"
+            );
+            Api::<k8s_openapi::api::core::v1::Namespace>::all(self.client.clone())
+                .patch(
+                    ns,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(serde_json::json!({
+                        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}
+                    })),
+                )
+                .await
+                .map_err(|source| CredentialsError::Kube {
+                    step: "giving back a Liqo tenant namespace this node peers in",
+                    source,
+                })?;
+            return Err(CredentialsError::TenantTaken {
+                namespace: ns.to_owned(),
+            });
+        }
         self.bind_peer_rules(ns, liqo_peering_user_rules(), sa, sa_uid, buyer_id)
             .await
+    }
+
+    /// Whether the tenant namespace `ns` holds this node's own peering with
+    /// its cluster (as that cluster's consumer): the signed nonce or the
+    /// control-plane kubeconfig Liqo writes for it.
+    async fn holds_own_peering(&self, ns: &str) -> Result<bool, CredentialsError> {
+        let cluster = ns.strip_prefix(go_peering::TENANT_PREFIX).unwrap_or(ns);
+        let secrets =
+            Api::<k8s_openapi::api::core::v1::Secret>::namespaced(self.client.clone(), ns);
+        for name in [
+            "liqo-signed-nonce".to_owned(),
+            format!("kubeconfig-controlplane-{cluster}"),
+        ] {
+            let found =
+                secrets
+                    .get_metadata_opt(&name)
+                    .await
+                    .map_err(|source| CredentialsError::Kube {
+                        step: "looking for this node's own peering in a Liqo tenant namespace",
+                        source,
+                    })?;
+            if found.is_some() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Applies the Go-consumer grant's ClusterRole, Role and admission
@@ -2485,22 +2578,24 @@ mod tests {
             .into_iter()
             .filter(|r| r.resources.as_ref().unwrap().iter().any(|x| x == "secrets"))
             .collect();
-        assert_eq!(secrets.len(), 2, "{secrets:?}");
-        for r in &secrets {
-            assert!(
-                !r.verbs.iter().any(|v| v == "list" || v == "watch"),
-                "{r:?}"
-            );
-            let reads = r.verbs.iter().any(|v| v == "get" || v == "delete");
-            if reads {
-                assert_eq!(
-                    r.resource_names.as_deref(),
-                    Some(&["liqo-nonce".to_owned(), "gw-liqo-b".to_owned()][..])
-                );
-            } else {
-                assert_eq!(r.verbs, ["create"]);
-            }
-        }
+        let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+        let found: Vec<_> = secrets
+            .iter()
+            .map(|r| {
+                (
+                    r.verbs.clone(),
+                    r.resource_names.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            found,
+            [
+                (s(&["create"]), Vec::new()),
+                (s(&["delete", "get"]), s(&["liqo-nonce"])),
+                (s(&["get"]), s(&["gw-liqo-b"])),
+            ]
+        );
         // The rest is Liqo's peering user's, as the Go consumer gets it.
         let others = |rules: Vec<PolicyRule>| -> Vec<PolicyRule> {
             rules

@@ -523,6 +523,90 @@ async fn a_go_consumer_peers_in_its_own_tenant_namespace_and_nowhere_else() {
         );
     }
 
+    // ---- A tenant namespace this node's own peering is in (it buys from
+    // that cluster: its signed nonce is there) is never adopted for a Go
+    // consumer, whose rights there would list this node's credentials.
+    let (we_buy_from, its_tenant) = ("liqo-we-buy-from", "liqo-tenant-liqo-we-buy-from");
+    let p = partition(("1", "1"), ("0", "0"), ("0", "0"));
+    let k = k8slice("amd64", "4", "8Gi", "20", None, None, p);
+    create_flavor(&admin, ns, "f5", spec(FlavorType::k8slice(&k), true)).await;
+    let buy = |buyer: &'static str| {
+        let c = c.clone();
+        let reserve = gw.url("/api/v2/reservations");
+        let base = gw.url("/api/v2/transactions");
+        async move {
+            let mut body = k8s_reserve("f5", buyer, "1", "1Gi", "1");
+            body["buyerID"]["additionalInformation"]["liqoID"] = we_buy_from.into();
+            let (s, answer) = post(&c, &reserve, &body).await;
+            assert_eq!(s, 200, "{answer}");
+            let tx: serde_json::Value = serde_json::from_str(&answer).unwrap();
+            let tx = tx["transactionID"].as_str().unwrap().to_owned();
+            post(&c, &format!("{base}/{tx}/purchase"), &serde_json::json!({})).await
+        }
+    };
+    let (s, answer) = buy("gonode5").await;
+    assert_eq!(s, 200, "the claim, before the namespace exists: {answer}");
+    // Made after the claim, as this node's peering of an earlier version
+    // made it (Liqo's two labels only); the signed nonce in it before the
+    // namespace looks adoptable (a setup label hides it from the watch).
+    let namespaces = Api::<Namespace>::all(admin.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &namespace_named(
+                its_tenant,
+                &[
+                    ("liqo.io/remote-cluster-id", we_buy_from),
+                    ("liqo.io/tenant-namespace", "true"),
+                    ("app.kubernetes.io/managed-by", "test-setup"),
+                ],
+            ),
+        )
+        .await
+        .unwrap();
+    Api::<Secret>::namespaced(admin.clone(), its_tenant)
+        .create(
+            &PostParams::default(),
+            &secret(
+                its_tenant,
+                "liqo-signed-nonce",
+                &[
+                    ("liqo.io/signed-nonce", "true"),
+                    ("liqo.io/remote-cluster-id", we_buy_from),
+                ],
+                None,
+            ),
+        )
+        .await
+        .unwrap();
+    namespaces
+        .patch(
+            its_tenant,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({
+                "metadata": {"labels": {"app.kubernetes.io/managed-by": null}}
+            })),
+        )
+        .await
+        .unwrap();
+    let (s, answer) = buy("gonode5").await;
+    assert_eq!(s, 409, "{answer}");
+    let kept = namespaces.get(its_tenant).await.unwrap();
+    let labels = kept.metadata.labels.unwrap_or_default();
+    assert!(
+        !labels.contains_key("fluidos.eu/go-peering-grant")
+            && !labels.contains_key("app.kubernetes.io/managed-by"),
+        "given back, not adopted: {labels:?}"
+    );
+    assert!(
+        Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(admin.clone(), its_tenant)
+            .get_opt("fluidos-peer-gonode5")
+            .await
+            .unwrap()
+            .is_none(),
+        "no Go consumer bound where this node's peering is"
+    );
+
     // ---- The contract's end takes the rights back.
     Api::<Contract>::namespaced(admin.clone(), ns)
         .delete(&contract, &DeleteParams::default())
