@@ -33,6 +33,8 @@ pub struct Readiness {
     components: Arc<BTreeMap<Component, AtomicU8>>,
     /// What the node as a whole waits for before starting its components.
     waiting: Arc<std::sync::Mutex<Option<String>>>,
+    /// What the node, ready, cannot do (said by `/readyz`, still 200).
+    degraded: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl Readiness {
@@ -46,7 +48,21 @@ impl Readiness {
                     .collect(),
             ),
             waiting: Arc::default(),
+            degraded: Arc::default(),
         }
+    }
+
+    /// Records what the node cannot do while it serves (`None`: nothing);
+    /// `/readyz` says it and stays 200: the rest works.
+    pub fn set_degraded(&self, reason: Option<String>) {
+        if let Ok(mut d) = self.degraded.lock() {
+            *d = reason;
+        }
+    }
+
+    /// What the node cannot do, if anything.
+    pub fn degraded(&self) -> Option<String> {
+        self.degraded.lock().ok().and_then(|d| d.clone())
     }
 
     /// Records what the node waits for before its components start (`None`:
@@ -168,13 +184,20 @@ async fn readyz(State(readiness): State<Readiness>) -> (StatusCode, String) {
     let pending = readiness.pending();
     if pending.is_empty() {
         let standing_by = readiness.standing_by();
+        let degraded = readiness
+            .degraded()
+            .map(|why| format!(" (degraded: {why})"))
+            .unwrap_or_default();
         if standing_by.is_empty() {
-            (StatusCode::OK, "ok".to_owned())
+            (StatusCode::OK, format!("ok{degraded}"))
         } else {
             let names: Vec<&str> = standing_by.iter().map(|c| c.as_str()).collect();
             (
                 StatusCode::OK,
-                format!("ok (not the leader; standing by: {})", names.join(", ")),
+                format!(
+                    "ok (not the leader; standing by: {}){degraded}",
+                    names.join(", ")
+                ),
             )
         }
     } else {
@@ -254,6 +277,22 @@ mod tests {
             StatusCode::SERVICE_UNAVAILABLE
         );
         r.mark_ready(Component::RearManager);
+        assert_eq!(readyz(State(r)).await, (StatusCode::OK, "ok".to_owned()));
+    }
+
+    #[tokio::test]
+    async fn a_degraded_node_is_ready_and_says_what_it_cannot_do() {
+        let r = Readiness::new([Component::RearGateway]);
+        r.mark_ready(Component::RearGateway);
+        r.set_degraded(Some("sells no K8Slice: set --api-server-url".into()));
+        assert_eq!(
+            readyz(State(r.clone())).await,
+            (
+                StatusCode::OK,
+                "ok (degraded: sells no K8Slice: set --api-server-url)".to_owned()
+            )
+        );
+        r.set_degraded(None);
         assert_eq!(readyz(State(r)).await, (StatusCode::OK, "ok".to_owned()));
     }
 

@@ -15,6 +15,7 @@ pub mod go_flags;
 pub mod health;
 pub mod identity;
 pub mod leader_election;
+pub mod peer_api_server;
 pub mod preflight;
 pub mod startup;
 

@@ -78,6 +78,7 @@ fn chart_lints_and_renders_with_default_values() {
         "rearController.replicas=2",
         "rearController.plainHttpSales=10.0.0.0/8",
         "rearController.k8sliceBuyers=known\\,10.0.0.0/8",
+        "apiServer.address=https://203.0.113.10:6443",
         "rearController.goPeeringGrant=10.0.0.0/8",
         "peering.networking=true",
         "peering.gatewayServiceType=LoadBalancer",
@@ -161,6 +162,34 @@ fn chart_lints_and_renders_with_default_values() {
         .map(|d| &d["spec"]["template"]["spec"])
         .unwrap();
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+}
+
+#[test]
+fn chart_hands_peers_the_api_server_address_it_is_given() {
+    let Some(bin) = helm::helm_bin() else { return };
+    let default = helm::template(&bin, &[], &[]);
+    // Where peers reach the API server: given to both issuers of peer
+    // kubeconfigs, and to no one by default (the node then says why it
+    // sells no K8Slice).
+    let api = helm::template(
+        &bin,
+        &["apiServer.address=https://203.0.113.10:6443".into()],
+        &[],
+    );
+    for component in ["rear-gateway", "rear-manager"] {
+        assert!(
+            args_of(&api, component)
+                .contains(&"--api-server-url=https://203.0.113.10:6443".to_owned()),
+            "{component}"
+        );
+        assert!(
+            !args_of(&default, component)
+                .iter()
+                .any(|a| a.starts_with("--api-server-url")),
+            "{component}"
+        );
+    }
+    assert_args_parse(&api);
 }
 
 /// Every argument of every component parses with `fluidos-node`'s own CLI.

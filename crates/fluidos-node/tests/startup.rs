@@ -99,6 +99,16 @@ impl Node {
     /// binary's name); with `--kubeconfig` among `extra_args`, KUBECONFIG is
     /// not set.
     fn spawn_as(cp: &ControlPlane, program: &std::path::Path, extra_args: &[&str]) -> Node {
+        Node::spawn_with_env(cp, program, extra_args, &[])
+    }
+
+    /// [`Node::spawn_as`] with `env` set too.
+    fn spawn_with_env(
+        cp: &ControlPlane,
+        program: &std::path::Path,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Node {
         let probes: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let rear: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
@@ -115,6 +125,7 @@ impl Node {
         if !extra_args.iter().any(|a| a.starts_with("--kubeconfig")) {
             cmd.env("KUBECONFIG", cp.kubeconfig_path());
         }
+        cmd.envs(env.iter().copied());
         cmd.env("RUST_LOG", "info")
             .args(["--namespace", NAMESPACE])
             .args(["--health-probe-bind-address", &probes.to_string()])
@@ -448,6 +459,67 @@ async fn components_flag_starts_only_the_selected_one() {
     }
     assert!(stdout.contains("ip=192.0.2.8:30001"), "{}", node.output());
 
+    node.sigterm();
+    let status = node.wait(Duration::from_secs(5)).await;
+    assert_eq!(status.code(), Some(0), "{}", node.output());
+    cp.stop().await;
+}
+
+/// In a pod without `--api-server-url`, the address the node uses is the
+/// in-cluster `kubernetes` Service's, which peers cannot reach: the node
+/// serves, sells no K8Slice, and `/readyz` and the log say why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_pod_without_an_api_server_address_it_says_it_sells_no_k8slice() {
+    let cp = control_plane(true).await;
+    create_namespace(&cp).await;
+    create_identity(
+        &cp,
+        &[
+            ("domain", "fluidos.eu"),
+            ("nodeID", "abcdefghij"),
+            ("ip", "192.0.2.8"),
+            ("port", "30001"),
+        ],
+    )
+    .await;
+    // As in a pod: the kubernetes Service's address is the one it uses.
+    let mut node = Node::spawn_with_env(
+        &cp,
+        std::path::Path::new(env!("CARGO_BIN_EXE_fluidos-node")),
+        &["--components", "rear-gateway"],
+        &[("KUBERNETES_SERVICE_HOST", "127.0.0.1")],
+    );
+    node.until_ok(node.probes, "/readyz", READY_WITHIN).await;
+    let (code, body) = http_get(node.probes, "/readyz").await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body.starts_with("ok (degraded: ") && body.contains("--api-server-url"),
+        "{body}"
+    );
+    assert!(
+        node.output().contains("apiServer.address"),
+        "{}",
+        node.output()
+    );
+    node.sigterm();
+    let status = node.wait(Duration::from_secs(5)).await;
+    assert_eq!(status.code(), Some(0), "{}", node.output());
+
+    // Given the address peers reach it at, it says nothing of the kind.
+    let mut node = Node::spawn_with_env(
+        &cp,
+        std::path::Path::new(env!("CARGO_BIN_EXE_fluidos-node")),
+        &[
+            "--components",
+            "rear-gateway",
+            "--api-server-url",
+            "https://203.0.113.10:6443",
+        ],
+        &[("KUBERNETES_SERVICE_HOST", "127.0.0.1")],
+    );
+    node.until_ok(node.probes, "/readyz", READY_WITHIN).await;
+    let (code, body) = http_get(node.probes, "/readyz").await.unwrap();
+    assert_eq!((code, body.as_str()), (200, "ok"));
     node.sigterm();
     let status = node.wait(Duration::from_secs(5)).await;
     assert_eq!(status.code(), Some(0), "{}", node.output());

@@ -223,6 +223,10 @@ pub struct GatewayConfig {
     /// Which plain-HTTP peers may reserve and buy (unmodified Go nodes
     /// speak only `http://`); listing flavors is open to all.
     pub plain_http_sales: PlainHttpSales,
+    /// Why this gateway sells no K8Slice, if it sells none: the API server
+    /// address its peering kubeconfigs would name is one peers cannot reach
+    /// (a RESERVE of a K8Slice is a 503 saying so).
+    pub k8slice_refusal: Option<String>,
     /// Who may buy K8Slices ([`sale_policy`]): open to every buyer the
     /// transport admits by default.
     pub k8slice_buyers: K8SliceBuyers,
@@ -271,6 +275,7 @@ impl GatewayConfig {
             tls: None,
             plain_http_sales: PlainHttpSales::Off,
             k8slice_buyers: K8SliceBuyers::Open,
+            k8slice_refusal: None,
             go_peering_grant: GoPeeringGrant::OFF,
             service_delivery: fluidos_api::service_delivery::ServiceDelivery::Rear,
         }

@@ -702,6 +702,11 @@ impl State {
         source: Option<std::net::IpAddr>,
     ) -> Result<(), ApiError> {
         if matches!(flavor_data(flavor)?, FlavorTypeData::K8Slice(_)) {
+            if let Some(why) = &self.cfg.k8slice_refusal {
+                return Err(ApiError::unavailable(format!(
+                    "this provider cannot sell K8Slices: {why}"
+                )));
+            }
             self.sale_policy.check(caller, source).await?;
         }
         Ok(())

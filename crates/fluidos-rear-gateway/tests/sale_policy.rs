@@ -222,4 +222,27 @@ async fn k8slices_are_sold_only_to_the_buyers_the_setting_admits() {
         "{text}"
     );
     served.shutdown().await;
+
+    // ---- No API server address peers can reach: no K8Slice is sold, and
+    // the answer says why; Services still are.
+    let ns = "policy-no-address";
+    flavors(&kube, ns).await;
+    let mut cfg = config(&cp, ns);
+    cfg.plain_http_sales = PlainHttpSales::All;
+    cfg.k8slice_refusal = Some("set --api-server-url".into());
+    let served = serve(&kube, cfg).await;
+    let plain = ProviderAddress::plain(served.base.trim_start_matches("http://").to_owned());
+    let (code, text) = refused(
+        client(None)
+            .reserve(&plain, &reserve_request(slice, "gonode"))
+            .await,
+    );
+    assert_eq!(code, 503, "{text}");
+    assert!(
+        text.contains("cannot sell K8Slices") && text.contains("--api-server-url"),
+        "{text}"
+    );
+    assert_eq!(ledger_len(&kube, ns, slice).await, 0);
+    client(None).reserve(&plain, &service).await.unwrap();
+    served.shutdown().await;
 }

@@ -70,6 +70,10 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
             }
         })
     };
+    if let Some(why) = &cfg.k8slice_refusal {
+        tracing::warn!(component = %Component::RearGateway, "{why}");
+        ctx.readiness.set_degraded(Some(why.clone()));
+    }
     tracing::info!(component = %Component::RearGateway, addr = %cfg.bind, "component started");
     let services_shutdown = shutdown.clone();
     let mut leadership = ctx.leadership.clone();
@@ -136,8 +140,17 @@ pub(crate) async fn config(ctx: &Context) -> Result<GatewayConfig, Error> {
     cfg.max_holds_per_address =
         usize::try_from(ctx.args.rear_max_holds_per_address).unwrap_or(usize::MAX);
     cfg.max_hold_age = Duration::from_secs(ctx.args.rear_max_hold_age_seconds);
-    if let Some(url) = &ctx.args.api_server_url {
-        cfg.api_server_url = url.clone();
+    let service_host = std::env::var("KUBERNETES_SERVICE_HOST").ok();
+    match crate::peer_api_server::decide(
+        ctx.args.api_server_url.as_deref(),
+        &cfg.api_server_url,
+        service_host.as_deref(),
+    ) {
+        crate::peer_api_server::PeerApiServer::Given(url)
+        | crate::peer_api_server::PeerApiServer::Derived(url) => cfg.api_server_url = url,
+        crate::peer_api_server::PeerApiServer::Unreachable(why) => {
+            cfg.k8slice_refusal = Some(why);
+        }
     }
     cfg.bind = ctx.args.rear_gateway_address();
     cfg.liqo_cluster_id = ctx.identity.liqo_id().map(str::to_owned);

@@ -146,6 +146,14 @@ async fn offloading_issuer(
     shutdown: &CancellationToken,
 ) -> Result<OffloadingIssuer, Error> {
     let gateway = super::rear_gateway::config(ctx).await?;
+    // Never a kubeconfig naming an address the seller cannot reach.
+    if let Some(why) = gateway.k8slice_refusal.clone() {
+        tracing::warn!("Services bought to be delivered by Liqo cannot be peered with: {why}");
+        return Ok(Arc::new(move |_grant: OffloadingGrant| {
+            let why = why.clone();
+            Box::pin(async move { Err(why) })
+        }));
+    }
     let Some(own_cluster) = ctx.identity.liqo_id().map(str::to_owned) else {
         return Err(Error::Setup(
             "--service-delivery liqo needs this cluster's Liqo cluster ID".into(),
