@@ -43,6 +43,9 @@ pub const DEFAULT_NAMESPACE: &str = "fluidos";
 
 /// Name of the ConfigMap holding the node identity (keys `domain`, `nodeID`, `ip`, `port`).
 pub const NODE_IDENTITY_CONFIGMAP: &str = "fluidos-node-identity";
+/// ConfigMap where a node whose [`NODE_IDENTITY_CONFIGMAP`] names no node ID
+/// keeps the one it drew for itself (same namespace, key `nodeID`).
+pub const GENERATED_NODE_ID_CONFIGMAP: &str = "fluidos-node-generated-identity";
 
 /// Label (value `"true"`) marking the Kubernetes nodes that produce K8Slice flavors.
 pub const DEFAULT_NODE_RESOURCE_LABEL: &str = "node-role.fluidos.eu/resources";

@@ -19,6 +19,13 @@ pub const KEY_NODE_ID: &str = "nodeID";
 pub const KEY_IP: &str = "ip";
 /// ConfigMap key of the REAR gateway's externally reachable port.
 pub const KEY_PORT: &str = "port";
+/// ConfigMap where a node whose identity ConfigMap names no node ID keeps
+/// the one it drew for itself. Not the chart's: `helm template` (GitOps)
+/// renders the identity ConfigMap anew at every sync, so an ID drawn by the
+/// chart would change at each one, and the node with it.
+pub const GENERATED_ID_CONFIGMAP: &str = fluidos_api::GENERATED_NODE_ID_CONFIGMAP;
+/// Length of a node ID the node draws (as the Go node's and the chart's).
+const NODE_ID_LEN: usize = 10;
 
 /// Why the node identity could not be determined.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +77,9 @@ pub enum IdentityError {
         /// Why the fallback failed.
         reason: String,
     },
+    /// The OS gave no randomness to draw a node ID with.
+    #[error("no randomness to draw this node's ID with: {0}")]
+    NoRandomness(String),
     /// The API server refused or failed a request.
     #[error("reading {what}: {source}")]
     Kube {
@@ -199,7 +209,13 @@ pub async fn load(client: &Client, namespace: &str) -> Result<NodeIdentity, Iden
         .ok_or_else(|| IdentityError::ConfigMapMissing {
             namespace: namespace.to_owned(),
         })?;
-    let data = cm.data.unwrap_or_default();
+    let mut data = cm.data.unwrap_or_default();
+    if data.get(KEY_NODE_ID).is_none_or(|v| v.trim().is_empty()) {
+        data.insert(
+            KEY_NODE_ID.to_owned(),
+            drawn_node_id(client, namespace).await?,
+        );
+    }
 
     // Missing keys are reported before the Endpoints fallback is tried: they
     // are the likelier mistake, and the fallback may be forbidden by RBAC.
@@ -215,6 +231,101 @@ pub async fn load(client: &Client, namespace: &str) -> Result<NodeIdentity, Iden
         ),
     };
     identity_from_data_in(namespace, &data, fallback.as_deref())
+}
+
+/// The node ID kept in [`GENERATED_ID_CONFIGMAP`], drawn and written first
+/// if there is none. Components starting at once each draw one and write it
+/// with a server-side apply of their own (never forced): the first to land
+/// wins, the others are refused a conflict and read the winner's.
+async fn drawn_node_id(client: &Client, namespace: &str) -> Result<String, IdentityError> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let what = || format!("ConfigMap {namespace}/{GENERATED_ID_CONFIGMAP}");
+    let kept = |cm: Option<ConfigMap>| {
+        cm.and_then(|c| c.data)
+            .and_then(|d| d.get(KEY_NODE_ID).map(|v| v.trim().to_owned()))
+            .filter(|id| valid_node_id(id))
+    };
+    let read = || async {
+        api.get_opt(GENERATED_ID_CONFIGMAP)
+            .await
+            .map_err(|source| IdentityError::Kube {
+                what: what(),
+                source,
+            })
+    };
+    if let Some(id) = kept(read().await?) {
+        return Ok(id);
+    }
+    let id = draw_node_id().map_err(|e| IdentityError::NoRandomness(e.to_string()))?;
+    let cm = ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some(GENERATED_ID_CONFIGMAP.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(BTreeMap::from([(
+                "app.kubernetes.io/managed-by".to_owned(),
+                "fluidos-node".to_owned(),
+            )])),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(KEY_NODE_ID.to_owned(), id.clone())])),
+        ..Default::default()
+    };
+    let manager = format!("fluidos-node-draw-{id}");
+    match api
+        .patch(
+            GENERATED_ID_CONFIGMAP,
+            &kube::api::PatchParams::apply(&manager),
+            &kube::api::Patch::Apply(&cm),
+        )
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(node_id = %id, "the identity ConfigMap names no node ID: drew one, kept in {GENERATED_ID_CONFIGMAP}");
+            Ok(id)
+        }
+        // Another component's landed first.
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            kept(read().await?).ok_or_else(|| IdentityError::MissingKeys {
+                namespace: namespace.to_owned(),
+                keys: vec![KEY_NODE_ID],
+            })
+        }
+        Err(source) => Err(IdentityError::Kube {
+            what: what(),
+            source,
+        }),
+    }
+}
+
+/// Ten lower-case letters and digits, from the OS's randomness.
+fn draw_node_id() -> Result<String, getrandom::Error> {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut bytes = [0u8; NODE_ID_LEN];
+    getrandom::fill(&mut bytes)?;
+    // 252 = 7 × 36: a byte below it maps to the alphabet without bias.
+    let mut id = String::with_capacity(NODE_ID_LEN);
+    let mut pool = bytes.to_vec();
+    while id.len() < NODE_ID_LEN {
+        if pool.is_empty() {
+            let mut more = [0u8; NODE_ID_LEN];
+            getrandom::fill(&mut more)?;
+            pool.extend_from_slice(&more);
+        }
+        let b = pool.remove(0);
+        if b < 252 {
+            id.push(char::from(ALPHABET[usize::from(b % 36)]));
+        }
+    }
+    Ok(id)
+}
+
+/// Whether `id` is one a node would draw (or a Kubernetes name part).
+fn valid_node_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 63
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
 /// First address of Endpoints `default/kubernetes`, or why there is none.
@@ -306,6 +417,24 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect()
+    }
+
+    #[test]
+    fn drawn_node_ids_are_ten_lower_case_letters_and_digits() {
+        let ids: Vec<String> = (0..50).map(|_| draw_node_id().unwrap()).collect();
+        for id in &ids {
+            assert_eq!(id.len(), NODE_ID_LEN, "{id}");
+            assert!(valid_node_id(id), "{id}");
+            assert!(
+                id.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()),
+                "{id}"
+            );
+        }
+        let distinct: std::collections::BTreeSet<_> = ids.iter().collect();
+        assert_eq!(distinct.len(), ids.len());
+        assert!(!valid_node_id("Not-Lower"));
+        assert!(!valid_node_id(""));
     }
 
     #[test]

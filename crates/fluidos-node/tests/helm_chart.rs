@@ -164,6 +164,23 @@ fn chart_lints_and_renders_with_default_values() {
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
 }
 
+/// Under GitOps (`helm template` at every sync) nothing may change between
+/// renders: no node ID is drawn by the chart (the node draws its own and
+/// keeps it, `identity.rs`), so the ConfigMap and every checksum are the
+/// same each time.
+#[test]
+fn chart_renders_the_same_every_time() {
+    let Some(bin) = helm::helm_bin() else { return };
+    let first = helm::template(&bin, &[], &[]);
+    let second = helm::template(&bin, &[], &[]);
+    assert_eq!(first, second, "two renders of the same values differ");
+    let identity = first
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "fluidos-node-identity")
+        .unwrap();
+    assert_eq!(identity["data"]["nodeID"], "", "left to the node");
+}
+
 #[test]
 fn chart_hands_peers_the_api_server_address_it_is_given() {
     let Some(bin) = helm::helm_bin() else { return };

@@ -465,6 +465,62 @@ async fn components_flag_starts_only_the_selected_one() {
     cp.stop().await;
 }
 
+/// The node ID logged at start.
+fn logged_node_id(stdout: &str) -> String {
+    stdout
+        .split("node_id=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .map(|id| id.trim_matches('"').to_owned())
+        .unwrap_or_else(|| panic!("no node_id logged: {stdout}"))
+}
+
+/// An identity ConfigMap naming no node ID (the chart leaves it empty, so
+/// that every render is the same): components starting at once draw one
+/// ID between them, keep it in `fluidos-node-generated-identity`, and a
+/// restart keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_node_id_the_components_draw_one_and_keep_it() {
+    let cp = control_plane(true).await;
+    create_namespace(&cp).await;
+    create_identity(
+        &cp,
+        &[
+            ("domain", "fluidos.eu"),
+            ("nodeID", ""),
+            ("ip", "192.0.2.8"),
+            ("port", "30001"),
+        ],
+    )
+    .await;
+    let mut a = Node::spawn(&cp, &["--components", "rear-gateway"]);
+    let mut b = Node::spawn(&cp, &["--components", "rear-gateway"]);
+    a.until_ok(a.probes, "/readyz", READY_WITHIN).await;
+    b.until_ok(b.probes, "/readyz", READY_WITHIN).await;
+    let id = logged_node_id(&a.stdout());
+    assert_eq!(id.len(), 10, "{id}");
+    assert_eq!(logged_node_id(&b.stdout()), id, "{}", b.output());
+    let kept = Api::<ConfigMap>::namespaced(cp.client(), NAMESPACE)
+        .get("fluidos-node-generated-identity")
+        .await
+        .unwrap();
+    assert_eq!(kept.data.unwrap()["nodeID"], id);
+    for node in [&a, &b] {
+        node.sigterm();
+    }
+    for node in [&mut a, &mut b] {
+        let status = node.wait(Duration::from_secs(5)).await;
+        assert_eq!(status.code(), Some(0), "{}", node.output());
+    }
+    let mut again = Node::spawn(&cp, &["--components", "rear-gateway"]);
+    again.until_ok(again.probes, "/readyz", READY_WITHIN).await;
+    assert_eq!(logged_node_id(&again.stdout()), id, "kept across restarts");
+    again.sigterm();
+    let status = again.wait(Duration::from_secs(5)).await;
+    assert_eq!(status.code(), Some(0), "{}", again.output());
+    cp.stop().await;
+}
+
 /// In a pod without `--api-server-url`, the address the node uses is the
 /// in-cluster `kubernetes` Service's, which peers cannot reach: the node
 /// serves, sells no K8Slice, and `/readyz` and the log say why.

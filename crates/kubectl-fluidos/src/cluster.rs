@@ -1,7 +1,7 @@
 //! Connecting to the cluster as kubectl does, and what the node's namespace holds.
 
 use anyhow::Context as _;
-use fluidos_api::NODE_IDENTITY_CONFIGMAP;
+use fluidos_api::{GENERATED_NODE_ID_CONFIGMAP, NODE_IDENTITY_CONFIGMAP};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
@@ -37,16 +37,26 @@ pub async fn connect(args: &ConnectionArgs) -> anyhow::Result<Client> {
     Client::try_from(config).context("building the Kubernetes client")
 }
 
-/// This node's ID from the identity ConfigMap, or `None` when it cannot be
-/// read (the callers only use it to say which side of a contract we are on).
+/// This node's ID from the identity ConfigMap, or from the one the node
+/// keeps the ID it drew for itself in when the first names none; `None`
+/// when neither can be read (the callers only use it to say which side of
+/// a contract we are on).
 pub async fn local_node_id(client: &Client, namespace: &str) -> Option<String> {
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-    let cm = configmaps
-        .get_opt(NODE_IDENTITY_CONFIGMAP)
-        .await
-        .ok()
-        .flatten()?;
-    cm.data?.get("nodeID").cloned().filter(|id| !id.is_empty())
+    for name in [NODE_IDENTITY_CONFIGMAP, GENERATED_NODE_ID_CONFIGMAP] {
+        let id = configmaps
+            .get_opt(name)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|cm| cm.data)
+            .and_then(|d| d.get("nodeID").map(|id| id.trim().to_owned()))
+            .filter(|id| !id.is_empty());
+        if id.is_some() {
+            return id;
+        }
+    }
+    None
 }
 
 /// True for the API server's 404.

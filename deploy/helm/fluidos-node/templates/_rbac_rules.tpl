@@ -27,6 +27,13 @@ namespace:
     resources: [configmaps]
     resourceNames: [fluidos-node-identity]
     verbs: [get]
+  # identity.rs: without a node ID in it, the one the node drew for itself
+  # (read, or created by a server-side apply, authorized as a create and a
+  # patch by name).
+  - apiGroups: [""]
+    resources: [configmaps]
+    resourceNames: [fluidos-node-generated-identity]
+    verbs: [get, create, patch]
 default:
   {{- if not .Values.common.configMaps.nodeIdentity.ip }}
   # identity.rs: without an identity ip, the API server's address (as Go).
