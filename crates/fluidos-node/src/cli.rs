@@ -243,8 +243,13 @@ pub struct Args {
     /// Most live reservations held from one peer address (an IPv4
     /// address, an IPv6 /64) over all flavors, whatever keys and buyer IDs
     /// it uses (keys cost nothing). Behind a load balancer that rewrites
-    /// source addresses every buyer shares one: raise it there.
-    #[arg(long, env = "FLUIDOS_REAR_MAX_HOLDS_PER_ADDRESS", default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..))]
+    /// source addresses every buyer shares one: `0` turns it off (the chart
+    /// does unless its Service keeps client addresses).
+    #[arg(
+        long,
+        env = "FLUIDOS_REAR_MAX_HOLDS_PER_ADDRESS",
+        default_value_t = 128
+    )]
     pub rear_max_holds_per_address: u64,
 
     /// Longest life of a hold in seconds, however often it is renewed.

@@ -43,12 +43,29 @@ impl PeerApiServer {
 /// (`KUBERNETES_SERVICE_HOST`, `service_host`) (pure).
 pub fn decide(given: Option<&str>, used: &str, service_host: Option<&str>) -> PeerApiServer {
     if let Some(url) = given.map(str::trim).filter(|u| !u.is_empty()) {
-        return PeerApiServer::Given(url.to_owned());
+        // As Liqo's apiServer.address: `https://` when no scheme is given.
+        return match url.split_once("://") {
+            None => PeerApiServer::Given(format!("https://{url}")),
+            Some(("https", _)) => PeerApiServer::Given(url.to_owned()),
+            Some(_) => PeerApiServer::Unreachable(format!(
+                "--api-server-url {url} is not https: peers refuse a kubeconfig that would send their token in the clear; give the https address peers reach this cluster's API server at (chart: apiServer.address)"
+            )),
+        };
     }
     let host = host_of(used);
+    let same_host = |h: &str| {
+        let h = h.trim_matches(['[', ']']);
+        match (
+            h.parse::<std::net::IpAddr>(),
+            host.parse::<std::net::IpAddr>(),
+        ) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => h.eq_ignore_ascii_case(host),
+        }
+    };
     let in_cluster = host.starts_with("kubernetes.default")
         || host == "kubernetes"
-        || service_host.is_some_and(|h| h.trim_matches(['[', ']']) == host);
+        || service_host.is_some_and(same_host);
     if in_cluster || used.is_empty() {
         let what = if used.is_empty() {
             "no API server address is known".to_owned()
@@ -78,6 +95,29 @@ fn host_of(url: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_given_address_without_scheme_is_https_and_plain_http_is_refused() {
+        assert_eq!(
+            decide(Some("203.0.113.10:6443"), "https://10.96.0.1:443", None),
+            PeerApiServer::Given("https://203.0.113.10:6443".into())
+        );
+        let refused = decide(Some("http://203.0.113.10:8080"), "", None);
+        assert!(
+            refused.refusal().is_some_and(|w| w.contains("not https")),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn a_service_host_matches_in_any_ipv6_spelling() {
+        let d = decide(
+            None,
+            "https://[fd00::1]:443",
+            Some("fd00:0000:0000:0000:0000:0000:0000:0001"),
+        );
+        assert!(d.refusal().is_some(), "{d:?}");
+    }
 
     #[test]
     fn a_given_address_is_used_as_is() {

@@ -181,6 +181,45 @@ fn chart_renders_the_same_every_time() {
     assert_eq!(identity["data"]["nodeID"], "", "left to the node");
 }
 
+/// Holds are counted by source address only where the gateway's Service
+/// keeps client addresses: behind kube-proxy's rewrite every buyer entering
+/// through one node would share one cap.
+#[test]
+fn chart_counts_holds_by_address_only_where_it_keeps_addresses() {
+    let Some(bin) = helm::helm_bin() else { return };
+    let service = |objects: &[Value]| {
+        objects
+            .iter()
+            .find(|o| o["kind"] == "Service")
+            .map(|s| s["spec"]["externalTrafficPolicy"].clone())
+            .unwrap()
+    };
+    let default = helm::template(&bin, &[], &[]);
+    assert!(
+        args_of(&default, "rear-gateway").contains(&"--rear-max-holds-per-address=0".to_owned())
+    );
+    assert_eq!(service(&default), Value::Null);
+    for set in [
+        "rearController.plainHttpSales=10.0.0.0/8",
+        "rearController.k8sliceBuyers=known\\,10.0.0.0/8",
+    ] {
+        let kept = helm::template(
+            &bin,
+            &[set.into(), "rearController.maxHoldsPerAddress=64".into()],
+            &[],
+        );
+        assert_eq!(service(&kept), "Local", "{set}");
+        assert!(
+            args_of(&kept, "rear-gateway").contains(&"--rear-max-holds-per-address=64".to_owned()),
+            "{set}"
+        );
+        assert_args_parse(&kept);
+    }
+    // Keys and KnownClusters only: no address needed.
+    let keys = helm::template(&bin, &["rearController.k8sliceBuyers=known".into()], &[]);
+    assert_eq!(service(&keys), Value::Null);
+}
+
 #[test]
 fn chart_hands_peers_the_api_server_address_it_is_given() {
     let Some(bin) = helm::helm_bin() else { return };

@@ -496,12 +496,6 @@ const VOLUME_BINDERS: [&str; 2] = [
     "system:serviceaccount:kube-system:persistent-volume-binder",
 ];
 
-/// The checks on a Secret a peer's account writes: never one this
-/// cluster's Liqo would sign (a peer that could have its own nonce signed
-/// here would hold this cluster's signature over a nonce another provider
-/// issued to it, and peer there as this cluster; this node's own peering
-/// makes those Secrets with its own credentials), never a ServiceAccount
-/// token (a way out of the peer's rights).
 /// Name of the one Secret a peer creates here: its nonce, which this
 /// cluster's Liqo fills (Liqo v1.0.0's `liqo-nonce`).
 pub const PEER_NONCE_SECRET: &str = "liqo-nonce";
@@ -509,7 +503,12 @@ pub const PEER_NONCE_SECRET: &str = "liqo-nonce";
 /// it by them).
 pub const PEER_NONCE_LABELS: [&str; 2] = ["liqo.io/nonce", REMOTE_CLUSTER_ID_LABEL];
 
-/// What a Secret a peer's account writes may be: its nonce only. Liqo
+/// The checks on a Secret a peer's account writes: never one this
+/// cluster's Liqo would sign (a peer that could have its own nonce signed
+/// here would hold this cluster's signature over a nonce another provider
+/// issued to it, and peer there as this cluster; this node's own peering
+/// makes those Secrets with its own credentials), never a ServiceAccount
+/// token (a way out of the peer's rights), and its nonce only. Liqo
 /// trusts Secrets by their labels (the crd-replicator starts reflecting
 /// with any kubeconfig Secret labelled `liqo.io/identity-type`, the
 /// gateways take keys labelled `networking.liqo.io/gateway-resource`,

@@ -1820,10 +1820,27 @@ impl Credentials {
         let ns = format!("{}{cluster_id}", go_peering::TENANT_PREFIX);
         match self.read_tenant_namespace(&ns).await? {
             None => {}
-            // Already this buyer's, or its Go consumer's, not yet adopted
-            // (made since its claim: `check_go_claim`).
-            Some(n) if namespace_buyer(&n) == Some(buyer_id) || go_peering::may_adopt(&n) => {
-                self.adopt_go_namespace(&ns, &sa, sa_uid, buyer_id).await?;
+            // Already this buyer's: adopted before if bound there (an
+            // adoption binds only after it looked for this node's peering).
+            Some(n) if namespace_buyer(&n) == Some(buyer_id) => {
+                // (A list by name: the gateway may list RoleBindings, not get them.)
+                let bound = !Api::<RoleBinding>::namespaced(self.client.clone(), &ns)
+                    .list_metadata(&ListParams::default().fields(&format!("metadata.name={sa}")))
+                    .await
+                    .map_err(|source| CredentialsError::Kube {
+                        step: "reading the Go consumer's binding in its tenant namespace",
+                        source,
+                    })?
+                    .items
+                    .is_empty();
+                self.adopt_go_namespace(&ns, (&sa, sa_uid), buyer_id, bound)
+                    .await?;
+            }
+            // Its Go consumer's, not yet adopted (made since its claim:
+            // `check_go_claim`).
+            Some(n) if go_peering::may_adopt(&n) => {
+                self.adopt_go_namespace(&ns, (&sa, sa_uid), buyer_id, false)
+                    .await?;
             }
             // Managed by someone else meanwhile (this node's own peering).
             Some(_) => return Err(CredentialsError::TenantTaken { namespace: ns }),
@@ -1836,9 +1853,9 @@ impl Credentials {
     async fn adopt_go_namespace(
         &self,
         ns: &str,
-        sa: &str,
-        sa_uid: &str,
+        (sa, sa_uid): (&str, &str),
         buyer_id: &str,
+        adopted_before: bool,
     ) -> Result<(), CredentialsError> {
         Api::<k8s_openapi::api::core::v1::Namespace>::all(self.client.clone())
             .patch(
@@ -1856,19 +1873,22 @@ impl Credentials {
         // refuses a Go consumer's), so one of the two sees the other, and a
         // Go consumer's rights, which list Secrets, never reach this node's
         // Liqo credentials.
-        if self.holds_own_peering(ns).await? {
+        // Adopted before (bound then, when none of this node's peering was
+        // there): the labels stay, so this node's peering, which reads them
+        // before it writes its credentials, refuses to go on there.
+        if !adopted_before && self.holds_own_peering(ns).await? {
             tracing::warn!(
                 namespace = ns,
                 buyer = buyer_id,
                 "not adopting a Go consumer's Liqo tenant namespace: this node's own peering with that cluster is there"
             );
+            // The apply drops this manager's labels and annotations but
+            // this mark, which keeps the namespace from being taken again.
             Api::<k8s_openapi::api::core::v1::Namespace>::all(self.client.clone())
                 .patch(
                     ns,
                     &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(serde_json::json!({
-                        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}
-                    })),
+                    &Patch::Apply(go_peering::refusal_patch(ns)),
                 )
                 .await
                 .map_err(|source| CredentialsError::Kube {
@@ -2059,7 +2079,7 @@ impl Credentials {
                 continue;
             }
             match self
-                .adopt_go_namespace(&name, &claim.account, &claim.uid, &claim.buyer)
+                .adopt_go_namespace(&name, (&claim.account, &claim.uid), &claim.buyer, false)
                 .await
             {
                 Ok(()) => {

@@ -481,6 +481,33 @@ pub fn may_adopt(namespace: &k8s_openapi::api::core::v1::Namespace) -> bool {
             .labels
             .as_ref()
             .is_none_or(|l| !l.contains_key(MANAGED_LABEL.0))
+        && namespace
+            .metadata
+            .annotations
+            .as_ref()
+            .is_none_or(|a| !a.contains_key(REFUSED_ANNOTATION))
+}
+
+/// Annotation the gateway leaves on a tenant namespace it gave back
+/// because this node's own peering is there: it is never adopted again
+/// (delete the annotation once that peering is gone, to let a Go
+/// consumer peer there).
+pub const REFUSED_ANNOTATION: &str = "fluidos.eu/go-adoption-refused";
+
+/// The server-side apply that gives back a tenant namespace: this
+/// gateway's labels and buyer annotations go (they were this manager's),
+/// [`REFUSED_ANNOTATION`] stays.
+pub fn refusal_patch(namespace: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": namespace,
+            "annotations": {
+                REFUSED_ANNOTATION: "this node's own Liqo peering with that cluster is in this namespace",
+            },
+        },
+    })
 }
 
 /// The server-side apply body that adopts a Go consumer's tenant namespace
@@ -656,6 +683,10 @@ mod tests {
         let mut gateways = liqo.to_vec();
         gateways.push(MANAGED_LABEL);
         assert!(!may_adopt(&ns(&gateways)));
+        let mut refused = ns(&liqo);
+        refused.metadata.annotations =
+            Some([(REFUSED_ANNOTATION.to_owned(), "x".to_owned())].into());
+        assert!(!may_adopt(&refused), "given back once: never again");
         let mut going = ns(&liqo);
         going.metadata.deletion_timestamp =
             Some(serde_json::from_value(serde_json::json!("2026-01-01T00:00:00Z")).unwrap());

@@ -170,6 +170,7 @@ async fn reserve(
 async fn purchase(
     AxState(st): AxState<Arc<State>>,
     caller: Option<Extension<Caller>>,
+    peer: Option<Extension<ConnectInfo<std::net::SocketAddr>>>,
     Path(tx_id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -177,7 +178,10 @@ async fn purchase(
     let owner = buyer::owner_of(caller, &st.cfg.plain_http_sales)?;
     let go_consumer = st.cfg.go_peering_grant.covers(caller);
     let body = body_or_error(body)?;
-    let contract = st.purchase(&tx_id, &body, owner, go_consumer).await?;
+    let source = peer.map(|Extension(ConnectInfo(a))| a.ip());
+    let contract = st
+        .purchase(&tx_id, &body, (owner, source), go_consumer)
+        .await?;
     wire_response(serde_json::to_string(&contract))
 }
 

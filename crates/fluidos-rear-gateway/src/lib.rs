@@ -192,7 +192,7 @@ pub struct GatewayConfig {
     /// Most live holds reserved from one peer address (an IPv4 address, an
     /// IPv6 /64) over all flavors, whatever keys and buyer IDs: keys cost
     /// nothing. One more RESERVE is a 429. Behind a load balancer that
-    /// rewrites source addresses, all buyers share one address.
+    /// rewrites source addresses, all buyers share one address; `0`: off.
     pub max_holds_per_address: usize,
     /// Longest life of a hold: a repeated RESERVE extends it by
     /// `transaction_ttl`, but never past this age (from the Transaction's

@@ -161,7 +161,7 @@ impl State {
         self: &Arc<Self>,
         tx_id: &str,
         body: &[u8],
-        caller: SaleOwner,
+        (caller, source): (SaleOwner, Option<std::net::IpAddr>),
         go_consumer: bool,
     ) -> Result<WireContract, ApiError> {
         let req: PurchaseRequest = decode::json_or_default(body)?;
@@ -231,6 +231,11 @@ impl State {
             self.check_pods_on_buyer(&flavor, &tx, &req, caller)?;
         }
 
+        // Again at PURCHASE: a hold taken before the setting changed (or on
+        // a replica of another version) is not bought with it; a Service
+        // delivered by Liqo makes this node a consumer of the buyer.
+        let peers = self.delivers_by_liqo(&flavor, &tx, &req, caller).is_some();
+        self.admit_buyer(&flavor, caller, source, peers).await?;
         let buyer_id = tx.spec.buyer.node_id.clone();
         let kubeconfig = self
             .credentials_for(&flavor, &tx, &liqo_id, caller, go_consumer)

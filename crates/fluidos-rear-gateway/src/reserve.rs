@@ -584,7 +584,7 @@ impl State {
         let (req, liqo_id) = decode_reserve(body)?;
         let mut flavor = self.book.cached_or_fetch(&req.flavor_id).await?;
         let (crd_config, want) = validate(&flavor, &req, self.pods_on_buyer(caller))?;
-        self.admit_buyer(&flavor, caller, source).await?;
+        self.admit_buyer(&flavor, caller, source, false).await?;
         let peer = source.map(|ip| rate_limit::peer_key(ip).to_string());
 
         let buyer = req.buyer.id.clone();
@@ -692,21 +692,27 @@ impl State {
         ))
     }
 
-    /// Refuses (403) a K8Slice buyer `--rear-k8slice-buyers` does not
-    /// admit, before any hold, a renewed one included: a K8Slice sale makes
-    /// the buyer a Liqo consumer of this cluster. Services are sold to all.
-    async fn admit_buyer(
+    /// Refuses a sale that leads to a peering with a buyer
+    /// `--rear-k8slice-buyers` does not admit (403): a K8Slice (the buyer
+    /// becomes a Liqo consumer of this cluster), or, with `peers`, a
+    /// Service delivered by Liqo (this node becomes the buyer's consumer).
+    /// A K8Slice is also refused (503) while the kubeconfig it would hand
+    /// out names an API server address peers cannot reach. Other Services
+    /// are sold to all. Called at RESERVE (renewals too) and PURCHASE.
+    pub(crate) async fn admit_buyer(
         &self,
         flavor: &Flavor,
         caller: SaleOwner,
         source: Option<std::net::IpAddr>,
+        peers: bool,
     ) -> Result<(), ApiError> {
-        if matches!(flavor_data(flavor)?, FlavorTypeData::K8Slice(_)) {
-            if let Some(why) = &self.cfg.k8slice_refusal {
-                return Err(ApiError::unavailable(format!(
-                    "this provider cannot sell K8Slices: {why}"
-                )));
-            }
+        let k8slice = matches!(flavor_data(flavor)?, FlavorTypeData::K8Slice(_));
+        if k8slice && let Some(why) = &self.cfg.k8slice_refusal {
+            return Err(ApiError::unavailable(format!(
+                "this provider cannot sell K8Slices: {why}"
+            )));
+        }
+        if k8slice || peers {
             self.sale_policy.check(caller, source).await?;
         }
         Ok(())
@@ -722,13 +728,14 @@ impl State {
         peer: Option<&str>,
     ) -> Result<HoldSlots<'_>, ApiError> {
         let buyer = self.hold_slot(counter)?;
-        let Some(peer) = peer else {
+        let cap = self.cfg.max_holds_per_address;
+        // 0: off (source addresses not kept, e.g. behind kube-proxy).
+        let Some(peer) = peer.filter(|_| cap > 0) else {
             return Ok(HoldSlots {
                 _buyer: buyer,
                 _peer: None,
             });
         };
-        let cap = self.cfg.max_holds_per_address;
         let slot = self
             .reserving
             .take(
@@ -742,7 +749,8 @@ impl State {
             .map_err(|held| {
                 ApiError::too_many_requests(
                     format!(
-                        "{held} reservations are held from {peer} (an IPv4 address or IPv6 /64),                          the most this provider allows one address ({cap}); buy or let some expire first"
+                        "{held} reservations are held from {peer} (an IPv4 address or IPv6 /64), \
+                         the most this provider allows one address ({cap}); buy or let some expire first"
                     ),
                     HOLD_CAP_RETRY_AFTER_SECS,
                 )

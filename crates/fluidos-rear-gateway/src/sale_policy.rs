@@ -153,7 +153,7 @@ fn refusal(setting: &K8SliceBuyers, owner: SaleOwner, ip: Option<IpAddr>) -> Api
     ApiError::new(
         StatusCode::FORBIDDEN,
         format!(
-            "this provider sells K8Slices only to the buyers it admits (--rear-k8slice-buyers={setting}); \
+            "this provider sells K8Slices (and Services delivered by Liqo) only to the buyers it admits (--rear-k8slice-buyers={setting}); \
              {who}{from} is not one of them. Ask its operator to add your key (or, with `known`, a \
              KnownCluster with your key as spec.fingerprint) or your network"
         ),
@@ -227,10 +227,20 @@ impl SalePolicy {
                          buy K8Slices here; retry",
                     ));
                 }
+                // Not a stale announcement: one whose expiry passed (the
+                // network manager removes it soon) admits no one.
+                let now = jiff::Timestamp::now();
+                let live = |k: &KnownCluster| {
+                    k.status.as_ref().is_none_or(|s| {
+                        s.expiration_time
+                            .parse::<jiff::Timestamp>()
+                            .map_or(true, |t| t > now)
+                    })
+                };
                 store
                     .state()
                     .iter()
-                    .filter(|k| k.metadata.deletion_timestamp.is_none())
+                    .filter(|k| k.metadata.deletion_timestamp.is_none() && live(k))
                     .filter_map(|k| k.spec.fingerprint.as_deref()?.parse().ok())
                     .collect()
             }

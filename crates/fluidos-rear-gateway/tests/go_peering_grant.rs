@@ -598,6 +598,16 @@ async fn a_go_consumer_peers_in_its_own_tenant_namespace_and_nowhere_else() {
             && !labels.contains_key("app.kubernetes.io/managed-by"),
         "given back, not adopted: {labels:?}"
     );
+    // Marked, so that neither the namespace watch nor another sale takes
+    // it again (no adopt-and-give-back loop).
+    assert!(
+        kept.metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("fluidos.eu/go-adoption-refused")
+    );
+    let (s, answer) = buy("gonode5").await;
+    assert_eq!(s, 409, "{answer}");
     assert!(
         Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(admin.clone(), its_tenant)
             .get_opt("fluidos-peer-gonode5")

@@ -6,7 +6,8 @@
 //! - a listed key reserves and buys; another key is refused with 403
 //!   naming its key and the setting, before any hold is on the ledger;
 //! - `known` admits a key a KnownCluster here records as
-//!   `spec.fingerprint`, and no other;
+//!   `spec.fingerprint` (not a stale one), and no other;
+//! - a hold taken while its buyer was admitted is not bought once it is not;
 //! - a listed network admits TLS and plain-HTTP buyers from it;
 //! - Service flavors are sold as before.
 
@@ -162,8 +163,31 @@ async fn k8slices_are_sold_only_to_the_buyers_the_setting_admits() {
             fingerprint: Some(known.fingerprint().to_string()),
         },
     );
-    Api::<KnownCluster>::namespaced(kube.clone(), ns)
+    let known_clusters = Api::<KnownCluster>::namespaced(kube.clone(), ns);
+    known_clusters
         .create(&PostParams::default(), &record)
+        .await
+        .unwrap();
+    // A stale announcement (its expiry passed) admits no one.
+    let stale = KnownCluster::new(
+        "knowncluster-stale",
+        KnownClusterSpec {
+            address: "10.0.0.10:3004".into(),
+            fingerprint: Some(alice.fingerprint().to_string()),
+        },
+    );
+    known_clusters
+        .create(&PostParams::default(), &stale)
+        .await
+        .unwrap();
+    known_clusters
+        .patch_status(
+            "knowncluster-stale",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"status": {
+                "expirationTime": "2020-01-01T00:00:00Z",
+                "lastUpdateTime": "2020-01-01T00:00:00Z"}})),
+        )
         .await
         .unwrap();
     let mut cfg = config(&cp, ns);
@@ -222,6 +246,38 @@ async fn k8slices_are_sold_only_to_the_buyers_the_setting_admits() {
         "{text}"
     );
     served.shutdown().await;
+
+    // ---- A hold taken while the setting admitted its buyer is not bought
+    // once it no longer does (a restart with a tighter setting, or a
+    // replica of another version).
+    let ns = "policy-tightened";
+    flavors(&kube, ns).await;
+    let mut cfg = config(&cp, ns);
+    cfg.plain_http_sales = PlainHttpSales::Off;
+    let open = serve(&kube, cfg.clone().with_node_key(&provider_key).unwrap()).await;
+    let pinned = ProviderAddress::pinned(
+        open.base.trim_start_matches("http://").to_owned(),
+        provider_key.fingerprint(),
+    );
+    let held = client(Some(&mallory))
+        .reserve(&pinned, &reserve_request(slice, "mallory"))
+        .await
+        .unwrap();
+    open.shutdown().await;
+    cfg.k8slice_buyers = alice.fingerprint().to_string().parse().unwrap();
+    let tight = serve(&kube, cfg.with_node_key(&provider_key).unwrap()).await;
+    let pinned = ProviderAddress::pinned(
+        tight.base.trim_start_matches("http://").to_owned(),
+        provider_key.fingerprint(),
+    );
+    let (code, text) = refused(
+        client(Some(&mallory))
+            .purchase(&pinned, &held.transaction_id, &PurchaseRequest::default())
+            .await,
+    );
+    assert_eq!(code, 403, "{text}");
+    assert!(text.contains("--rear-k8slice-buyers"), "{text}");
+    tight.shutdown().await;
 
     // ---- No API server address peers can reach: no K8Slice is sold, and
     // the answer says why; Services still are.

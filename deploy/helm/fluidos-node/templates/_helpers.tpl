@@ -118,3 +118,29 @@ app.kubernetes.io/component: {{ .component }}
 - reservations.reservation.fluidos.eu
 - transactions.reservation.fluidos.eu
 {{- end -}}
+
+{{/*
+"true" when the REAR gateway tells buyers apart by their source address:
+plain-HTTP sales (bound to the address), or a k8sliceBuyers setting that
+lists addresses or networks.
+*/}}
+{{- define "fluidos-node.buyersByAddress" -}}
+{{- $byAddress := ne (.Values.rearController.plainHttpSales | default "off") "off" -}}
+{{- range (splitList "," (nospace (.Values.rearController.k8sliceBuyers | default "open"))) -}}
+{{- if and (ne . "") (ne . "open") (ne . "known") (not (hasPrefix "sha256:" .)) -}}
+{{- $byAddress = true -}}
+{{- end -}}
+{{- end -}}
+{{- if $byAddress -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+"true" when the gateway's Service keeps clients' source addresses
+(externalTrafficPolicy Local, for NodePort and LoadBalancer): only then can
+the gateway count or admit buyers by address. Otherwise kube-proxy replaces
+them with a node's, every buyer entering through one node looks alike, and
+the per-address hold cap is turned off (it would cap them all together).
+*/}}
+{{- define "fluidos-node.keepsClientAddresses" -}}
+{{- if and (ne .Values.rearController.service.gateway.type "ClusterIP") (include "fluidos-node.buyersByAddress" .) -}}true{{- end -}}
+{{- end -}}
