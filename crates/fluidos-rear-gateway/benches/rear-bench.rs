@@ -393,6 +393,9 @@ async fn bench() {
         per_second: 10_000_000,
         burst: 10_000_000,
     });
+    // Likewise the per-address hold cap: every simulated buyer holds from
+    // 127.0.0.1 (raised, not off, so that its count still runs).
+    cfg.max_holds_per_address = 1_000_000;
     let gw = Gateway::start(client.clone(), cfg);
     gw.wait_ready(Duration::from_secs(20)).await.unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
