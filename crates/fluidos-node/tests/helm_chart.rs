@@ -220,6 +220,52 @@ fn chart_counts_holds_by_address_only_where_it_keeps_addresses() {
     assert_eq!(service(&keys), Value::Null);
 }
 
+/// `values.schema.json`: a value of the wrong kind refuses to render,
+/// naming its key; `rearManager.peers` reaches the rear-manager.
+#[test]
+fn chart_refuses_bad_values_naming_the_key_and_passes_peers() {
+    let Some(bin) = helm::helm_bin() else { return };
+    let chart = helm::chart_dir();
+    for (set, key) in [
+        ("peering.podSecurity=root", "peering.podSecurity must be"),
+        ("peering.podSecurity=true", "/peering/podSecurity"),
+        (
+            "rearController.maxHoldsPerAddress=-1",
+            "/rearController/maxHoldsPerAddress",
+        ),
+        ("apiServer.address=https://a b", "/apiServer/address"),
+        (
+            "common.configMaps.nodeIdentity.nodeID=Not_An_ID",
+            "/common/configMaps/nodeIdentity/nodeID",
+        ),
+        ("serviceDelivery=carrier-pigeon", "serviceDelivery must be rear or liqo"),
+        ("peering.enabled=yes", "/peering/enabled"),
+    ] {
+        let out = std::process::Command::new(&bin)
+            .args(["template", "t", chart.to_str().unwrap(), "--set", set])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{set} rendered");
+        assert!(err.contains(key), "{set}: {err}");
+    }
+    let peers = helm::template(
+        &bin,
+        &["rearManager.peers={10.0.0.7:30001,10.0.0.8:30001#sha256:0123}".into()],
+        &[],
+    );
+    assert!(
+        args_of(&peers, "rear-manager")
+            .contains(&"--peers=10.0.0.7:30001,10.0.0.8:30001#sha256:0123".to_owned())
+    );
+    assert!(
+        !args_of(&peers, "rear-gateway")
+            .iter()
+            .any(|a| a.starts_with("--peers"))
+    );
+    assert_args_parse(&peers);
+}
+
 #[test]
 fn chart_hands_peers_the_api_server_address_it_is_given() {
     let Some(bin) = helm::helm_bin() else { return };
