@@ -238,7 +238,10 @@ fn chart_refuses_bad_values_naming_the_key_and_passes_peers() {
             "common.configMaps.nodeIdentity.nodeID=Not_An_ID",
             "/common/configMaps/nodeIdentity/nodeID",
         ),
-        ("serviceDelivery=carrier-pigeon", "serviceDelivery must be rear or liqo"),
+        (
+            "serviceDelivery=carrier-pigeon",
+            "serviceDelivery must be rear or liqo",
+        ),
         ("peering.enabled=yes", "/peering/enabled"),
     ] {
         let out = std::process::Command::new(&bin)

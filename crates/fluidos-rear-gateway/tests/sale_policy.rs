@@ -27,7 +27,7 @@ use fluidos_api::common::HostingPolicy;
 use fluidos_api::flavor::FlavorType;
 use fluidos_api::network::{KnownCluster, KnownClusterSpec};
 use fluidos_api::rear::{PurchaseRequest, ReserveRequest};
-use fluidos_rear_client::{ClientConfig, ProviderAddress, RearClient, RearError};
+use fluidos_rear_client::ProviderAddress;
 use fluidos_rear_gateway::{K8SliceBuyers, PlainHttpSales};
 use fluidos_rear_identity::NodeKey;
 use kube::Api;
@@ -37,22 +37,12 @@ fn reserve_request(flavor: &str, buyer_id: &str) -> ReserveRequest {
     serde_json::from_value(k8s_reserve(flavor, buyer_id, "1", "1Gi", "1")).unwrap()
 }
 
-fn client(key: Option<&Arc<NodeKey>>) -> RearClient {
-    let config = ClientConfig {
-        retries: 0,
-        ..ClientConfig::default()
-    };
-    match key {
-        Some(k) => RearClient::with_key(config, k.clone()).unwrap(),
-        None => RearClient::new(config).unwrap(),
-    }
+fn client(key: Option<&Arc<NodeKey>>) -> fluidos_rear_client::RearClient {
+    rear_client(key)
 }
 
-fn refused(r: Result<impl std::fmt::Debug, RearError>) -> (u16, String) {
-    match r {
-        Err(e) => (e.status().unwrap_or(0), e.to_string()),
-        Ok(v) => panic!("expected a refusal, got {v:?}"),
-    }
+fn refused(r: Result<impl std::fmt::Debug, fluidos_rear_client::RearError>) -> (u16, String) {
+    refusal_of(r)
 }
 
 async fn flavors(client: &kube::Client, ns: &str) {

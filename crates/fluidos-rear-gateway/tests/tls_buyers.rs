@@ -35,7 +35,7 @@ use fluidos_api::flavor::FlavorType;
 use fluidos_api::ledger::LedgerState;
 use fluidos_api::rear::{PurchaseRequest, ReserveRequest};
 use fluidos_api::{Contract, Flavor, Transaction};
-use fluidos_rear_client::{ClientConfig, ProviderAddress, RearClient, RearError};
+use fluidos_rear_client::{ProviderAddress, RearError};
 use fluidos_rear_gateway::PlainHttpSales;
 use fluidos_rear_gateway::credentials::{OWNER_ANNOTATION, service_account_name};
 use fluidos_rear_gateway::labels::{BUYER_ADDRESS, BUYER_KEY};
@@ -51,22 +51,12 @@ fn reserve_request(flavor: &str, buyer_id: &str, cpu: &str) -> ReserveRequest {
     serde_json::from_value(k8s_reserve(flavor, buyer_id, cpu, "1Gi", "1")).unwrap()
 }
 
-fn client(key: Option<&Arc<NodeKey>>) -> RearClient {
-    let config = ClientConfig {
-        retries: 0,
-        ..ClientConfig::default()
-    };
-    match key {
-        Some(k) => RearClient::with_key(config, k.clone()).unwrap(),
-        None => RearClient::new(config).unwrap(),
-    }
+fn client(key: Option<&Arc<NodeKey>>) -> fluidos_rear_client::RearClient {
+    rear_client(key)
 }
 
-fn status(r: Result<impl std::fmt::Debug, RearError>) -> (u16, String) {
-    match r {
-        Err(e) => (e.status().unwrap_or(0), e.to_string()),
-        Ok(v) => panic!("expected a refusal, got {v:?}"),
-    }
+fn status(r: Result<impl std::fmt::Debug, fluidos_rear_client::RearError>) -> (u16, String) {
+    refusal_of(r)
 }
 
 async fn setup_flavors(client: &kube::Client) {

@@ -461,3 +461,28 @@ pub async fn peer_client(client: &kube::Client, ns: &str, contract: &str) -> kub
         .unwrap();
     kube::Client::try_from(cfg).unwrap()
 }
+
+/// The consumer's own REAR client, without retries, with `key` (TLS client
+/// certificate) or none.
+pub fn rear_client(
+    key: Option<&std::sync::Arc<fluidos_rear_identity::NodeKey>>,
+) -> fluidos_rear_client::RearClient {
+    let config = fluidos_rear_client::ClientConfig {
+        retries: 0,
+        ..fluidos_rear_client::ClientConfig::default()
+    };
+    match key {
+        Some(k) => fluidos_rear_client::RearClient::with_key(config, k.clone()).unwrap(),
+        None => fluidos_rear_client::RearClient::new(config).unwrap(),
+    }
+}
+
+/// The status and text of a refusal; panics on a success.
+pub fn refusal_of(
+    r: Result<impl std::fmt::Debug, fluidos_rear_client::RearError>,
+) -> (u16, String) {
+    match r {
+        Err(e) => (e.status().unwrap_or(0), e.to_string()),
+        Ok(v) => panic!("expected a refusal, got {v:?}"),
+    }
+}
