@@ -77,6 +77,15 @@ pub enum IdentityError {
         /// Why the fallback failed.
         reason: String,
     },
+    /// The ConfigMap of the drawn node ID could not be written and holds
+    /// no usable one.
+    #[error(
+        "ConfigMap {namespace}/{GENERATED_ID_CONFIGMAP} holds no usable nodeID (10 lower-case letters and digits) and this node could not write one; delete it (this node then draws its ID anew) or set common.configMaps.nodeIdentity.nodeID"
+    )]
+    GeneratedIdUnusable {
+        /// Namespace of the ConfigMap.
+        namespace: String,
+    },
     /// The OS gave no randomness to draw a node ID with.
     #[error("no randomness to draw this node's ID with: {0}")]
     NoRandomness(String),
@@ -285,9 +294,8 @@ async fn drawn_node_id(client: &Client, namespace: &str) -> Result<String, Ident
         }
         // Another component's landed first.
         Err(kube::Error::Api(e)) if e.code == 409 => {
-            kept(read().await?).ok_or_else(|| IdentityError::MissingKeys {
+            kept(read().await?).ok_or_else(|| IdentityError::GeneratedIdUnusable {
                 namespace: namespace.to_owned(),
-                keys: vec![KEY_NODE_ID],
             })
         }
         Err(source) => Err(IdentityError::Kube {

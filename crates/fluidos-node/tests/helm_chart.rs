@@ -252,6 +252,20 @@ fn chart_refuses_bad_values_naming_the_key_and_passes_peers() {
         assert!(!out.status.success(), "{set} rendered");
         assert!(err.contains(key), "{set}: {err}");
     }
+    // What is valid renders: an IPv6 API server address, an all-digit
+    // node ID (a number to --set), a per-address cap of 0 (off).
+    let valid = helm::template(
+        &bin,
+        &[
+            "apiServer.address=https://[2001:db8::1]:6443".into(),
+            "common.configMaps.nodeIdentity.nodeID=1234567890".into(),
+            "rearController.plainHttpSales=all".into(),
+            "rearController.maxHoldsPerAddress=0".into(),
+        ],
+        &[],
+    );
+    assert!(args_of(&valid, "rear-gateway").contains(&"--rear-max-holds-per-address=0".to_owned()));
+    assert_args_parse(&valid);
     let peers = helm::template(
         &bin,
         &["rearManager.peers={10.0.0.7:30001,10.0.0.8:30001#sha256:0123}".into()],

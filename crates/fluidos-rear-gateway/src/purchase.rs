@@ -234,8 +234,11 @@ impl State {
         // Again at PURCHASE: a hold taken before the setting changed (or on
         // a replica of another version) is not bought with it; a Service
         // delivered by Liqo makes this node a consumer of the buyer.
-        let peers = self.delivers_by_liqo(&flavor, &tx, &req, caller).is_some();
-        self.admit_buyer(&flavor, caller, source, peers).await?;
+        // Not for a hold sold already (a repeated purchase): see README.
+        if !sold {
+            let peers = self.delivers_by_liqo(&flavor, &tx, &req, caller).is_some();
+            self.admit_buyer(&flavor, caller, source, peers).await?;
+        }
         let buyer_id = tx.spec.buyer.node_id.clone();
         let kubeconfig = self
             .credentials_for(&flavor, &tx, &liqo_id, caller, go_consumer)

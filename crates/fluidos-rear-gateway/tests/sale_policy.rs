@@ -253,6 +253,15 @@ async fn k8slices_are_sold_only_to_the_buyers_the_setting_admits() {
         .reserve(&pinned, &reserve_request(slice, "mallory"))
         .await
         .unwrap();
+    // A sale made while admitted (another buyer ID of the same key).
+    let bought = client(Some(&mallory))
+        .reserve(&pinned, &reserve_request(slice, "mallory-2"))
+        .await
+        .unwrap();
+    client(Some(&mallory))
+        .purchase(&pinned, &bought.transaction_id, &PurchaseRequest::default())
+        .await
+        .unwrap();
     open.shutdown().await;
     cfg.k8slice_buyers = alice.fingerprint().to_string().parse().unwrap();
     let tight = serve(&kube, cfg.with_node_key(&provider_key).unwrap()).await;
@@ -267,6 +276,12 @@ async fn k8slices_are_sold_only_to_the_buyers_the_setting_admits() {
     );
     assert_eq!(code, 403, "{text}");
     assert!(text.contains("--rear-k8slice-buyers"), "{text}");
+    // The sale made before is still answered to its buyer: the setting
+    // decides new sales.
+    client(Some(&mallory))
+        .purchase(&pinned, &bought.transaction_id, &PurchaseRequest::default())
+        .await
+        .unwrap();
     tight.shutdown().await;
 
     // ---- No API server address peers can reach: no K8Slice is sold, and
