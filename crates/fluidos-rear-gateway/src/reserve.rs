@@ -323,23 +323,27 @@ impl HoldCounter {
     }
 }
 
+/// Live holds over `flavors` at `now` that `counts` (pure): what the hold
+/// caps count.
+fn live_holds_where<'a>(
+    flavors: impl IntoIterator<Item = &'a Flavor>,
+    now: &str,
+    counts: impl Fn(&LedgerEntry) -> bool,
+) -> usize {
+    flavors
+        .into_iter()
+        .flat_map(ledger_of)
+        .filter(|e| e.state == LedgerState::Held && counts(e) && ledger::is_live(e, now))
+        .count()
+}
+
 /// Live holds counted by `counter` over `flavors` at `now` (pure).
 pub(crate) fn live_holds_of<'a>(
     flavors: impl IntoIterator<Item = &'a Flavor>,
     counter: &HoldCounter,
     now: &str,
 ) -> usize {
-    flavors
-        .into_iter()
-        .map(|f| {
-            ledger_of(f)
-                .iter()
-                .filter(|e| {
-                    e.state == LedgerState::Held && counter.counts(e) && ledger::is_live(e, now)
-                })
-                .count()
-        })
-        .sum()
+    live_holds_where(flavors, now, |e| counter.counts(e))
 }
 
 /// Live holds reserved from `peer` (a [`rate_limit::peer_key`], as
@@ -350,19 +354,7 @@ pub(crate) fn live_holds_from<'a>(
     peer: &str,
     now: &str,
 ) -> usize {
-    flavors
-        .into_iter()
-        .map(|f| {
-            ledger_of(f)
-                .iter()
-                .filter(|e| {
-                    e.state == LedgerState::Held
-                        && e.source_peer.as_deref() == Some(peer)
-                        && ledger::is_live(e, now)
-                })
-                .count()
-        })
-        .sum()
+    live_holds_where(flavors, now, |e| e.source_peer.as_deref() == Some(peer))
 }
 
 /// The expiry a renewed hold gets at `now`: `ttl` later, but never more
@@ -737,15 +729,9 @@ impl State {
             });
         };
         let slot = self
-            .reserving
-            .take(
-                &format!("peer:{peer}"),
-                || {
-                    let flavors = self.book.newest_all();
-                    live_holds_from(flavors.iter().map(AsRef::as_ref), peer, &time::now_string())
-                },
-                cap,
-            )
+            .slot_within(&format!("peer:{peer}"), cap, |flavors, now| {
+                live_holds_from(flavors.iter().map(AsRef::as_ref), peer, now)
+            })
             .map_err(|held| {
                 ApiError::too_many_requests(
                     format!(
@@ -761,19 +747,29 @@ impl State {
         })
     }
 
+    /// A slot for one more hold counted under `key`, unless the live holds
+    /// `live` counts on this process's newest ledgers, plus those in
+    /// progress, reach `cap`; then how many there are.
+    fn slot_within(
+        &self,
+        key: &str,
+        cap: usize,
+        live: impl FnOnce(&[std::sync::Arc<Flavor>], &str) -> usize,
+    ) -> Result<Slot<'_>, usize> {
+        self.reserving.take(
+            key,
+            || live(&self.book.newest_all(), &time::now_string()),
+            cap,
+        )
+    }
+
     /// A slot for one more hold of the buyer, or 429 when it already has
     /// `max_holds_per_buyer` live or in progress.
     fn hold_slot(&self, counter: &HoldCounter) -> Result<Slot<'_>, ApiError> {
         let cap = self.cfg.max_holds_per_buyer;
-        self.reserving
-            .take(
-                &counter.slot_key(),
-                || {
-                    let flavors = self.book.newest_all();
-                    live_holds_of(flavors.iter().map(AsRef::as_ref), counter, &time::now_string())
-                },
-                cap,
-            )
+        self.slot_within(&counter.slot_key(), cap, |flavors, now| {
+            live_holds_of(flavors.iter().map(AsRef::as_ref), counter, now)
+        })
             // 429, not 409: the flavor is not sold out, this buyer is over
             // its quota (a 409 would make a consumer drop a good candidate).
             .map_err(|held| {
