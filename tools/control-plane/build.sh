@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and kubectl
+# Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, kubectl,
+# kubelet and kube-proxy
 # from the Go module proxy, once per version set, into a cache outside the repo.
 # Prints the directory holding the binaries on its last line.
 #
-#   tools/control-plane/build.sh            # all six
+#   tools/control-plane/build.sh            # all eight
 #   FLUIDOS_CP_MINIMAL=1 tools/control-plane/build.sh   # etcd + kube-apiserver only
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -48,5 +49,9 @@ if [ -z "${FLUIDOS_CP_MINIMAL:-}" ]; then
   # For the `kubectl fluidos` plugin test (crates/kubectl-fluidos): a kubectl
   # of the same version that finds plugins on PATH.
   build kubectl kubernetes k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags"
+  # For the real-node profile (fluidos_testenv::real_node): a kubelet that runs
+  # pods through Debian's containerd, and kube-proxy for Service addresses.
+  build kubelet kubernetes k8s.io/kubernetes/cmd/kubelet "$k8s_ldflags"
+  build kube-proxy kubernetes k8s.io/kubernetes/cmd/kube-proxy "$k8s_ldflags"
 fi
 echo "$out"

@@ -93,11 +93,13 @@ async fn scenario(providers: usize, rounds: usize) -> Vec<Duration> {
     let (pcp, ccp) = tokio::join!(
         ControlPlane::start(ControlPlaneOptions {
             workloads: false,
-            crd_dirs: vec![fluidos_testenv::crds_dir()]
+            crd_dirs: vec![fluidos_testenv::crds_dir()],
+            ..Default::default()
         }),
         ControlPlane::start(ControlPlaneOptions {
             workloads: false,
-            crd_dirs: vec![fluidos_testenv::crds_dir()]
+            crd_dirs: vec![fluidos_testenv::crds_dir()],
+            ..Default::default()
         }),
     );
     let (pcp, ccp) = (pcp.unwrap(), ccp.unwrap());

@@ -39,6 +39,7 @@ async fn unowned_credentials_are_given_to_their_contract_or_deleted() {
     let cp = ControlPlane::start(ControlPlaneOptions {
         workloads: false,
         crd_dirs: vec![fluidos_testenv::crds_dir()],
+        ..Default::default()
     })
     .await
     .unwrap();

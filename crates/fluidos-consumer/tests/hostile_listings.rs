@@ -110,6 +110,7 @@ async fn oversized_and_overlong_listings_are_bounded_and_providers_are_asked_a_f
     let cp = ControlPlane::start(ControlPlaneOptions {
         workloads: false,
         crd_dirs: vec![fluidos_testenv::crds_dir()],
+        ..Default::default()
     })
     .await
     .unwrap();

@@ -48,6 +48,7 @@ async fn market(
     let cp = ControlPlane::start(ControlPlaneOptions {
         workloads: false,
         crd_dirs: vec![fluidos_testenv::crds_dir()],
+        ..Default::default()
     })
     .await
     .unwrap();

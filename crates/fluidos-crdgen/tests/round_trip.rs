@@ -117,6 +117,7 @@ async fn samples_apply_unchanged_and_read_back_without_loss() {
     let cp = ControlPlane::start(ControlPlaneOptions {
         workloads: false,
         crd_dirs: vec![fluidos_testenv::crds_dir()],
+        ..Default::default()
     })
     .await
     .unwrap();
@@ -582,10 +583,12 @@ async fn objects_we_write_are_accepted_by_upstream_and_our_crds() {
         ControlPlane::start(ControlPlaneOptions {
             workloads: false,
             crd_dirs: vec![reference.join("fluidos-crds")],
+            ..Default::default()
         }),
         ControlPlane::start(ControlPlaneOptions {
             workloads: false,
             crd_dirs: vec![fluidos_testenv::crds_dir()],
+            ..Default::default()
         }),
     );
     let (upstream, ours) = (upstream.unwrap(), ours.unwrap());
@@ -620,6 +623,7 @@ async fn admission_refuses_unimplemented_types_and_reservations_without_candidat
     let cp = ControlPlane::start(ControlPlaneOptions {
         workloads: false,
         crd_dirs: vec![fluidos_testenv::crds_dir()],
+        ..Default::default()
     })
     .await
     .unwrap();
@@ -712,6 +716,7 @@ async fn the_startup_probe_objects_are_admitted() {
     let cp = ControlPlane::start(ControlPlaneOptions {
         workloads: false,
         crd_dirs: vec![fluidos_testenv::crds_dir()],
+        ..Default::default()
     })
     .await
     .unwrap();
@@ -760,6 +765,7 @@ async fn known_cluster_fingerprints_are_checked_at_admission() {
     let cp = ControlPlane::start(ControlPlaneOptions {
         workloads: false,
         crd_dirs: vec![fluidos_testenv::crds_dir()],
+        ..Default::default()
     })
     .await
     .unwrap();

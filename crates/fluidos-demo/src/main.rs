@@ -138,11 +138,13 @@ async fn main() -> anyhow::Result<()> {
     let (provider, consumer) = tokio::join!(
         ControlPlane::start(ControlPlaneOptions {
             workloads: false,
-            crd_dirs: vec![fluidos_testenv::crds_dir()]
+            crd_dirs: vec![fluidos_testenv::crds_dir()],
+            ..Default::default()
         }),
         ControlPlane::start(ControlPlaneOptions {
             workloads: false,
-            crd_dirs: vec![fluidos_testenv::crds_dir()]
+            crd_dirs: vec![fluidos_testenv::crds_dir()],
+            ..Default::default()
         }),
     );
     let (provider, consumer) = (provider?, consumer?);

@@ -447,6 +447,7 @@ async fn garbage_collector_follows_the_node_owner_reference() {
     let cp = fluidos_testenv::ControlPlane::start(fluidos_testenv::ControlPlaneOptions {
         workloads: true,
         crd_dirs: vec![fluidos_testenv::crds_dir()],
+        ..Default::default()
     })
     .await
     .unwrap();

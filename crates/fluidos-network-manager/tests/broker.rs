@@ -281,6 +281,7 @@ async fn start_broker_and_cluster() -> (RabbitMq, ControlPlane) {
             ControlPlane::start(ControlPlaneOptions {
                 workloads: false,
                 crd_dirs: vec![fluidos_testenv::crds_dir()],
+                ..Default::default()
             })
             .await
             .unwrap()

@@ -28,6 +28,7 @@ async fn control_plane(namespaces: &[&str]) -> ControlPlane {
     let cp = ControlPlane::start(ControlPlaneOptions {
         workloads: false,
         crd_dirs: vec![fluidos_testenv::crds_dir()],
+        ..Default::default()
     })
     .await
     .unwrap();

@@ -218,6 +218,7 @@ async fn nodes_in_two_network_namespaces_discover_each_other_over_a_veth_pair() 
     let cp = ControlPlane::start(ControlPlaneOptions {
         workloads: false,
         crd_dirs: vec![fluidos_testenv::crds_dir()],
+        ..Default::default()
     })
     .await
     .unwrap();

@@ -633,6 +633,7 @@ async fn chart_rbac_suffices_for_a_full_sale_and_refuses_the_rest() {
         ControlPlane::start(ControlPlaneOptions {
             workloads: true,
             crd_dirs: vec![helm::chart_dir().join("crds")],
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -968,6 +969,7 @@ async fn chart_rbac_suffices_for_the_go_peering_grant() {
     let provider = ControlPlane::start(ControlPlaneOptions {
         workloads: true,
         crd_dirs: vec![helm::chart_dir().join("crds"), liqo_crds],
+        ..Default::default()
     })
     .await
     .unwrap();
@@ -1202,6 +1204,7 @@ async fn chart_rbac_lets_the_gateway_grant_the_cidrs_in_liqo() {
     let provider = ControlPlane::start(ControlPlaneOptions {
         workloads: false,
         crd_dirs: vec![helm::chart_dir().join("crds")],
+        ..Default::default()
     })
     .await
     .unwrap();
@@ -1468,6 +1471,7 @@ async fn chart_rbac_lets_the_manager_issue_a_sellers_credentials() {
     let buyer = ControlPlane::start(ControlPlaneOptions {
         workloads: false,
         crd_dirs: vec![helm::chart_dir().join("crds")],
+        ..Default::default()
     })
     .await
     .unwrap();

@@ -28,6 +28,7 @@ async fn control_plane(with_crds: bool) -> ControlPlane {
         } else {
             Vec::new()
         },
+        ..Default::default()
     })
     .await
     .unwrap()

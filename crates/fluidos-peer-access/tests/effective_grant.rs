@@ -30,6 +30,7 @@ async fn a_grant_is_in_force_when_the_wait_returns() {
     let cp = ControlPlane::start(ControlPlaneOptions {
         workloads: false,
         crd_dirs: vec![],
+        ..Default::default()
     })
     .await
     .expect("control plane");

@@ -202,6 +202,7 @@ async fn a_peers_workloads_are_confined_to_the_pod_security_level() {
     let cp = ControlPlane::start(ControlPlaneOptions {
         workloads: false,
         crd_dirs: vec![liqo.crds_dir()],
+        ..Default::default()
     })
     .await
     .unwrap();

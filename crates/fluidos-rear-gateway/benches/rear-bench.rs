@@ -355,6 +355,7 @@ async fn bench() {
     let cp = ControlPlane::start(ControlPlaneOptions {
         workloads: false,
         crd_dirs: vec![fluidos_testenv::crds_dir()],
+        ..Default::default()
     })
     .await
     .expect("control plane");

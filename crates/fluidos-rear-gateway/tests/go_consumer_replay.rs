@@ -251,6 +251,7 @@ async fn a_go_consumers_requests_and_names_work_against_our_gateway() {
     let go_cp = ControlPlane::start(ControlPlaneOptions {
         workloads: false,
         crd_dirs: vec![reference.join("fluidos-crds")],
+        ..Default::default()
     })
     .await
     .unwrap();

@@ -105,6 +105,7 @@ async fn a_go_consumer_peers_in_its_own_tenant_namespace_and_nowhere_else() {
     let cp = ControlPlane::start(ControlPlaneOptions {
         workloads: false,
         crd_dirs: vec![fluidos_testenv::crds_dir(), liqo_crds],
+        ..Default::default()
     })
     .await
     .unwrap();

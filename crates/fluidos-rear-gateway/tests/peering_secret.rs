@@ -114,6 +114,7 @@ async fn peering_tokens_live_in_secrets_owned_by_their_contracts() {
     let cp = ControlPlane::start(ControlPlaneOptions {
         workloads: true,
         crd_dirs: vec![fluidos_testenv::crds_dir()],
+        ..Default::default()
     })
     .await
     .expect("control plane");

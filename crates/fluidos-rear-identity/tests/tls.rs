@@ -225,6 +225,7 @@ async fn the_key_is_created_once_and_kept_in_a_secret() {
     let cp = ControlPlane::start(ControlPlaneOptions {
         workloads: false,
         crd_dirs: vec![],
+        ..Default::default()
     })
     .await
     .unwrap();
@@ -286,6 +287,7 @@ async fn the_fingerprint_is_published_in_a_configmap() {
     let cp = ControlPlane::start(ControlPlaneOptions {
         workloads: false,
         crd_dirs: vec![],
+        ..Default::default()
     })
     .await
     .unwrap();

@@ -160,6 +160,7 @@ async fn database_service_end_to_end_without_liqo() {
     let cp = ControlPlane::start(ControlPlaneOptions {
         workloads: true,
         crd_dirs: vec![fluidos_testenv::crds_dir()],
+        ..Default::default()
     })
     .await
     .unwrap();

@@ -14,6 +14,9 @@ pub(crate) const KUBE_APISERVER: &str = "kube-apiserver";
 pub(crate) const KUBE_CONTROLLER_MANAGER: &str = "kube-controller-manager";
 pub(crate) const KUBE_SCHEDULER: &str = "kube-scheduler";
 pub(crate) const KWOK: &str = "kwok";
+pub(crate) const KUBELET: &str = "kubelet";
+pub(crate) const KUBECTL: &str = "kubectl";
+pub(crate) const KUBE_PROXY: &str = "kube-proxy";
 
 /// The directory with the binaries: `$FLUIDOS_CP_BIN_DIR`, or what
 /// `tools/control-plane/build.sh` prints (it is run at most once per process

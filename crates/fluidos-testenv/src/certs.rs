@@ -18,7 +18,14 @@ pub(crate) struct Pki {
     pub(crate) serving_key_pem: String,
     pub(crate) service_account_key_pem: String,
     pub(crate) service_account_pub_pem: String,
+    /// The client certificate kube-apiserver shows a real node's kubelet
+    /// (`logs`, `exec`); its user is [`KUBELET_CLIENT_USER`].
+    pub(crate) kubelet_client_cert_pem: String,
+    pub(crate) kubelet_client_key_pem: String,
 }
+
+/// The user kube-apiserver's kubelet client certificate names.
+pub(crate) const KUBELET_CLIENT_USER: &str = "kube-apiserver-kubelet-client";
 
 /// Names the serving certificate must cover: loopback for the tests, plus the
 /// in-cluster `kubernetes` Service (first IP of 10.0.0.0/24) for anything that
@@ -35,7 +42,9 @@ const SERVING_IPS: &[[u8; 4]] = &[[127, 0, 0, 1], [10, 0, 0, 1]];
 impl Pki {
     /// Fresh keys for every control plane, so two clusters in one test never
     /// trust each other's certificates or tokens.
-    pub(crate) fn generate() -> Result<Pki, Error> {
+    /// `extra_ip` is one more address the serving certificate covers: the
+    /// host end of a real node's namespace, where kube-apiserver then listens.
+    pub(crate) fn generate(extra_ip: Option<std::net::Ipv4Addr>) -> Result<Pki, Error> {
         let ca_key = KeyPair::generate()?;
         let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
         ca_params
@@ -61,7 +70,8 @@ impl Pki {
         serving_params.subject_alt_names.extend(
             SERVING_IPS
                 .iter()
-                .map(|ip| SanType::IpAddress(std::net::IpAddr::from(*ip))),
+                .map(|ip| SanType::IpAddress(std::net::IpAddr::from(*ip)))
+                .chain(extra_ip.map(|ip| SanType::IpAddress(ip.into()))),
         );
         serving_params
             .distinguished_name
@@ -75,6 +85,15 @@ impl Pki {
 
         let sa_key = KeyPair::generate()?;
 
+        let kubelet_client_key = KeyPair::generate()?;
+        let mut kubelet_client_params = CertificateParams::new(Vec::<String>::new())?;
+        kubelet_client_params
+            .distinguished_name
+            .push(DnType::CommonName, KUBELET_CLIENT_USER);
+        kubelet_client_params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        kubelet_client_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let kubelet_client_cert = kubelet_client_params.signed_by(&kubelet_client_key, &ca)?;
+
         Ok(Pki {
             ca_cert_pem: ca_cert.pem(),
             ca_key_pem,
@@ -82,6 +101,8 @@ impl Pki {
             serving_key_pem: serving_key.serialize_pem(),
             service_account_pub_pem: sa_key.public_key_pem(),
             service_account_key_pem: sa_key.serialize_pem(),
+            kubelet_client_cert_pem: kubelet_client_cert.pem(),
+            kubelet_client_key_pem: kubelet_client_key.serialize_pem(),
         })
     }
 }
@@ -92,8 +113,8 @@ mod tests {
 
     #[test]
     fn generates_distinct_pem_material() {
-        let a = Pki::generate().unwrap();
-        let b = Pki::generate().unwrap();
+        let a = Pki::generate(None).unwrap();
+        let b = Pki::generate(None).unwrap();
         assert!(a.ca_cert_pem.starts_with("-----BEGIN CERTIFICATE-----"));
         assert!(
             a.serving_cert_pem

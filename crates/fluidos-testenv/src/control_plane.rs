@@ -9,11 +9,16 @@ use kube::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tempfile::TempDir;
 
-use crate::binaries::{self, ETCD, KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER, KWOK};
-use crate::certs::Pki;
+use crate::binaries::{
+    self, ETCD, KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, KUBE_PROXY, KUBE_SCHEDULER, KUBELET, KWOK,
+};
+use crate::certs::{KUBELET_CLIENT_USER, Pki};
 use crate::kubeconfig::{admin_kubeconfig_yaml, random_token, token_file_line};
+use crate::node_slot::NodeSlot;
+use crate::oci_image::ImageSpec;
 use crate::ports::free_port;
 use crate::process::ManagedProcess;
+use crate::real_node::{ClusterAccess, RealNode, RealNodeBinaries};
 use crate::{Error, crds, kubeconfig};
 
 /// How often a start is retried when a picked port was taken meanwhile.
@@ -41,6 +46,15 @@ pub struct ControlPlaneOptions {
     /// Every `*.yaml`/`*.yml` CRD in these directories is applied and waited
     /// for Established before `start` returns.
     pub crd_dirs: Vec<PathBuf>,
+    /// One real Node instead of kwok ([`RealNode`]): a kubelet with
+    /// containerd, runc, the bridge CNI and kube-proxy in a network namespace
+    /// of its own, running real containers. Implies the controllers and the
+    /// scheduler of `workloads`; kube-apiserver then listens on the host end
+    /// of that namespace instead of loopback, so the node and its pods reach it.
+    pub real_node: bool,
+    /// Images imported into the real node's containerd besides
+    /// [`crate::PAUSE_IMAGE`] and [`crate::BUSYBOX_IMAGE`].
+    pub images: Vec<ImageSpec>,
 }
 
 /// A running, isolated control plane on loopback; killed on drop.
@@ -52,6 +66,7 @@ pub struct ControlPlane {
     kubeconfig: Kubeconfig,
     kubeconfig_path: PathBuf,
     server_url: String,
+    node: Option<RealNode>,
     dir: TempDir,
 }
 
@@ -64,17 +79,30 @@ struct Binaries {
 struct WorkloadBinaries {
     kube_controller_manager: PathBuf,
     kube_scheduler: PathBuf,
-    kwok: PathBuf,
+    nodes: NodeBinaries,
+}
+
+/// Who runs the cluster's pods.
+enum NodeBinaries {
+    Kwok(PathBuf),
+    Real(RealNodeBinaries),
 }
 
 impl Binaries {
-    async fn locate(workloads: bool) -> Result<Binaries, Error> {
+    async fn locate(opts: &ControlPlaneOptions) -> Result<Binaries, Error> {
         let dir = binaries::bin_dir().await?;
-        let workloads = if workloads {
+        let workloads = if opts.workloads || opts.real_node {
             Some(WorkloadBinaries {
                 kube_controller_manager: binaries::require(&dir, KUBE_CONTROLLER_MANAGER)?,
                 kube_scheduler: binaries::require(&dir, KUBE_SCHEDULER)?,
-                kwok: binaries::require(&dir, KWOK)?,
+                nodes: if opts.real_node {
+                    NodeBinaries::Real(RealNodeBinaries {
+                        kubelet: binaries::require(&dir, KUBELET)?,
+                        kube_proxy: binaries::require(&dir, KUBE_PROXY)?,
+                    })
+                } else {
+                    NodeBinaries::Kwok(binaries::require(&dir, KWOK)?)
+                },
             })
         } else {
             None
@@ -200,6 +228,17 @@ struct ApiserverFiles<'a> {
     sa_key: &'a Path,
     sa_pub: &'a Path,
     tokens: &'a Path,
+    kubelet_client_cert: &'a Path,
+    kubelet_client_key: &'a Path,
+}
+
+/// Where kube-apiserver listens and who it serves besides the tests.
+struct ApiserverNetwork {
+    /// `127.0.0.1`, or the host end of a real node's namespace.
+    address: std::net::Ipv4Addr,
+    /// A real node's kubelet is served: the Node authorizer for its
+    /// credentials, and a client certificate for `logs`/`exec` on it.
+    real_node: bool,
 }
 
 fn apiserver_args(
@@ -207,7 +246,9 @@ fn apiserver_args(
     etcd_port: u16,
     port: u16,
     workloads: bool,
+    network: &ApiserverNetwork,
 ) -> Vec<String> {
+    let address = network.address;
     let mut args = vec![
         flag("etcd-servers", format!("http://127.0.0.1:{etcd_port}")),
         flag("cert-dir", files.cert_dir.display()),
@@ -215,20 +256,37 @@ fn apiserver_args(
         flag("tls-private-key-file", files.serving_key.display()),
         flag("client-ca-file", files.ca_cert.display()),
         flag("secure-port", port),
-        flag("bind-address", "127.0.0.1"),
-        flag("advertise-address", "127.0.0.1"),
+        flag("bind-address", address),
+        flag("advertise-address", address),
         flag("service-cluster-ip-range", SERVICE_CLUSTER_IP_RANGE),
         flag("allow-privileged", true),
-        flag("authorization-mode", "RBAC"),
+        flag(
+            "authorization-mode",
+            if network.real_node {
+                "Node,RBAC"
+            } else {
+                "RBAC"
+            },
+        ),
         flag("token-auth-file", files.tokens.display()),
         flag(
             "service-account-issuer",
-            format!("https://127.0.0.1:{port}/"),
+            format!("https://{address}:{port}/"),
         ),
         flag("service-account-key-file", files.sa_pub.display()),
         flag("service-account-signing-key-file", files.sa_key.display()),
         flag("profiling", false),
     ];
+    if network.real_node {
+        args.extend([
+            flag(
+                "kubelet-client-certificate",
+                files.kubelet_client_cert.display(),
+            ),
+            flag("kubelet-client-key", files.kubelet_client_key.display()),
+            flag("kubelet-preferred-address-types", "InternalIP"),
+        ]);
+    }
     if !workloads {
         // Without kube-controller-manager nobody creates the default
         // ServiceAccount, and the plugin would reject every Pod.
@@ -241,10 +299,10 @@ impl ControlPlane {
     /// Starts etcd and kube-apiserver (plus the workload components if asked),
     /// waits until they serve, and installs `opts.crd_dirs`.
     pub async fn start(opts: ControlPlaneOptions) -> Result<ControlPlane, Error> {
-        let binaries = Binaries::locate(opts.workloads).await?;
+        let binaries = Binaries::locate(&opts).await?;
         let mut attempt = 1;
         let control_plane = loop {
-            match Self::start_once(&binaries).await {
+            match Self::start_once(&binaries, &opts.images).await {
                 Err(e) if e.is_port_collision() && attempt < START_ATTEMPTS => {
                     eprintln!("fluidos-testenv: port collision, retrying start: {e}");
                     attempt += 1;
@@ -258,8 +316,24 @@ impl ControlPlane {
         Ok(control_plane)
     }
 
-    async fn start_once(binaries: &Binaries) -> Result<ControlPlane, Error> {
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one start read top to bottom: files, processes, probes, the node"
+    )]
+    async fn start_once(binaries: &Binaries, images: &[ImageSpec]) -> Result<ControlPlane, Error> {
         let started = Instant::now();
+        let real_node = binaries.workloads.as_ref().and_then(|w| match &w.nodes {
+            NodeBinaries::Real(real) => Some(real),
+            NodeBinaries::Kwok(_) => None,
+        });
+        // Taken first: it decides where kube-apiserver listens.
+        let slot = real_node.map(|_| NodeSlot::acquire()).transpose()?;
+        let network = ApiserverNetwork {
+            address: slot
+                .as_ref()
+                .map_or(std::net::Ipv4Addr::LOCALHOST, NodeSlot::host_ip),
+            real_node: slot.is_some(),
+        };
         let dir = tempfile::Builder::new()
             .prefix("fluidos-testenv-")
             .tempdir()
@@ -268,10 +342,13 @@ impl ControlPlane {
 
         let etcd_port = free_port()?;
         let apiserver_port = free_port()?;
-        let server_url = format!("https://127.0.0.1:{apiserver_port}");
+        let server_url = format!("https://{}:{apiserver_port}", network.address);
 
-        let pki = Pki::generate()?;
+        let pki = Pki::generate(slot.as_ref().map(NodeSlot::host_ip))?;
         let token = random_token()?;
+        let node_token = random_token()?;
+        let proxy_token = random_token()?;
+        let node_name = slot.as_ref().map(RealNode::name_for);
         let files = ApiserverFiles {
             cert_dir: &path("apiserver-certs"),
             ca_cert: &path("ca.crt"),
@@ -281,6 +358,8 @@ impl ControlPlane {
             sa_key: &path("sa.key"),
             sa_pub: &path("sa.pub"),
             tokens: &path("tokens.csv"),
+            kubelet_client_cert: &path("kubelet-client.crt"),
+            kubelet_client_key: &path("kubelet-client.key"),
         };
         write_file(files.ca_cert, &pki.ca_cert_pem)?;
         write_file(files.ca_key, &pki.ca_key_pem)?;
@@ -288,10 +367,13 @@ impl ControlPlane {
         write_file(files.serving_key, &pki.serving_key_pem)?;
         write_file(files.sa_key, &pki.service_account_key_pem)?;
         write_file(files.sa_pub, &pki.service_account_pub_pem)?;
-        write_file(
-            files.tokens,
-            &token_file_line(&token, ADMIN_USER, &["system:masters"]),
-        )?;
+        write_file(files.kubelet_client_cert, &pki.kubelet_client_cert_pem)?;
+        write_file(files.kubelet_client_key, &pki.kubelet_client_key_pem)?;
+        let mut tokens = token_file_line(&token, ADMIN_USER, &["system:masters"]);
+        if let Some(node) = &node_name {
+            tokens.push_str(&node_token_lines(node, &node_token, &proxy_token));
+        }
+        write_file(files.tokens, &tokens)?;
         let kubeconfig_yaml = admin_kubeconfig_yaml(&server_url, &pki.ca_cert_pem, &token);
         let kubeconfig = kubeconfig::parse(&kubeconfig_yaml)?;
         let kubeconfig_path = path("kubeconfig");
@@ -314,6 +396,7 @@ impl ControlPlane {
                     etcd_port,
                     apiserver_port,
                     binaries.workloads.is_some(),
+                    &network,
                 ),
                 &[],
                 path("kube-apiserver.log"),
@@ -334,6 +417,19 @@ impl ControlPlane {
             processes.extend(spawn_workloads(workloads, &files, &kubeconfig_path, &path)?);
             wait_for(&mut processes, &client, Probe::DefaultServiceAccount).await?;
         }
+        let node = match (slot, real_node) {
+            (Some(slot), Some(binaries)) => {
+                let credentials = NodeCredentials {
+                    server_url: &server_url,
+                    ca_cert_pem: &pki.ca_cert_pem,
+                    ca_cert_path: files.ca_cert,
+                    node_token: &node_token,
+                    proxy_token: &proxy_token,
+                };
+                Some(start_real_node(slot, binaries, &credentials, &client, images).await?)
+            }
+            _ => None,
+        };
 
         // Written to the process's stderr directly, not through `eprintln!`,
         // which the test harness captures: CI logs should show that every
@@ -355,8 +451,24 @@ impl ControlPlane {
             kubeconfig,
             kubeconfig_path,
             server_url,
+            node,
             dir,
         })
+    }
+
+    /// `kubectl --kubeconfig <admin>` of the same version (from the
+    /// control-plane binaries), for what the Rust client does not speak
+    /// here, e.g. `exec`.
+    pub async fn kubectl(&self) -> Result<std::process::Command, Error> {
+        let kubectl = binaries::require(&binaries::bin_dir().await?, binaries::KUBECTL)?;
+        let mut command = std::process::Command::new(kubectl);
+        command.arg(format!("--kubeconfig={}", self.kubeconfig_path.display()));
+        Ok(command)
+    }
+
+    /// The real Node of a `real_node` control plane.
+    pub fn real_node(&self) -> Option<&RealNode> {
+        self.node.as_ref()
     }
 
     /// A client authenticated as a `system:masters` admin.
@@ -380,7 +492,8 @@ impl ControlPlane {
         self.dir.path()
     }
 
-    /// The kube-apiserver URL, `https://127.0.0.1:<port>`.
+    /// The kube-apiserver URL, `https://127.0.0.1:<port>` (with a real node,
+    /// the host end of its namespace instead of loopback).
     pub fn server_url(&self) -> &str {
         &self.server_url
     }
@@ -392,6 +505,9 @@ impl ControlPlane {
 
     /// Stops all processes (SIGTERM, then SIGKILL) and deletes the temp dir.
     pub async fn stop(mut self) {
+        if let Some(node) = self.node.take() {
+            node.stop();
+        }
         for process in self.processes.iter_mut().rev() {
             process.terminate(STOP_GRACE).await;
         }
@@ -400,6 +516,8 @@ impl ControlPlane {
 
 impl Drop for ControlPlane {
     fn drop(&mut self) {
+        // The node first: its kubelet would otherwise log a dead API server.
+        drop(self.node.take());
         for process in self.processes.iter_mut().rev() {
             process.kill();
         }
@@ -421,6 +539,75 @@ impl fmt::Debug for ControlPlane {
             )
             .finish()
     }
+}
+
+/// What a real node's kubelet and kube-proxy authenticate with.
+struct NodeCredentials<'a> {
+    server_url: &'a str,
+    ca_cert_pem: &'a str,
+    ca_cert_path: &'a Path,
+    node_token: &'a str,
+    proxy_token: &'a str,
+}
+
+/// The kubelet's and kube-proxy's own identities in `--token-auth-file`, as
+/// kubeadm gives them: the Node authorizer and the bootstrap
+/// `system:node-proxier` binding grant what they need.
+fn node_token_lines(node: &str, node_token: &str, proxy_token: &str) -> String {
+    token_file_line(
+        node_token,
+        &format!("system:node:{node}"),
+        &["system:nodes"],
+    ) + &token_file_line(proxy_token, "system:kube-proxy", &[])
+}
+
+async fn start_real_node(
+    slot: NodeSlot,
+    binaries: &RealNodeBinaries,
+    credentials: &NodeCredentials<'_>,
+    client: &kube::Client,
+    images: &[ImageSpec],
+) -> Result<RealNode, Error> {
+    let kubeconfig =
+        |token: &str| admin_kubeconfig_yaml(credentials.server_url, credentials.ca_cert_pem, token);
+    let access = ClusterAccess {
+        server_url: credentials.server_url,
+        ca_cert_pem: credentials.ca_cert_pem,
+        ca_cert_path: credentials.ca_cert_path,
+        kubelet_kubeconfig_yaml: kubeconfig(credentials.node_token),
+        kube_proxy_kubeconfig_yaml: kubeconfig(credentials.proxy_token),
+        client,
+    };
+    bind_kubelet_api_admin(client).await?;
+    RealNode::start(slot, binaries, access, images).await
+}
+
+/// Lets kube-apiserver's kubelet client certificate use the kubelet API
+/// (`logs`, `exec`, `port-forward`), which the kubelet authorizes by
+/// SubjectAccessReview, as kubeadm binds it.
+async fn bind_kubelet_api_admin(client: &kube::Client) -> Result<(), Error> {
+    use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
+    let binding = ClusterRoleBinding {
+        metadata: kube::api::ObjectMeta {
+            name: Some("fluidos-testenv:kubelet-api-admin".to_owned()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".to_owned(),
+            kind: "ClusterRole".to_owned(),
+            name: "system:kubelet-api-admin".to_owned(),
+        },
+        subjects: Some(vec![Subject {
+            api_group: Some("rbac.authorization.k8s.io".to_owned()),
+            kind: "User".to_owned(),
+            name: KUBELET_CLIENT_USER.to_owned(),
+            namespace: None,
+        }]),
+    };
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&kube::api::PostParams::default(), &binding)
+        .await?;
+    Ok(())
 }
 
 /// Workload, namespace, ServiceAccount and RBAC aggregation controllers;
@@ -495,6 +682,10 @@ fn spawn_workloads(
         &[],
         path("kube-scheduler.log"),
     )?);
+    // A real node's kubelet runs the pods itself.
+    let NodeBinaries::Kwok(kwok) = &workloads.nodes else {
+        return Ok(out);
+    };
     // kwok reads ~/.kwok/kwok.yaml if present; a private HOME keeps a
     // developer's configuration out of the tests.
     let kwok_home = path("kwok-home");
@@ -502,7 +693,7 @@ fn spawn_workloads(
         .map_err(|e| Error::io(format!("creating {}", kwok_home.display()), e))?;
     out.push(ManagedProcess::spawn(
         KWOK,
-        &workloads.kwok,
+        kwok,
         &[
             kubeconfig_flag,
             // A Liqo virtual node has its own kubelet (the virtual kubelet);
@@ -531,14 +722,20 @@ mod tests {
             sa_key: Path::new("/t/sa.key"),
             sa_pub: Path::new("/t/sa.pub"),
             tokens: Path::new("/t/tokens.csv"),
+            kubelet_client_cert: Path::new("/t/kubelet-client.crt"),
+            kubelet_client_key: Path::new("/t/kubelet-client.key"),
         }
     }
 
     #[test]
     fn apiserver_disables_serviceaccount_admission_only_without_controllers() {
-        let plain = apiserver_args(&files(), 2379, 6443, false);
+        let loopback = ApiserverNetwork {
+            address: std::net::Ipv4Addr::LOCALHOST,
+            real_node: false,
+        };
+        let plain = apiserver_args(&files(), 2379, 6443, false, &loopback);
         assert!(plain.contains(&"--disable-admission-plugins=ServiceAccount".to_owned()));
-        let with_workloads = apiserver_args(&files(), 2379, 6443, true);
+        let with_workloads = apiserver_args(&files(), 2379, 6443, true, &loopback);
         assert!(
             !with_workloads
                 .iter()

@@ -6,6 +6,11 @@
 //! Binaries come from `FLUIDOS_CP_BIN_DIR`, or else from
 //! `tools/control-plane/build.sh` (run once per process; it caches its output).
 //!
+//! With [`ControlPlaneOptions::real_node`] the cluster gets one [`RealNode`]
+//! instead of kwok: a kubelet with containerd, runc, the bridge CNI and
+//! kube-proxy in a network namespace of its own, running real containers
+//! from images built here ([`ImageSpec`]).
+//!
 //! [`Liqo`] adds the real Liqo controllers to a control plane (binaries from
 //! `FLUIDOS_LIQO_BIN_DIR`, built by `tools/liqo/build.sh`), and
 //! [`rabbitmq::RabbitMq`] runs a real TLS-only RabbitMQ for broker discovery.
@@ -21,9 +26,12 @@ pub mod go_rear_standin;
 mod kubeconfig;
 pub mod liqo;
 pub mod liqo_gateway;
+mod node_slot;
+mod oci_image;
 mod ports;
 mod process;
 pub mod rabbitmq;
+mod real_node;
 #[cfg(test)]
 mod versions;
 
@@ -32,6 +40,8 @@ use std::time::Duration;
 
 pub use control_plane::{ControlPlane, ControlPlaneOptions};
 pub use liqo::{Liqo, LiqoBinaries, LiqoOptions};
+pub use oci_image::ImageSpec;
+pub use real_node::{BUSYBOX_IMAGE, PAUSE_IMAGE, RealNode, real_node_prerequisites};
 
 /// Everything that can go wrong while starting or driving a test control plane.
 #[derive(Debug, thiserror::Error)]
@@ -117,6 +127,10 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// A real node could not be set up (a host tool missing, a namespace or
+    /// containerd command refused); the message says which and how to fix it.
+    #[error("real node: {0}")]
+    RealNode(String),
     /// The process-wide spawner thread is not available.
     #[error("process spawner unavailable: {0}")]
     Spawner(String),

@@ -42,6 +42,7 @@ async fn liqoctl_peer_with_networking_establishes_the_connection() {
         ControlPlane::start(ControlPlaneOptions {
             workloads: true,
             crd_dirs: Vec::new(),
+            ..Default::default()
         })
         .await
         .unwrap()

@@ -175,6 +175,7 @@ async fn cluster() -> ControlPlane {
     ControlPlane::start(ControlPlaneOptions {
         workloads: false,
         crd_dirs: vec![fluidos_testenv::crds_dir()],
+        ..Default::default()
     })
     .await
     .unwrap()

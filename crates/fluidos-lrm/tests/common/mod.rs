@@ -57,6 +57,7 @@ pub async fn control_plane() -> ControlPlane {
     let cp = ControlPlane::start(ControlPlaneOptions {
         workloads: false,
         crd_dirs: vec![fluidos_testenv::crds_dir()],
+        ..Default::default()
     })
     .await
     .unwrap();

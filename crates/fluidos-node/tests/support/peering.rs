@@ -489,6 +489,7 @@ impl TwoClusters {
         let options = || fluidos_testenv::ControlPlaneOptions {
             workloads: true,
             crd_dirs: vec![fluidos_testenv::crds_dir()],
+            ..Default::default()
         };
         let (provider, consumer) = tokio::join!(
             ControlPlane::start(options()),

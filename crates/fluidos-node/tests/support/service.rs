@@ -46,6 +46,7 @@ impl ServiceStage {
             ControlPlane::start(ControlPlaneOptions {
                 workloads: true,
                 crd_dirs: vec![fluidos_testenv::crds_dir()],
+                ..Default::default()
             })
             .await
             .unwrap()

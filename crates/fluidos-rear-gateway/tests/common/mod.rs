@@ -43,6 +43,7 @@ pub async fn control_plane() -> ControlPlane {
     ControlPlane::start(ControlPlaneOptions {
         workloads: false,
         crd_dirs: vec![fluidos_testenv::crds_dir()],
+        ..Default::default()
     })
     .await
     .expect("control plane")
