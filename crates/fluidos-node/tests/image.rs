@@ -13,9 +13,16 @@
 //! LRM makes of a worker is served over REAR. Nothing in a root is writable by that user,
 //! as with the chart's read-only root file system.
 //!
+//! Then the image itself: built from that binary as the Containerfile lays it
+//! out (an OCI archive, `fluidos_testenv::ImageSpec`), imported into a real
+//! node's containerd, and installed by `helm install` of the chart; every
+//! component runs as a real container and the gateway answers on the node's
+//! address through its NodePort.
+//!
 //! Needs the binary in `FLUIDOS_STATIC_BINARY` (`tools/image/build-static.sh`
 //! prints its path; CI builds it and runs this test), root (for `chroot`)
-//! and `FLUIDOS_HELM_BIN_DIR`; without them it prints `SKIP: ...` and passes
+//! and `FLUIDOS_HELM_BIN_DIR` (the real cluster also the packages of
+//! `tools/node-runtime/install.sh`); without them it prints `SKIP: ...` and passes
 //! (`.ci/run` fails if its own run of this file, after the build, skips).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // in tests a panic is the failure report
@@ -430,4 +437,225 @@ fn spawn_in_root(
     cmd.env("KUBERNETES_SERVICE_HOST", host)
         .env("KUBERNETES_SERVICE_PORT", port);
     (NodeProcess::start(cmd), health_port)
+}
+
+/// The image `deploy/Containerfile` describes, built here from the static
+/// binary: the binary and its links where the Containerfile puts them, the
+/// `nonroot` user distroless/static has, and the CA bundle it ships.
+fn node_image(bin: &Path, layout: &ImageLayout) -> fluidos_testenv::ImageSpec {
+    let binary = layout.binary.trim_start_matches('/');
+    let (dir, name) = binary.rsplit_once('/').unwrap();
+    let mut image = fluidos_testenv::ImageSpec::new(format!("{REAL_IMAGE_REPOSITORY}:{REAL_IMAGE_TAG}"))
+        .executable(binary, bin)
+        .file(
+            "etc/passwd",
+            "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n",
+        )
+        .file("etc/group", "root:x:0:\nnonroot:x:65532:\n")
+        .file(
+            "etc/ssl/certs/ca-certificates.crt",
+            std::fs::read("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default(),
+        )
+        .entrypoint(&[layout.entrypoint.as_str()])
+        .user(&layout.user);
+    for link in &layout.links {
+        image = image.symlink(&format!("{dir}/{link}"), name);
+    }
+    image
+}
+
+const REAL_IMAGE_REPOSITORY: &str = "fluidos.test/fluidos-node";
+const REAL_IMAGE_TAG: &str = "ci";
+
+/// The whole node as an operator installs it: the image above imported into
+/// a real node's containerd, `helm install` of the chart, every component a
+/// real container under the chart's security context, the LRM publishing the
+/// real Node's spare capacity, and the REAR gateway answering on the node's
+/// address through its NodePort, as a peer dials it. `helm uninstall` then
+/// leaves no pod, and the namespace goes.
+#[tokio::test]
+async fn the_image_installed_by_its_chart_runs_in_a_real_cluster() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+    use kube::runtime::wait::{await_condition, conditions};
+
+    let bin = match static_binary() {
+        Ok(bin) => bin,
+        Err(why) => return eprintln!("SKIP: {why}"),
+    };
+    if let Err(e) = fluidos_testenv::real_node_prerequisites() {
+        assert!(std::env::var_os("CI").is_none(), "{e}");
+        return eprintln!("SKIP: {e}");
+    }
+    let Some(helm_bin) = helm::helm_bin() else {
+        return;
+    };
+    let (_, layout) = read_image(&bin);
+    let cp = fluidos_testenv::ControlPlane::start(fluidos_testenv::ControlPlaneOptions {
+        real_node: true,
+        images: vec![node_image(&bin, &layout)],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let node = cp.real_node().unwrap();
+    let node_ip = node.node_ip().to_string();
+    // The node whose resources are sold (the chart's default label).
+    Api::<Node>::all(cp.client())
+        .patch(
+            node.name(),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({
+                "metadata": {"labels": {"node-role.fluidos.eu/resources": "true"}}
+            })),
+        )
+        .await
+        .unwrap();
+
+    let kubeconfig = format!("--kubeconfig={}", cp.kubeconfig_path().display());
+    install_chart(&helm_bin, &kubeconfig, &node_ip, cp.server_url());
+
+    let deployments: Api<Deployment> = Api::namespaced(cp.client(), NS);
+    let pods: Api<Pod> = Api::namespaced(cp.client(), NS);
+    let names: Vec<String> = deployments
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|d| d.metadata.name)
+        .collect();
+    assert_eq!(names.len(), 4, "{names:?}");
+    for name in &names {
+        wait_available(&cp, &deployments, name).await;
+    }
+    for pod in pods.list(&Default::default()).await.unwrap().items {
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.node_name.as_deref(), Some(node.name()));
+        for container in &spec.containers {
+            assert_eq!(
+                container.image.as_deref(),
+                Some(format!("{REAL_IMAGE_REPOSITORY}:{REAL_IMAGE_TAG}").as_str())
+            );
+        }
+    }
+
+    // As a peer dials the gateway: the node's address and the NodePort.
+    let list = format!("http://{node_ip}:30000/api/v2/flavors");
+    let client = reqwest::Client::new();
+    first_flavor(&cp).await;
+    let flavors: Value = client
+        .get(&list)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let flavors = flavors.as_array().unwrap();
+    assert_eq!(flavors.len(), 1, "{flavors:?}");
+    // The real Node's capacity, sold under the identity peers dial back.
+    let flavor = &flavors[0];
+    let cpu = &flavor["type"]["data"]["charateristics"]["cpu"];
+    assert!(cpu.as_str().is_some_and(|c| !c.is_empty()), "{flavor}");
+    assert_eq!(flavor["owner"]["IP"], format!("{node_ip}:30000"), "{flavor}");
+    println!(
+        "real cluster: the chart's 4 components run as containers of {REAL_IMAGE_REPOSITORY}:{REAL_IMAGE_TAG} on {}; REAR at {list} sells {} (cpu {cpu})",
+        node.name(),
+        flavor["flavorID"]
+    );
+
+    helm::helm(
+        &helm_bin,
+        &["uninstall", "fluidos", "--namespace", NS, &kubeconfig],
+    );
+    let namespaces: Api<Namespace> = Api::all(cp.client());
+    namespaces.delete(NS, &Default::default()).await.unwrap();
+    let gone = await_condition(namespaces, NS, conditions::is_deleted(""));
+    tokio::time::timeout(Duration::from_secs(120), gone)
+        .await
+        .expect("the release namespace is stuck Terminating after helm uninstall")
+        .unwrap();
+    cp.stop().await;
+}
+
+/// Waits (watching) until Deployment `name` has rolled out; else fails with
+/// every pod's state and logs and the node's.
+async fn wait_available(
+    cp: &fluidos_testenv::ControlPlane,
+    deployments: &Api<k8s_openapi::api::apps::v1::Deployment>,
+    name: &str,
+) {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::runtime::wait::{await_condition, conditions};
+    let available = await_condition(
+        deployments.clone(),
+        name,
+        conditions::is_deployment_completed(),
+    );
+    if tokio::time::timeout(Duration::from_secs(180), available)
+        .await
+        .is_ok()
+    {
+        return;
+    }
+    let pods: Api<Pod> = Api::namespaced(cp.client(), NS);
+    let mut report = String::new();
+    for pod in pods.list(&Default::default()).await.unwrap().items {
+        let pod_name = pod.metadata.name.clone().unwrap_or_default();
+        let logs = pods
+            .logs(&pod_name, &Default::default())
+            .await
+            .unwrap_or_else(|e| e.to_string());
+        let statuses = pod.status.map(|s| s.container_statuses);
+        report.push_str(&format!("--- {pod_name}: {statuses:?}\n{logs}\n"));
+    }
+    let node = cp.real_node().map(fluidos_testenv::RealNode::log_tail);
+    panic!("Deployment {name} not available:\n{report}\n{node:?}");
+}
+
+/// Waits (watching) for the first Flavor the LRM publishes.
+async fn first_flavor(cp: &fluidos_testenv::ControlPlane) {
+    let flavors: Api<fluidos_api::Flavor> = Api::namespaced(cp.client(), NS);
+    let applied = kube::runtime::WatchStreamExt::applied_objects(kube::runtime::watcher(
+        flavors,
+        kube::runtime::watcher::Config::default(),
+    ));
+    let first = futures::StreamExt::filter_map(applied, |f| async move { f.ok() });
+    futures::pin_mut!(first);
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        futures::StreamExt::next(&mut first),
+    )
+    .await
+    .expect("the LRM published no Flavor of the real node")
+    .unwrap();
+}
+
+/// `helm install` of the chart as an operator would run it on this cluster:
+/// the local image, never pulled; services only (no Liqo here yet); the
+/// node's own address as its identity and the API server peers can reach.
+fn install_chart(helm_bin: &Path, kubeconfig: &str, node_ip: &str, api_server: &str) {
+    let chart = helm::chart_dir();
+    let sets = [
+        format!("image.repository={REAL_IMAGE_REPOSITORY}"),
+        format!("tag={REAL_IMAGE_TAG}"),
+        "pullPolicy=Never".to_owned(),
+        "peering.enabled=false".to_owned(),
+        format!("common.configMaps.nodeIdentity.ip={node_ip}"),
+        format!("apiServer.address={}", api_server),
+    ];
+    let mut install = vec![
+        "install",
+        "fluidos",
+        chart.to_str().unwrap(),
+        "--namespace",
+        NS,
+        "--create-namespace",
+        kubeconfig,
+    ];
+    for set in &sets {
+        install.extend(["--set", set.as_str()]);
+    }
+    helm::helm(helm_bin, &install);
 }

@@ -33,6 +33,7 @@ struct ImageFile {
 enum FileSource {
     Host(PathBuf),
     Bytes(Vec<u8>),
+    Symlink(String),
 }
 
 /// An image to build: a name, its files (one layer) and how it starts.
@@ -78,6 +79,18 @@ impl ImageSpec {
             path_in_image: path_in_image.trim_start_matches('/').to_owned(),
             source: FileSource::Bytes(contents.into()),
             mode: 0o644,
+        });
+        self
+    }
+
+    /// A symbolic link at `path_in_image` pointing at `target` (as written,
+    /// e.g. `fluidos-node` for a link beside its target).
+    #[must_use]
+    pub fn symlink(mut self, path_in_image: &str, target: &str) -> ImageSpec {
+        self.files.push(ImageFile {
+            path_in_image: path_in_image.trim_start_matches('/').to_owned(),
+            source: FileSource::Symlink(target.to_owned()),
+            mode: 0o777,
         });
         self
     }
@@ -210,6 +223,16 @@ impl ImageSpec {
                     .map_err(|e| Error::io("writing an image layer", e))?;
             }
             let bytes = match &file.source {
+                FileSource::Symlink(target) => {
+                    let mut header = tar::Header::new_gnu();
+                    header.set_entry_type(tar::EntryType::Symlink);
+                    header.set_mode(file.mode);
+                    header.set_size(0);
+                    layer
+                        .append_link(&mut header, &file.path_in_image, target)
+                        .map_err(|e| Error::io("writing an image layer", e))?;
+                    continue;
+                }
                 FileSource::Bytes(bytes) => bytes.clone(),
                 FileSource::Host(path) => std::fs::read(path).map_err(|e| {
                     Error::io(
@@ -271,6 +294,7 @@ mod tests {
         let out = dir.path().join("image.tar");
         ImageSpec::new("fluidos.test/hello:2")
             .file("www/index.html", "hi\n")
+            .symlink("www/home.html", "index.html")
             .entrypoint(&["/bin/true"])
             .user("1000")
             .write_archive(&out)
@@ -312,7 +336,7 @@ mod tests {
             .unwrap()
             .map(|e| e.unwrap().path().unwrap().display().to_string())
             .collect();
-        assert_eq!(names, ["www", "www/index.html"]);
+        assert_eq!(names, ["www", "www/index.html", "www/home.html"]);
         assert!(entries.contains_key("oci-layout"));
     }
 }
