@@ -558,7 +558,11 @@ async fn the_image_installed_by_its_chart_runs_in_a_real_cluster() {
     let flavor = &flavors[0];
     let cpu = &flavor["type"]["data"]["charateristics"]["cpu"];
     assert!(cpu.as_str().is_some_and(|c| !c.is_empty()), "{flavor}");
-    assert_eq!(flavor["owner"]["IP"], format!("{node_ip}:30000"), "{flavor}");
+    assert_eq!(
+        flavor["owner"]["IP"],
+        format!("{node_ip}:30000"),
+        "{flavor}"
+    );
     println!(
         "real cluster: the chart's 4 components run as containers of {REAL_IMAGE_REPOSITORY}:{REAL_IMAGE_TAG} on {}; REAR at {list} sells {} (cpu {cpu})",
         node.name(),
