@@ -41,111 +41,11 @@ mod support;
 
 use fluidos_testenv::fixtures;
 use support::helm;
+use support::image::{
+    ImageLayout, REAL_IMAGE_REPOSITORY, REAL_IMAGE_TAG, image_layout, read_image, static_binary,
+};
+use support::real_cluster;
 use support::{NS, NodeProcess, cluster, eventually, free_port};
-
-/// What `deploy/Containerfile` puts in the image, read from the file itself
-/// so that this test follows it.
-#[derive(Debug, PartialEq, Eq)]
-struct ImageLayout {
-    /// Where the build context holds the binary
-    /// (`tools/image/build-static.sh` puts it there).
-    source: String,
-    /// Where the binary lands, e.g. `/usr/bin/fluidos-node`.
-    binary: String,
-    /// The names linked to it in the same directory (the Go binaries').
-    links: Vec<String>,
-    /// `USER`, as `uid:gid`.
-    user: String,
-    /// `ENTRYPOINT`'s program.
-    entrypoint: String,
-}
-
-/// Reads the layout out of the Containerfile's text.
-fn image_layout(containerfile: &str) -> ImageLayout {
-    let lines: Vec<&str> = containerfile
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.starts_with('#'))
-        .collect();
-    let copy: Vec<&str> = lines
-        .iter()
-        .find(|l| l.starts_with("COPY target/"))
-        .expect("a `COPY target/... /out/...` line")
-        .split_whitespace()
-        .collect();
-    let source = copy[1].to_owned();
-    let binary = copy[2]
-        .strip_prefix("/out")
-        .expect("the links stage copies into /out")
-        .to_owned();
-    let links = lines
-        .iter()
-        .find_map(|l| l.strip_prefix("for name in "))
-        .and_then(|rest| rest.split(';').next())
-        .expect("a `for name in ...;` line")
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect();
-    let user = lines
-        .iter()
-        .rev()
-        .find_map(|l| l.strip_prefix("USER "))
-        .expect("a USER line")
-        .trim()
-        .to_owned();
-    let entrypoint = lines
-        .iter()
-        .find_map(|l| l.strip_prefix("ENTRYPOINT "))
-        .and_then(|json| serde_json::from_str::<Vec<String>>(json).ok())
-        .and_then(|argv| argv.into_iter().next())
-        .expect("an ENTRYPOINT in exec form");
-    ImageLayout {
-        source,
-        binary,
-        links,
-        user,
-        entrypoint,
-    }
-}
-
-/// Whether an ELF file asks for a program interpreter (a dynamic loader),
-/// which an image without libc does not have.
-fn has_interpreter(elf: &[u8]) -> bool {
-    const PT_INTERP: u32 = 3;
-    assert_eq!(&elf[..4], b"\x7fELF", "not an ELF file");
-    assert_eq!(elf[4], 2, "not a 64-bit ELF file");
-    let u16_at = |o: usize| u16::from_le_bytes([elf[o], elf[o + 1]]);
-    let u32_at = |o: usize| u32::from_le_bytes(elf[o..o + 4].try_into().unwrap());
-    let u64_at = |o: usize| u64::from_le_bytes(elf[o..o + 8].try_into().unwrap());
-    let phoff = usize::try_from(u64_at(0x20)).unwrap();
-    let (phentsize, phnum) = (usize::from(u16_at(0x36)), usize::from(u16_at(0x38)));
-    (0..phnum).any(|i| u32_at(phoff + i * phentsize) == PT_INTERP)
-}
-
-/// The static binary to check, or why this run cannot.
-fn static_binary() -> Result<PathBuf, String> {
-    // CI runs this file a second time once the binary is built, and checks
-    // that it did not skip then.
-    let Some(bin) = std::env::var_os("FLUIDOS_STATIC_BINARY") else {
-        return Err(
-            "FLUIDOS_STATIC_BINARY is unset (tools/image/build-static.sh prints the path)".into(),
-        );
-    };
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let root = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|ids| ids.split_whitespace().nth(1))
-        == Some("0");
-    if !root {
-        return Err("chroot needs root".into());
-    }
-    // Relative to the workspace, where CI and the docs run it from (a test
-    // runs in its package's directory).
-    Ok(Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join(bin))
-}
 
 /// Creates `path` (and its parents) in the root, owned by root and
 /// readable by anyone, as an image layer's directories are.
@@ -294,43 +194,6 @@ async fn the_static_binary_runs_the_chart_from_an_empty_root_as_the_image_user()
     }
 }
 
-/// The binary, checked static, and the Containerfile's layout.
-fn read_image(bin: &Path) -> (Vec<u8>, ImageLayout) {
-    let elf = std::fs::read(bin).unwrap();
-    assert!(
-        !has_interpreter(&elf),
-        "{} asks for a dynamic loader: not a static binary",
-        bin.display()
-    );
-    println!(
-        "static binary: {} bytes ({} MiB)",
-        elf.len(),
-        elf.len() >> 20
-    );
-    let containerfile = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/Containerfile"),
-    )
-    .unwrap();
-    let layout = image_layout(&containerfile);
-    // The glibc fallback (no musl build on this machine) lands elsewhere:
-    // noted by hand, refused in CI, which must check the image's binary.
-    if !bin.ends_with(&layout.source) {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{} is not the Containerfile's {}",
-            bin.display(),
-            layout.source
-        );
-        println!(
-            "NOTE: {} is not the Containerfile's {}",
-            bin.display(),
-            layout.source
-        );
-    }
-
-    (elf, layout)
-}
-
 /// A pod's root for `component`: the image's files laid out as the
 /// Containerfile says, and what Kubernetes mounts into a pod of the chart's
 /// ServiceAccount for it (a token, the cluster's CA, the namespace).
@@ -439,34 +302,6 @@ fn spawn_in_root(
     (NodeProcess::start(cmd), health_port)
 }
 
-/// The image `deploy/Containerfile` describes, built here from the static
-/// binary: the binary and its links where the Containerfile puts them, the
-/// `nonroot` user distroless/static has, and the CA bundle it ships.
-fn node_image(bin: &Path, layout: &ImageLayout) -> fluidos_testenv::ImageSpec {
-    let binary = layout.binary.trim_start_matches('/');
-    let (dir, name) = binary.rsplit_once('/').unwrap();
-    let mut image = fluidos_testenv::ImageSpec::new(format!("{REAL_IMAGE_REPOSITORY}:{REAL_IMAGE_TAG}"))
-        .executable(binary, bin)
-        .file(
-            "etc/passwd",
-            "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n",
-        )
-        .file("etc/group", "root:x:0:\nnonroot:x:65532:\n")
-        .file(
-            "etc/ssl/certs/ca-certificates.crt",
-            std::fs::read("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default(),
-        )
-        .entrypoint(&[layout.entrypoint.as_str()])
-        .user(&layout.user);
-    for link in &layout.links {
-        image = image.symlink(&format!("{dir}/{link}"), name);
-    }
-    image
-}
-
-const REAL_IMAGE_REPOSITORY: &str = "fluidos.test/fluidos-node";
-const REAL_IMAGE_TAG: &str = "ci";
-
 /// The whole node as an operator installs it: the image above imported into
 /// a real node's containerd, `helm install` of the chart, every component a
 /// real container under the chart's security context, the LRM publishing the
@@ -475,8 +310,7 @@ const REAL_IMAGE_TAG: &str = "ci";
 /// leaves no pod, and the namespace goes.
 #[tokio::test]
 async fn the_image_installed_by_its_chart_runs_in_a_real_cluster() {
-    use k8s_openapi::api::apps::v1::Deployment;
-    use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+    use k8s_openapi::api::core::v1::{Namespace, Pod};
     use kube::runtime::wait::{await_condition, conditions};
 
     let bin = match static_binary() {
@@ -491,44 +325,12 @@ async fn the_image_installed_by_its_chart_runs_in_a_real_cluster() {
         return;
     };
     let (_, layout) = read_image(&bin);
-    let cp = fluidos_testenv::ControlPlane::start(fluidos_testenv::ControlPlaneOptions {
-        real_node: true,
-        images: vec![node_image(&bin, &layout)],
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let cp = real_cluster::start(&bin, &layout, Vec::new()).await;
     let node = cp.real_node().unwrap();
     let node_ip = node.node_ip().to_string();
-    // The node whose resources are sold (the chart's default label).
-    Api::<Node>::all(cp.client())
-        .patch(
-            node.name(),
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(serde_json::json!({
-                "metadata": {"labels": {"node-role.fluidos.eu/resources": "true"}}
-            })),
-        )
-        .await
-        .unwrap();
-
-    let kubeconfig = format!("--kubeconfig={}", cp.kubeconfig_path().display());
-    install_chart(&helm_bin, &kubeconfig, &node_ip, cp.server_url());
-
-    let deployments: Api<Deployment> = Api::namespaced(cp.client(), NS);
+    real_cluster::sell_node(&cp).await;
+    real_cluster::install_chart(&helm_bin, &cp, &[]).await;
     let pods: Api<Pod> = Api::namespaced(cp.client(), NS);
-    let names: Vec<String> = deployments
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|d| d.metadata.name)
-        .collect();
-    assert_eq!(names.len(), 4, "{names:?}");
-    for name in &names {
-        wait_available(&cp, &deployments, name).await;
-    }
     for pod in pods.list(&Default::default()).await.unwrap().items {
         let spec = pod.spec.unwrap();
         assert_eq!(spec.node_name.as_deref(), Some(node.name()));
@@ -543,7 +345,7 @@ async fn the_image_installed_by_its_chart_runs_in_a_real_cluster() {
     // As a peer dials the gateway: the node's address and the NodePort.
     let list = format!("http://{node_ip}:30000/api/v2/flavors");
     let client = reqwest::Client::new();
-    first_flavor(&cp).await;
+    real_cluster::first_flavor(&cp).await;
     let flavors: Value = client
         .get(&list)
         .send()
@@ -569,6 +371,7 @@ async fn the_image_installed_by_its_chart_runs_in_a_real_cluster() {
         flavor["flavorID"]
     );
 
+    let kubeconfig = real_cluster::kubeconfig_flag(&cp);
     helm::helm(
         &helm_bin,
         &["uninstall", "fluidos", "--namespace", NS, &kubeconfig],
@@ -581,85 +384,4 @@ async fn the_image_installed_by_its_chart_runs_in_a_real_cluster() {
         .expect("the release namespace is stuck Terminating after helm uninstall")
         .unwrap();
     cp.stop().await;
-}
-
-/// Waits (watching) until Deployment `name` has rolled out; else fails with
-/// every pod's state and logs and the node's.
-async fn wait_available(
-    cp: &fluidos_testenv::ControlPlane,
-    deployments: &Api<k8s_openapi::api::apps::v1::Deployment>,
-    name: &str,
-) {
-    use k8s_openapi::api::core::v1::Pod;
-    use kube::runtime::wait::{await_condition, conditions};
-    let available = await_condition(
-        deployments.clone(),
-        name,
-        conditions::is_deployment_completed(),
-    );
-    if tokio::time::timeout(Duration::from_secs(180), available)
-        .await
-        .is_ok()
-    {
-        return;
-    }
-    let pods: Api<Pod> = Api::namespaced(cp.client(), NS);
-    let mut report = String::new();
-    for pod in pods.list(&Default::default()).await.unwrap().items {
-        let pod_name = pod.metadata.name.clone().unwrap_or_default();
-        let logs = pods
-            .logs(&pod_name, &Default::default())
-            .await
-            .unwrap_or_else(|e| e.to_string());
-        let statuses = pod.status.map(|s| s.container_statuses);
-        report.push_str(&format!("--- {pod_name}: {statuses:?}\n{logs}\n"));
-    }
-    let node = cp.real_node().map(fluidos_testenv::RealNode::log_tail);
-    panic!("Deployment {name} not available:\n{report}\n{node:?}");
-}
-
-/// Waits (watching) for the first Flavor the LRM publishes.
-async fn first_flavor(cp: &fluidos_testenv::ControlPlane) {
-    let flavors: Api<fluidos_api::Flavor> = Api::namespaced(cp.client(), NS);
-    let applied = kube::runtime::WatchStreamExt::applied_objects(kube::runtime::watcher(
-        flavors,
-        kube::runtime::watcher::Config::default(),
-    ));
-    let first = futures::StreamExt::filter_map(applied, |f| async move { f.ok() });
-    futures::pin_mut!(first);
-    tokio::time::timeout(
-        Duration::from_secs(60),
-        futures::StreamExt::next(&mut first),
-    )
-    .await
-    .expect("the LRM published no Flavor of the real node")
-    .unwrap();
-}
-
-/// `helm install` of the chart as an operator would run it on this cluster:
-/// the local image, never pulled; services only (no Liqo here yet); the
-/// node's own address as its identity and the API server peers can reach.
-fn install_chart(helm_bin: &Path, kubeconfig: &str, node_ip: &str, api_server: &str) {
-    let chart = helm::chart_dir();
-    let sets = [
-        format!("image.repository={REAL_IMAGE_REPOSITORY}"),
-        format!("tag={REAL_IMAGE_TAG}"),
-        "pullPolicy=Never".to_owned(),
-        "peering.enabled=false".to_owned(),
-        format!("common.configMaps.nodeIdentity.ip={node_ip}"),
-        format!("apiServer.address={}", api_server),
-    ];
-    let mut install = vec![
-        "install",
-        "fluidos",
-        chart.to_str().unwrap(),
-        "--namespace",
-        NS,
-        "--create-namespace",
-        kubeconfig,
-    ];
-    for set in &sets {
-        install.extend(["--set", set.as_str()]);
-    }
-    helm::helm(helm_bin, &install);
 }

@@ -16,7 +16,9 @@
 //! | scratch directory | `/var/tmp/fluidos-testenv/node-N` |
 //!
 //! The kube-apiserver of the node's cluster listens on the host end, so the
-//! kubelet, and pods through the namespace's default route, reach it.
+//! kubelet, and pods through the namespace's default route, reach it. The
+//! host forwards between slots (IPv4 forwarding is turned on), so pods of
+//! one cluster reach another cluster's node address, as across a network.
 
 use std::fs::File;
 use std::net::Ipv4Addr;
@@ -139,6 +141,9 @@ impl NodeSlot {
         ])?;
         // The host reaches pods directly (tests connect to pod addresses).
         ip(&["route", "add", &pod_cidr, "via", &node_ip])?;
+        // And routes between slots: one cluster's pods reach another's node
+        // (a NodePort, a REAR gateway) as across a real network.
+        enable_host_forwarding()?;
         Ok(())
     }
 
@@ -225,6 +230,16 @@ impl Drop for NodeSlot {
             let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
         }
     }
+}
+
+/// Turns on IPv4 forwarding in the host's namespace (idempotent; left on, as
+/// a container host has it).
+fn enable_host_forwarding() -> Result<(), Error> {
+    const KEY: &str = "/proc/sys/net/ipv4/ip_forward";
+    if std::fs::read_to_string(KEY).is_ok_and(|v| v.trim() == "1") {
+        return Ok(());
+    }
+    std::fs::write(KEY, "1").map_err(|e| Error::io(format!("writing {KEY}"), e))
 }
 
 /// Runs `ip ARGS`, failing with its stderr.

@@ -5,7 +5,9 @@
 #![allow(dead_code)]
 
 pub mod helm;
+pub mod image;
 pub mod peering;
+pub mod real_cluster;
 pub mod service;
 
 use std::process::Stdio;
