@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Liqo binaries the tests run as local processes
-# (liqo-controller-manager, crd-replicator, webhook, virtual-kubelet, liqoctl)
+# (liqo-controller-manager, crd-replicator, webhook, virtual-kubelet, liqoctl),
+# and the uninstaller Liqo's chart runs as its pre-delete hook,
 # from the Go module proxy, once per Liqo version, into a cache outside the repo.
 #
 # Besides the binaries, the output directory holds `liqo-module-dir`: the
@@ -59,6 +60,9 @@ build crd-replicator github.com/liqotech/liqo/cmd/crd-replicator
 # template, which the VirtualNode controller dereferences.
 build webhook github.com/liqotech/liqo/cmd/webhook
 build virtual-kubelet github.com/liqotech/liqo/cmd/virtual-kubelet
+# Liqo's chart runs it as its pre-delete hook (real-node clusters install
+# Liqo by its chart, fluidos_testenv::liqo_images).
+build uninstaller github.com/liqotech/liqo/cmd/uninstaller
 # Upstream's release build stamps liqoctl's version the same way.
 build liqoctl github.com/liqotech/liqo/cmd/liqoctl \
   "-X github.com/liqotech/liqo/pkg/liqoctl/version.LiqoctlVersion=$LIQO_VERSION"

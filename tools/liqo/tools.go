@@ -7,6 +7,7 @@ import (
 	_ "github.com/liqotech/liqo/cmd/crd-replicator"
 	_ "github.com/liqotech/liqo/cmd/liqo-controller-manager"
 	_ "github.com/liqotech/liqo/cmd/liqoctl"
+	_ "github.com/liqotech/liqo/cmd/uninstaller"
 	_ "github.com/liqotech/liqo/cmd/virtual-kubelet"
 	_ "github.com/liqotech/liqo/cmd/webhook"
 )

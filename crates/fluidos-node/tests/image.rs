@@ -44,7 +44,7 @@ use support::helm;
 use support::image::{
     ImageLayout, REAL_IMAGE_REPOSITORY, REAL_IMAGE_TAG, image_layout, read_image, static_binary,
 };
-use support::real_cluster;
+use support::real_cluster::{self, Prerequisites};
 use support::{NS, NodeProcess, cluster, eventually, free_port};
 
 /// Creates `path` (and its parents) in the root, owned by root and
@@ -313,23 +313,19 @@ async fn the_image_installed_by_its_chart_runs_in_a_real_cluster() {
     use k8s_openapi::api::core::v1::{Namespace, Pod};
     use kube::runtime::wait::{await_condition, conditions};
 
-    let bin = match static_binary() {
-        Ok(bin) => bin,
-        Err(why) => return eprintln!("SKIP: {why}"),
-    };
-    if let Err(e) = fluidos_testenv::real_node_prerequisites() {
-        assert!(std::env::var_os("CI").is_none(), "{e}");
-        return eprintln!("SKIP: {e}");
-    }
-    let Some(helm_bin) = helm::helm_bin() else {
+    let Some(Prerequisites {
+        bin,
+        layout,
+        helm_bin,
+    }) = real_cluster::prerequisites()
+    else {
         return;
     };
-    let (_, layout) = read_image(&bin);
     let cp = real_cluster::start(&bin, &layout, Vec::new()).await;
     let node = cp.real_node().unwrap();
     let node_ip = node.node_ip().to_string();
     real_cluster::sell_node(&cp).await;
-    real_cluster::install_chart(&helm_bin, &cp, &[]).await;
+    real_cluster::install_chart(&helm_bin, &cp, &["peering.enabled=false".to_owned()]).await;
     let pods: Api<Pod> = Api::namespaced(cp.client(), NS);
     for pod in pods.list(&Default::default()).await.unwrap().items {
         let spec = pod.spec.unwrap();

@@ -25,15 +25,15 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use fluidos_api::{Flavor, ServiceBlueprint, Solver};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Api;
 use kube::api::PostParams;
 use kube::runtime::wait::await_condition;
 
 mod support;
 
-use support::image::{read_image, static_binary};
-use support::{NS, helm, real_cluster};
+use support::real_cluster::Prerequisites;
+use support::{NS, real_cluster};
 
 /// A test blueprint: a key-value page over HTTP behind basic auth, whose
 /// user and password are the sale's credentials (the blueprint's Secret),
@@ -207,45 +207,6 @@ async fn fetch(
     kubectl.output().unwrap()
 }
 
-/// The provider's chart (its node sold), then the consumer's, pinned to the
-/// provider's address and key as the provider's NOTES tell its operator.
-async fn install_both(
-    helm_bin: &std::path::Path,
-    provider: &fluidos_testenv::ControlPlane,
-    consumer: &fluidos_testenv::ControlPlane,
-) {
-    let provider_ip = provider.real_node().unwrap().node_ip().to_string();
-    real_cluster::sell_node(provider).await;
-    real_cluster::install_chart(helm_bin, provider, &[]).await;
-    let fingerprints: Api<ConfigMap> = Api::namespaced(provider.client(), NS);
-    let has_fingerprint = |cm: Option<&ConfigMap>| {
-        cm.and_then(|c| c.data.as_ref())
-            .is_some_and(|d| d.contains_key("fingerprint"))
-    };
-    let fingerprint = tokio::time::timeout(
-        Duration::from_secs(60),
-        await_condition(
-            fingerprints,
-            "fluidos-node-rear-fingerprint",
-            has_fingerprint,
-        ),
-    )
-    .await
-    .expect("the provider published no REAR fingerprint")
-    .unwrap()
-    .and_then(|cm| cm.data)
-    .and_then(|mut d| d.remove("fingerprint"))
-    .unwrap();
-    real_cluster::install_chart(
-        helm_bin,
-        consumer,
-        &[format!(
-            "rearManager.peers={{{provider_ip}:30000#{fingerprint}}}"
-        )],
-    )
-    .await;
-}
-
 /// A client pod on the consumer's cluster connects to the delivered endpoint:
 /// answered with the delivered credentials, refused with a wrong password.
 async fn connect_as_buyer(
@@ -291,18 +252,14 @@ async fn connect_as_buyer(
 
 #[tokio::test]
 async fn a_service_bought_between_two_real_clusters_answers_its_buyer() {
-    let bin = match static_binary() {
-        Ok(bin) => bin,
-        Err(why) => return eprintln!("SKIP: {why}"),
-    };
-    if let Err(e) = fluidos_testenv::real_node_prerequisites() {
-        assert!(std::env::var_os("CI").is_none(), "{e}");
-        return eprintln!("SKIP: {e}");
-    }
-    let Some(helm_bin) = helm::helm_bin() else {
+    let Some(Prerequisites {
+        bin,
+        layout,
+        helm_bin,
+    }) = real_cluster::prerequisites()
+    else {
         return;
     };
-    let (_, layout) = read_image(&bin);
     let started = Instant::now();
     let (provider, consumer) = tokio::join!(
         real_cluster::start(&bin, &layout, Vec::new()),
@@ -311,7 +268,8 @@ async fn a_service_bought_between_two_real_clusters_answers_its_buyer() {
     let clusters_up = started.elapsed();
     let provider_ip = provider.real_node().unwrap().node_ip().to_string();
 
-    install_both(&helm_bin, &provider, &consumer).await;
+    let no_liqo = ["peering.enabled=false".to_owned()];
+    real_cluster::install_pair(&helm_bin, &provider, &consumer, &no_liqo).await;
     let installed = started.elapsed();
 
     Api::<ServiceBlueprint>::namespaced(provider.client(), NS)

@@ -31,7 +31,8 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// How long `stop` lets a process shut down after SIGTERM.
 const STOP_GRACE: Duration = Duration::from_secs(5);
-const SERVICE_CLUSTER_IP_RANGE: &str = "10.0.0.0/24";
+/// `--service-cluster-ip-range` of every test control plane.
+pub const SERVICE_CLUSTER_IP_RANGE: &str = "10.0.0.0/24";
 const ADMIN_USER: &str = "fluidos-testenv-admin";
 
 /// What to start besides etcd and kube-apiserver.
@@ -285,6 +286,11 @@ fn apiserver_args(
             ),
             flag("kubelet-client-key", files.kubelet_client_key.display()),
             flag("kubelet-preferred-address-types", "InternalIP"),
+            // kube-apiserver runs on the host, where no kube-proxy programs
+            // Service addresses (the node's runs in its namespace), and two
+            // clusters share one Service range: webhooks and aggregated APIs
+            // are called at their pods' addresses, which the host routes.
+            flag("enable-aggregator-routing", true),
         ]);
     }
     if !workloads {

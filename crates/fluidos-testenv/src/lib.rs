@@ -25,6 +25,7 @@ pub mod fixtures;
 pub mod go_rear_standin;
 mod kubeconfig;
 pub mod liqo;
+mod liqo_chart;
 pub mod liqo_gateway;
 mod node_slot;
 mod oci_image;
@@ -38,8 +39,9 @@ mod versions;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use control_plane::{ControlPlane, ControlPlaneOptions};
+pub use control_plane::{ControlPlane, ControlPlaneOptions, SERVICE_CLUSTER_IP_RANGE};
 pub use liqo::{Liqo, LiqoBinaries, LiqoOptions};
+pub use liqo_chart::{LIQO_CHART_COMPONENTS, liqo_version};
 pub use oci_image::ImageSpec;
 pub use real_node::{BUSYBOX_IMAGE, PAUSE_IMAGE, RealNode, real_node_prerequisites};
 

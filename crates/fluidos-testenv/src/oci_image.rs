@@ -34,6 +34,7 @@ enum FileSource {
     Host(PathBuf),
     Bytes(Vec<u8>),
     Symlink(String),
+    Directory,
 }
 
 /// An image to build: a name, its files (one layer) and how it starts.
@@ -91,6 +92,18 @@ impl ImageSpec {
             path_in_image: path_in_image.trim_start_matches('/').to_owned(),
             source: FileSource::Symlink(target.to_owned()),
             mode: 0o777,
+        });
+        self
+    }
+
+    /// An empty directory at `path_in_image` with `mode` (e.g. `0o1777` for
+    /// a `/tmp` any user may write, as base images have).
+    #[must_use]
+    pub fn directory(mut self, path_in_image: &str, mode: u32) -> ImageSpec {
+        self.files.push(ImageFile {
+            path_in_image: path_in_image.trim_matches('/').to_owned(),
+            source: FileSource::Directory,
+            mode,
         });
         self
     }
@@ -223,6 +236,16 @@ impl ImageSpec {
                     .map_err(|e| Error::io("writing an image layer", e))?;
             }
             let bytes = match &file.source {
+                FileSource::Directory => {
+                    let mut header = tar::Header::new_gnu();
+                    header.set_entry_type(tar::EntryType::Directory);
+                    header.set_mode(file.mode);
+                    header.set_size(0);
+                    layer
+                        .append_data(&mut header, &file.path_in_image, std::io::empty())
+                        .map_err(|e| Error::io("writing an image layer", e))?;
+                    continue;
+                }
                 FileSource::Symlink(target) => {
                     let mut header = tar::Header::new_gnu();
                     header.set_entry_type(tar::EntryType::Symlink);
@@ -295,6 +318,7 @@ mod tests {
         ImageSpec::new("fluidos.test/hello:2")
             .file("www/index.html", "hi\n")
             .symlink("www/home.html", "index.html")
+            .directory("tmp", 0o1777)
             .entrypoint(&["/bin/true"])
             .user("1000")
             .write_archive(&out)
@@ -336,7 +360,7 @@ mod tests {
             .unwrap()
             .map(|e| e.unwrap().path().unwrap().display().to_string())
             .collect();
-        assert_eq!(names, ["www", "www/index.html", "www/home.html"]);
+        assert_eq!(names, ["www", "www/index.html", "www/home.html", "tmp"]);
         assert!(entries.contains_key("oci-layout"));
     }
 }

@@ -487,6 +487,10 @@ fn cni_conflist(pod_cidr: &str, ipam_dir: &Path) -> String {
 /// the node's business), client certificates from the cluster CA (kube-apiserver
 /// for `logs`/`exec`) authorized by SubjectAccessReview.
 fn kubelet_config_yaml(slot: &NodeSlot, socket: &Path, ca_cert: &Path) -> String {
+    // Its own pod log directory: a kubelet removes the log directories of
+    // pods it does not know, so two kubelets sharing /var/log/pods delete
+    // each other's logs.
+    let pod_logs = slot.dir().join("pod-logs");
     format!(
         "apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -514,7 +518,9 @@ imageGCHighThresholdPercent: 100
 evictionHard: {{}}
 serializeImagePulls: false
 localStorageCapacityIsolation: false
+podLogsDir: {pod_logs}
 ",
+        pod_logs = pod_logs.display(),
         socket = socket.display(),
         node_ip = slot.node_ip(),
         ca = ca_cert.display(),

@@ -1,18 +1,57 @@
 //! A real cluster (`fluidos_testenv::RealNode`) with the fluidos-node
 //! image imported, and the chart installed on it as an operator would.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fluidos_testenv::{ControlPlane, ControlPlaneOptions, ImageSpec};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
+use kube::runtime::wait::await_condition;
 
 use super::NS;
 use super::helm;
-use super::image::{ImageLayout, REAL_IMAGE_REPOSITORY, REAL_IMAGE_TAG, node_image};
+use super::image::{
+    ImageLayout, REAL_IMAGE_REPOSITORY, REAL_IMAGE_TAG, node_image, read_image, static_binary,
+};
+
+/// What a test on real clusters with the image needs.
+pub struct Prerequisites {
+    /// The static binary the image is made of.
+    pub bin: PathBuf,
+    /// `deploy/Containerfile`'s layout.
+    pub layout: ImageLayout,
+    /// The helm binary.
+    pub helm_bin: PathBuf,
+}
+
+/// The static binary, root and the real-node packages, and helm; `None`
+/// after printing `SKIP: ...` where one is missing (outside CI for the
+/// packages and helm; the binary is built only for CI's second run, which
+/// `.ci/run` checks did not skip).
+pub fn prerequisites() -> Option<Prerequisites> {
+    let bin = match static_binary() {
+        Ok(bin) => bin,
+        Err(why) => {
+            eprintln!("SKIP: {why}");
+            return None;
+        }
+    };
+    if let Err(e) = fluidos_testenv::real_node_prerequisites() {
+        assert!(std::env::var_os("CI").is_none(), "{e}");
+        eprintln!("SKIP: {e}");
+        return None;
+    }
+    let helm_bin = helm::helm_bin()?;
+    let (_, layout) = read_image(&bin);
+    Some(Prerequisites {
+        bin,
+        layout,
+        helm_bin,
+    })
+}
 
 /// `--kubeconfig=<admin>` of `cp`, for helm.
 pub fn kubeconfig_flag(cp: &ControlPlane) -> String {
@@ -32,7 +71,6 @@ pub async fn install_chart(helm_bin: &Path, cp: &ControlPlane, extra_sets: &[Str
         format!("image.repository={REAL_IMAGE_REPOSITORY}"),
         format!("tag={REAL_IMAGE_TAG}"),
         "pullPolicy=Never".to_owned(),
-        "peering.enabled=false".to_owned(),
         format!("common.configMaps.nodeIdentity.ip={}", node.node_ip()),
         format!("apiServer.address={}", cp.server_url()),
     ];
@@ -63,6 +101,51 @@ pub async fn install_chart(helm_bin: &Path, cp: &ControlPlane, extra_sets: &[Str
     for name in &names {
         wait_available(cp, &deployments, name).await;
     }
+}
+
+/// The provider's chart (its node sold), then the consumer's, pinned to the
+/// provider's address and key as the provider's NOTES tell its operator;
+/// `extra_sets` on both.
+pub async fn install_pair(
+    helm_bin: &Path,
+    provider: &ControlPlane,
+    consumer: &ControlPlane,
+    extra_sets: &[String],
+) {
+    let provider_ip = provider.real_node().unwrap().node_ip().to_string();
+    sell_node(provider).await;
+    install_chart(helm_bin, provider, extra_sets).await;
+    let fingerprints: Api<ConfigMap> = Api::namespaced(provider.client(), NS);
+    let has_fingerprint = |cm: Option<&ConfigMap>| {
+        cm.and_then(|c| c.data.as_ref())
+            .is_some_and(|d| d.contains_key("fingerprint"))
+    };
+    let fingerprint = tokio::time::timeout(
+        Duration::from_secs(60),
+        await_condition(
+            fingerprints,
+            "fluidos-node-rear-fingerprint",
+            has_fingerprint,
+        ),
+    )
+    .await
+    .expect("the provider published no REAR fingerprint")
+    .unwrap()
+    .and_then(|cm| cm.data)
+    .and_then(|mut d| d.remove("fingerprint"))
+    .unwrap();
+    install_chart(
+        helm_bin,
+        consumer,
+        &[
+            extra_sets,
+            &[format!(
+                "rearManager.peers={{{provider_ip}:30000#{fingerprint}}}"
+            )],
+        ]
+        .concat(),
+    )
+    .await;
 }
 
 /// Starts a cluster with one real node and the fluidos-node image built
@@ -97,9 +180,15 @@ pub async fn sell_node(cp: &ControlPlane) {
 
 /// Waits (watching) until Deployment `name` has rolled out; else fails with
 /// every pod's state and logs and the node's.
-pub async fn wait_available(
-    cp: &fluidos_testenv::ControlPlane,
+pub async fn wait_available(cp: &ControlPlane, deployments: &Api<Deployment>, name: &str) {
+    wait_available_in(cp, deployments, NS, name).await;
+}
+
+/// [`wait_available`] in namespace `ns`.
+pub async fn wait_available_in(
+    cp: &ControlPlane,
     deployments: &Api<Deployment>,
+    ns: &str,
     name: &str,
 ) {
     use k8s_openapi::api::core::v1::Pod;
@@ -115,7 +204,7 @@ pub async fn wait_available(
     {
         return;
     }
-    let pods: Api<Pod> = Api::namespaced(cp.client(), NS);
+    let pods: Api<Pod> = Api::namespaced(cp.client(), ns);
     let mut report = String::new();
     for pod in pods.list(&Default::default()).await.unwrap().items {
         let pod_name = pod.metadata.name.clone().unwrap_or_default();
@@ -164,6 +253,57 @@ where
         .unwrap()
 }
 
+/// What an operator would look at when a real cluster is stuck: the FLUIDOS
+/// and Liqo objects, every pod, and the logs of the release's components.
+pub async fn dump(cp: &ControlPlane, side: &str) -> String {
+    let mut out = format!("===== {side} =====\n");
+    let run = |args: &[&str]| {
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        async move {
+            let mut kubectl = cp.kubectl().await.unwrap();
+            kubectl.args(&args);
+            let o = kubectl.output().unwrap();
+            format!(
+                "$ kubectl {}\n{}{}\n",
+                args.join(" "),
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            )
+        }
+    };
+    out += &run(&["get", "pods", "-A", "-o", "wide"]).await;
+    out += &run(&[
+        "get",
+        "solvers,allocations,contracts,reservations",
+        "-A",
+        "-o",
+        "yaml",
+    ])
+    .await;
+    out += &run(&[
+        "get",
+        "foreignclusters,virtualnodes,resourceslices,tenants,namespaceoffloadings",
+        "-A",
+        "-o",
+        "yaml",
+    ])
+    .await;
+    out += &run(&["get", "events", "-A", "--sort-by=.lastTimestamp"]).await;
+    for component in ["rear-manager", "rear-gateway"] {
+        let selector = format!("app.kubernetes.io/component={component}");
+        out += &run(&["-n", NS, "logs", "-l", &selector, "--tail=80"]).await;
+    }
+    out += &run(&[
+        "-n",
+        "liqo",
+        "logs",
+        "deployment/liqo-controller-manager",
+        "--tail=80",
+    ])
+    .await;
+    out
+}
+
 /// Waits (watching) for the first Flavor the LRM publishes.
 pub async fn first_flavor(cp: &ControlPlane) -> fluidos_api::Flavor {
     let flavors: Api<fluidos_api::Flavor> = Api::namespaced(cp.client(), NS);
@@ -175,4 +315,85 @@ pub async fn first_flavor(cp: &ControlPlane) -> fluidos_api::Flavor {
         |_| true,
     )
     .await
+}
+
+/// `helm install` of Liqo's own chart on this real cluster, as its docs
+/// give it with networking disabled (no WireGuard or Geneve in this kernel),
+/// and the metric agent, proxy and telemetry off (each needs an image of
+/// its own); the images are the local ones (`LiqoBinaries::chart_images`,
+/// imported at the cluster's start), never pulled. Waits until it rolled out.
+pub async fn install_liqo(
+    helm_bin: &Path,
+    cp: &ControlPlane,
+    liqo: &fluidos_testenv::LiqoBinaries,
+    cluster_id: &str,
+) {
+    let chart = liqo.chart_dir();
+    let kubeconfig = kubeconfig_flag(cp);
+    let sets = [
+        format!("tag={}", fluidos_testenv::liqo_version().unwrap()),
+        "pullPolicy=Never".to_owned(),
+        "networking.enabled=false".to_owned(),
+        "metricAgent.enabled=false".to_owned(),
+        "proxy.enabled=false".to_owned(),
+        "telemetry.enabled=false".to_owned(),
+        format!("discovery.config.clusterID={cluster_id}"),
+        // What `liqoctl install` finds out by itself.
+        format!(
+            "ipam.podCIDR={}",
+            cp.real_node().expect("a real node").pod_cidr()
+        ),
+        format!(
+            "ipam.serviceCIDR={}",
+            fluidos_testenv::SERVICE_CLUSTER_IP_RANGE
+        ),
+        format!("apiServer.address={}", cp.server_url()),
+    ];
+    let mut install = vec![
+        "install",
+        "liqo",
+        chart.to_str().unwrap(),
+        "--namespace",
+        "liqo",
+        "--create-namespace",
+        &kubeconfig,
+    ];
+    for set in &sets {
+        install.extend(["--set", set.as_str()]);
+    }
+    helm::helm(helm_bin, &install);
+    let deployments: Api<Deployment> = Api::namespaced(cp.client(), "liqo");
+    for d in deployments.list(&Default::default()).await.unwrap().items {
+        wait_available_in(cp, &deployments, "liqo", &d.metadata.name.unwrap()).await;
+    }
+    liqo_webhook_serving(cp).await;
+}
+
+/// Waits until kube-apiserver can call Liqo's admission webhooks. The
+/// webhook makes its serving certificate at start and writes its CA into
+/// the webhook configurations, so its pod is Ready a moment before a call
+/// verifies; a dry-run create of a ResourceSlice (which its validating
+/// webhook sees) is the only sign, tried a bounded number of times. The
+/// webhook's own verdict on the object, either way, means it answered.
+async fn liqo_webhook_serving(cp: &ControlPlane) {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
+    let gvk = GroupVersionKind::gvk("authentication.liqo.io", "v1beta1", "ResourceSlice");
+    let resource = ApiResource::from_gvk_with_plural(&gvk, "resourceslices");
+    let slices: Api<DynamicObject> = Api::namespaced_with(cp.client(), "default", &resource);
+    let mut probe = DynamicObject::new("fluidos-testenv-webhook-probe", &resource);
+    probe.data = serde_json::json!({"spec": {"class": "default"}});
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let mut last = String::new();
+    for _ in 0..120 {
+        match slices.create(&dry_run, &probe).await {
+            Ok(_) => return,
+            Err(e) if !e.to_string().contains("failed calling webhook") => return,
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    panic!("Liqo's webhooks never answered kube-apiserver: {last}");
 }
