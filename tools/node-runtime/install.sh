@@ -6,7 +6,9 @@
 # against tools/node-runtime/versions.env. The tests start their own containerd
 # per node (own root, state and socket), never the system service: the
 # package's service is stopped and disabled if the installation started it.
-# Needs root for apt (CI runs as root); idempotent.
+# Needs root for apt (CI runs as root); idempotent. A running real node changes
+# the host as any node does (README, "Test": the kubelet's kernel sysctls, IPv4
+# forwarding): meant for test machines.
 #
 #   tools/node-runtime/install.sh
 set -euo pipefail

@@ -340,13 +340,9 @@ async fn the_image_installed_by_its_chart_runs_in_a_real_cluster() {
 
     // As a peer dials the gateway: the node's address and the NodePort.
     let list = format!("http://{node_ip}:30000/api/v2/flavors");
-    let client = reqwest::Client::new();
     real_cluster::first_flavor(&cp).await;
-    let flavors: Value = client
-        .get(&list)
-        .send()
+    let flavors: Value = real_cluster::get_from_host(&list)
         .await
-        .unwrap()
         .json()
         .await
         .unwrap();

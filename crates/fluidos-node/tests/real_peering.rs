@@ -266,6 +266,12 @@ async fn a_k8slice_bought_between_two_real_clusters_runs_a_real_container() {
 
     // The real container answers, from the provider's pod network.
     let pod_ip = remote.status.unwrap().pod_ip.unwrap();
+    let page = real_cluster::get_from_host(&format!("http://{pod_ip}:8080/"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(page, "offloaded web\n");
     virtual_kubelet_serving(&consumer, &virtual_node).await;
     phase(started, "virtual kubelet serving");
     let mut exec = consumer.kubectl().await.unwrap();
@@ -313,6 +319,12 @@ async fn a_k8slice_bought_between_two_real_clusters_runs_a_real_container() {
         out.status.success(),
         "logs through the virtual kubelet: {}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    // httpd -v logged the GET above.
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("response:200"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
     );
     println!(
         "real peering: two clusters with Liqo and fluidos-node installed by their charts at {installed:.1?}; Solver -> virtual node {virtual_node} Ready in {virtual_node_ready:.1?}, -> offloaded pod Running on the provider's kubelet ({pod_ip}) in {first_pod:.1?}; exec and logs through the virtual kubelet"

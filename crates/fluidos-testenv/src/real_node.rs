@@ -281,8 +281,9 @@ impl RealNode {
     }
 
     fn kill_processes(&mut self) {
-        // The kubelet first, so it restarts nothing while the rest goes.
-        for process in &mut self.processes {
+        // kube-proxy and the kubelet before containerd (the reverse of their
+        // start), so the kubelet restarts nothing while the rest goes.
+        for process in self.processes.iter_mut().rev() {
             process.kill();
         }
     }

@@ -17,6 +17,27 @@ use super::image::{
     ImageLayout, REAL_IMAGE_REPOSITORY, REAL_IMAGE_TAG, node_image, read_image, static_binary,
 };
 
+/// `GET url` from the host, as a client outside the cluster would make it,
+/// to an address kube-proxy serves (a NodePort) or a pod's. kube-proxy
+/// programs a Service's rules a moment after its endpoints are ready and
+/// publishes no sign of having done so, so a refused connection is tried
+/// again a bounded number of times; every attempt has a timeout.
+pub async fn get_from_host(url: &str) -> reqwest::Response {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let mut last = String::new();
+    for _ in 0..40 {
+        match client.get(url).send().await {
+            Ok(response) => return response,
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    panic!("GET {url} failed for 10s: {last}");
+}
+
 /// What a test on real clusters with the image needs.
 pub struct Prerequisites {
     /// The static binary the image is made of.
