@@ -15,8 +15,11 @@
 
 use std::time::{Duration, Instant};
 
-use fluidos_api::Solver;
-use k8s_openapi::api::core::v1::Pod;
+use fluidos_api::configuration::ConfigurationData;
+use fluidos_api::ledger::Resources;
+use fluidos_api::quantity::Amount;
+use fluidos_api::{Contract, Solver};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::Api;
 use kube::api::PostParams;
 use kube::runtime::wait::await_condition;
@@ -98,6 +101,241 @@ async fn virtual_kubelet_serving(consumer: &fluidos_testenv::ControlPlane, virtu
     panic!("the virtual kubelet never served {url}: {last}");
 }
 
+/// What the consumer's only K8Slice Contract bought, as exact amounts.
+async fn contracted_slice(consumer: &fluidos_testenv::ControlPlane) -> Resources {
+    let contracts = Api::<Contract>::namespaced(consumer.client(), NS)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(contracts.len(), 1, "one Contract on the consumer");
+    let configuration = contracts[0]
+        .spec
+        .configuration
+        .as_ref()
+        .expect("the Solver bought a partition");
+    let ConfigurationData::K8Slice(slice) = configuration.parse("spec.configuration").unwrap()
+    else {
+        panic!("a K8Slice Contract: {configuration:?}")
+    };
+    Resources::of_configuration(&slice).unwrap()
+}
+
+/// The virtual node offers exactly the contracted CPU, memory and pods,
+/// neither more (the provider would host what it did not sell) nor less.
+fn assert_exact_slice(node: &Node, contracted: &Resources) {
+    let status = node.status.as_ref().unwrap();
+    for (what, resources) in [
+        ("capacity", status.capacity.as_ref()),
+        ("allocatable", status.allocatable.as_ref()),
+    ] {
+        let resources = resources.unwrap_or_else(|| panic!("the virtual node has no {what}"));
+        for (name, want) in [
+            ("cpu", contracted.cpu),
+            ("memory", contracted.memory),
+            ("pods", contracted.pods),
+        ] {
+            let have = Amount::parse(&resources[name].0).unwrap();
+            assert_eq!(
+                have.nanos, want.nanos,
+                "virtual node {what} {name} is {} where the Contract says {want}",
+                resources[name].0
+            );
+        }
+    }
+}
+
+/// Whether every condition of `module` in a ForeignCluster's status is
+/// Established or Ready, as `liqoctl info` judges a module Healthy.
+fn module_healthy(fc: Option<&kube::api::DynamicObject>, module: &str) -> bool {
+    let Some(module) = fc.and_then(|fc| fc.data.pointer(&format!("/status/modules/{module}")))
+    else {
+        return false;
+    };
+    module["enabled"] == true
+        && module["conditions"].as_array().is_some_and(|c| {
+            !c.is_empty()
+                && c.iter()
+                    .all(|c| c["status"] == "Established" || c["status"] == "Ready")
+        })
+}
+
+/// `liqoctl info peer <peer> -o json` on `cp`, the user's own check: the
+/// peer has `role`, authentication is Healthy (networking Disabled, as
+/// installed), one accepted ResourceSlice is `action`, and on the consumer
+/// (its peer the Provider) the virtual node is Healthy with exactly the
+/// `contracted` resources. Liqo's ForeignCluster controller brings the
+/// authentication conditions up to date a moment after the peering is
+/// made; that is watched first. Its offloading module is not asserted: it
+/// counts a virtual node ready when its virtual-kubelet pods are Ready, but
+/// watches no pods, so it stays "All virtual nodes are not ready" until
+/// some other object it watches changes (seen for over 60 s here); the
+/// virtual node's own status, which liqoctl reports beside it, is.
+async fn liqoctl_reports_the_peering(
+    liqo: &fluidos_testenv::LiqoBinaries,
+    cp: &fluidos_testenv::ControlPlane,
+    peer: &str,
+    role: &str,
+    action: &str,
+    contracted: &Resources,
+) {
+    let gvk = kube::api::GroupVersionKind::gvk("core.liqo.io", "v1beta1", "ForeignCluster");
+    let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, "foreignclusters");
+    let foreign_clusters: Api<kube::api::DynamicObject> = Api::all_with(cp.client(), &resource);
+    let healthy = tokio::time::timeout(
+        Duration::from_secs(60),
+        await_condition(
+            foreign_clusters.clone(),
+            peer,
+            |fc: Option<&kube::api::DynamicObject>| module_healthy(fc, "authentication"),
+        ),
+    )
+    .await;
+    if healthy.is_err() {
+        let fc = foreign_clusters.get_opt(peer).await.unwrap();
+        panic!(
+            "ForeignCluster {peer}: authentication never Healthy: {:#}",
+            fc.map(|fc| fc.data["status"].clone()).unwrap_or_default()
+        );
+    }
+    let out = tokio::process::Command::new(liqo.liqoctl())
+        .args(["info", "peer", peer, "-o", "json"])
+        .arg(real_cluster::kubeconfig_flag(cp))
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "liqoctl info peer {peer}: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let info: serde_json::Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("liqoctl info peer {peer} -o json: {e}: {text}"));
+    let peer_info = &info[peer];
+    assert_eq!(peer_info["info"]["role"], role, "{text}");
+    assert_eq!(peer_info["authentication"]["status"], "Healthy", "{text}");
+    assert_eq!(peer_info["network"]["status"], "Disabled", "{text}");
+    let slices = peer_info["authentication"]["resourceSlices"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no resource slices: {text}"));
+    assert!(
+        slices
+            .iter()
+            .any(|s| s["action"] == action && s["accepted"] == true),
+        "no accepted {action} ResourceSlice: {text}"
+    );
+    if role == "Provider" {
+        let nodes = peer_info["offloading"]["virtualNodes"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no virtual nodes: {text}"));
+        assert_eq!(nodes.len(), 1, "{text}");
+        assert_eq!(nodes[0]["status"], "Healthy", "{text}");
+        for (name, want) in [
+            ("cpu", contracted.cpu),
+            ("memory", contracted.memory),
+            ("pods", contracted.pods),
+        ] {
+            let have = nodes[0]["resources"][name].as_str().unwrap_or_default();
+            assert_eq!(
+                Amount::parse(have).map(|a| a.nanos).ok(),
+                Some(want.nanos),
+                "liqoctl reports {name} {have} where the Contract says {want}: {text}"
+            );
+        }
+    }
+}
+
+/// A pod asking for more CPU than the contract sold (`contracted_cpu`
+/// nanocores) is refused: the consumer's scheduler finds no node for it,
+/// and bound to `virtual_node` by name the provider refuses it; nothing of
+/// it reaches the provider's namespace either way.
+async fn too_big_is_refused(
+    consumer: &fluidos_testenv::ControlPlane,
+    provider: &fluidos_testenv::ControlPlane,
+    remote_ns: &str,
+    contracted_cpu: i128,
+    virtual_node: &str,
+) {
+    let mut pod = offloaded_pod();
+    pod.metadata.name = Some("too-big".to_owned());
+    let millis = contracted_cpu / 1_000_000 + 1000;
+    let container = &mut pod.spec.as_mut().unwrap().containers[0];
+    let resources = container.resources.as_mut().unwrap();
+    for list in [resources.requests.as_mut(), resources.limits.as_mut()] {
+        list.unwrap().insert(
+            "cpu".to_owned(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity(format!("{millis}m")),
+        );
+    }
+    let pod_template = pod.clone();
+    let c_pods: Api<Pod> = Api::namespaced(consumer.client(), "offloaded");
+    c_pods.create(&PostParams::default(), &pod).await.unwrap();
+    let unschedulable = |p: Option<&Pod>| {
+        p.and_then(|p| p.status.as_ref())
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| {
+                c.iter().any(|c| {
+                    c.type_ == "PodScheduled"
+                        && c.status == "False"
+                        && c.reason.as_deref() == Some("Unschedulable")
+                })
+            })
+    };
+    let refused = tokio::time::timeout(
+        Duration::from_secs(60),
+        await_condition(c_pods, "too-big", unschedulable),
+    )
+    .await
+    .expect("the pod larger than the contract was never found unschedulable")
+    .unwrap()
+    .unwrap();
+    let message = refused
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "PodScheduled")
+        .and_then(|c| c.message)
+        .unwrap_or_default();
+    assert!(message.contains("Insufficient cpu"), "{message}");
+    let on_provider = Api::<Pod>::namespaced(provider.client(), remote_ns)
+        .get_opt("too-big")
+        .await
+        .unwrap();
+    assert!(on_provider.is_none(), "{on_provider:?}");
+    // A hostile consumer binds it to the virtual node by name, past its
+    // scheduler: the provider's Liqo webhook refuses the ShadowPod on the
+    // peering's quota (the contracted slice), and the consumer's virtual
+    // kubelet reports that as an event on the pod.
+    let mut pod = pod_template;
+    pod.metadata.name = Some("too-big-bound".to_owned());
+    pod.spec.as_mut().unwrap().node_name = Some(virtual_node.to_owned());
+    let c_pods: Api<Pod> = Api::namespaced(consumer.client(), "offloaded");
+    c_pods.create(&PostParams::default(), &pod).await.unwrap();
+    let refusal = real_cluster::first_matching(
+        Api::<Event>::namespaced(consumer.client(), "offloaded"),
+        None,
+        "FailedReflection event of the pod bound past the scheduler",
+        Duration::from_secs(90),
+        |e: &Event| {
+            e.involved_object.name.as_deref() == Some("too-big-bound")
+                && e.reason.as_deref() == Some("FailedReflection")
+        },
+    )
+    .await;
+    let message = refusal.message.unwrap_or_default();
+    assert!(
+        message.contains("shadowpod.validate.liqo.io") && message.contains("quota"),
+        "{message}"
+    );
+    let on_provider = Api::<Pod>::namespaced(provider.client(), remote_ns)
+        .get_opt("too-big-bound")
+        .await
+        .unwrap();
+    assert!(on_provider.is_none(), "{on_provider:?}");
+}
+
 fn running(pod: Option<&Pod>) -> bool {
     pod.and_then(|p| p.status.as_ref())
         .and_then(|s| s.phase.as_deref())
@@ -116,7 +354,7 @@ fn running(pod: Option<&Pod>) -> bool {
     reason = "one scenario read top to bottom, phase by phase, as the issue states it"
 )]
 async fn a_k8slice_bought_between_two_real_clusters_runs_a_real_container() {
-    use k8s_openapi::api::core::v1::{Namespace, Node};
+    use k8s_openapi::api::core::v1::Namespace;
     let Some(Prerequisites {
         bin,
         layout,
@@ -190,7 +428,29 @@ async fn a_k8slice_bought_between_two_real_clusters_runs_a_real_container() {
     };
     let virtual_node_ready = bought.elapsed();
     phase(started, "virtual node Ready");
+    let contracted = contracted_slice(&consumer).await;
+    assert_exact_slice(&virtual_node, &contracted);
+    let virtual_node_cpu = contracted.cpu.nanos;
     let virtual_node = virtual_node.metadata.name.unwrap();
+    liqoctl_reports_the_peering(
+        &liqo,
+        &consumer,
+        "real-provider",
+        "Provider",
+        "Consuming",
+        &contracted,
+    )
+    .await;
+    liqoctl_reports_the_peering(
+        &liqo,
+        &provider,
+        "real-consumer",
+        "Consumer",
+        "Providing",
+        &contracted,
+    )
+    .await;
+    phase(started, "liqoctl info peer reports the peering on both");
 
     // An offloaded namespace and a pod in it.
     let namespace: Namespace =
@@ -326,6 +586,15 @@ async fn a_k8slice_bought_between_two_real_clusters_runs_a_real_container() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
+    too_big_is_refused(
+        &consumer,
+        &provider,
+        &remote_ns,
+        virtual_node_cpu,
+        &virtual_node,
+    )
+    .await;
+    phase(started, "a pod larger than the contract refused");
     println!(
         "real peering: two clusters with Liqo and fluidos-node installed by their charts at {installed:.1?}; Solver -> virtual node {virtual_node} Ready in {virtual_node_ready:.1?}, -> offloaded pod Running on the provider's kubelet ({pod_ip}) in {first_pod:.1?}; exec and logs through the virtual kubelet"
     );
