@@ -18,6 +18,7 @@ pub mod leader_election;
 pub mod peer_api_server;
 pub mod preflight;
 pub mod startup;
+pub mod uninstall;
 
 pub use cli::{Args, Component, LogFormat};
 pub use context::Context;

@@ -4,6 +4,10 @@
 //! Exit codes: 0 after SIGTERM/SIGINT, 2 when startup checks fail (and for
 //! flag errors, as clap does), 1 when a component fails while running or
 //! (`--leader-elect`) the leadership is lost.
+//!
+//! `fluidos-node uninstall` is the Helm chart's pre-delete hook
+//! ([`fluidos_node::uninstall`]): 0 when everything the node made is gone,
+//! 1 with the reason on stderr otherwise.
 
 use std::fmt;
 use std::process::ExitCode;
@@ -29,6 +33,10 @@ const EXIT_RUNTIME: u8 = 1;
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // `fluidos-node uninstall …`: the chart's pre-delete hook, flags of its own.
+    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new("uninstall")) {
+        return fluidos_node::uninstall::main(std::env::args_os().skip(2)).await;
+    }
     let args = match Args::parse_invocation(std::env::args_os()) {
         Ok(args) => args,
         Err(e) => e.exit(),

@@ -100,8 +100,10 @@ fn chart_lints_and_renders_with_default_values() {
     let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{k}={n}")).collect();
     assert_eq!(
         kinds.join(" "),
-        "ClusterRole=4 ClusterRoleBinding=4 ConfigMap=1 Deployment=4 Role=12 RoleBinding=12 \
-         Service=1 ServiceAccount=4 ValidatingAdmissionPolicy=2 ValidatingAdmissionPolicyBinding=2",
+        // One each of ClusterRole, ClusterRoleBinding, Job, Role, RoleBinding
+        // and ServiceAccount are the uninstall hook's.
+        "ClusterRole=5 ClusterRoleBinding=5 ConfigMap=1 Deployment=4 Job=1 Role=13 RoleBinding=13 \
+         Service=1 ServiceAccount=5 ValidatingAdmissionPolicy=2 ValidatingAdmissionPolicyBinding=2",
         "objects rendered with the default values"
     );
     for component in COMPONENTS {
@@ -243,6 +245,10 @@ fn chart_refuses_bad_values_naming_the_key_and_passes_peers() {
             "serviceDelivery must be rear or liqo",
         ),
         ("peering.enabled=yes", "/peering/enabled"),
+        (
+            "uninstall.teardownTimeoutSeconds=0",
+            "/uninstall/teardownTimeoutSeconds",
+        ),
     ] {
         let out = std::process::Command::new(&bin)
             .args(["template", "t", chart.to_str().unwrap(), "--set", set])
@@ -312,6 +318,81 @@ fn chart_hands_peers_the_api_server_address_it_is_given() {
 }
 
 /// Every argument of every component parses with `fluidos-node`'s own CLI.
+/// `helm uninstall` runs `fluidos-node uninstall` first (a pre-delete
+/// hook): the Job after its own account and RBAC (hook weights), all
+/// deleted once it succeeded, its flags ones the binary accepts, its pod
+/// as locked down as the node's; `uninstall.hook=false` renders none of it.
+#[test]
+fn uninstall_hook_runs_the_node_binary_under_its_own_account() {
+    let Some(bin) = helm::helm_bin() else { return };
+    let objects = helm::template(&bin, &[], &[]);
+    let hooks: Vec<&Value> = objects
+        .iter()
+        .filter(|o| o["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete")
+        .collect();
+    let kinds: Vec<String> = hooks.iter().map(|o| helm::kind_name(o)).collect();
+    assert_eq!(hooks.len(), 6, "{kinds:?}");
+    for hook in &hooks {
+        let annotations = &hook["metadata"]["annotations"];
+        let job = hook["kind"] == "Job";
+        assert_eq!(
+            annotations["helm.sh/hook-weight"],
+            if job { "0" } else { "-10" },
+            "{}",
+            helm::kind_name(hook)
+        );
+        assert_eq!(
+            annotations["helm.sh/hook-delete-policy"],
+            "before-hook-creation,hook-succeeded"
+        );
+        assert_eq!(
+            hook["metadata"]["labels"]["app.kubernetes.io/component"],
+            "uninstall"
+        );
+    }
+    let job = hooks.iter().find(|o| o["kind"] == "Job").unwrap();
+    let pod = &job["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let args: Vec<String> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(args[0], "uninstall");
+    assert!(args.contains(&format!("--namespace={NS}")), "{args:?}");
+    assert!(args.contains(&"--release=fluidos".to_owned()), "{args:?}");
+    use clap::Parser as _;
+    fluidos_node::uninstall::UninstallArgs::try_parse_from(
+        std::iter::once("fluidos-node uninstall".to_owned()).chain(args[1..].iter().cloned()),
+    )
+    .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(
+        container["securityContext"]["allowPrivilegeEscalation"],
+        false
+    );
+    // Its pod is not one of the node's: the uninstall stops those and waits
+    // for them, never for itself.
+    assert!(
+        pod["serviceAccountName"]
+            .as_str()
+            .unwrap()
+            .ends_with("-uninstall")
+    );
+    assert_eq!(
+        job["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"],
+        "uninstall"
+    );
+    let off = helm::template(&bin, &["uninstall.hook=false".into()], &[]);
+    assert!(
+        off.iter()
+            .all(|o| o["metadata"]["annotations"]["helm.sh/hook"].is_null()),
+        "uninstall.hook=false still renders a hook"
+    );
+}
+
 fn assert_args_parse(objects: &[Value]) {
     for component in COMPONENTS {
         let args = args_of(objects, component);

@@ -306,12 +306,12 @@ fn spawn_in_root(
 /// a real node's containerd, `helm install` of the chart, every component a
 /// real container under the chart's security context, the LRM publishing the
 /// real Node's spare capacity, and the REAR gateway answering on the node's
-/// address through its NodePort, as a peer dials it. `helm uninstall` then
-/// leaves no pod, and the namespace goes.
+/// address through its NodePort, as a peer dials it. `helm uninstall` (its
+/// pre-delete hook lifting the Flavors' ledger finalizer) then lets the
+/// namespace go, and nothing of FLUIDOS is left.
 #[tokio::test]
 async fn the_image_installed_by_its_chart_runs_in_a_real_cluster() {
-    use k8s_openapi::api::core::v1::{Namespace, Pod};
-    use kube::runtime::wait::{await_condition, conditions};
+    use k8s_openapi::api::core::v1::Pod;
 
     let Some(Prerequisites {
         bin,
@@ -363,17 +363,8 @@ async fn the_image_installed_by_its_chart_runs_in_a_real_cluster() {
         flavor["flavorID"]
     );
 
-    let kubeconfig = real_cluster::kubeconfig_flag(&cp);
-    helm::helm(
-        &helm_bin,
-        &["uninstall", "fluidos", "--namespace", NS, &kubeconfig],
-    );
-    let namespaces: Api<Namespace> = Api::all(cp.client());
-    namespaces.delete(NS, &Default::default()).await.unwrap();
-    let gone = await_condition(namespaces, NS, conditions::is_deleted(""));
-    tokio::time::timeout(Duration::from_secs(120), gone)
-        .await
-        .expect("the release namespace is stuck Terminating after helm uninstall")
-        .unwrap();
+    real_cluster::uninstall(&helm_bin, &cp, "fluidos", NS).await;
+    let left = real_cluster::leftovers(&cp, &[]).await;
+    assert!(left.is_empty(), "left after helm uninstall: {left:#?}");
     cp.stop().await;
 }

@@ -34,32 +34,6 @@ fn phase(started: Instant, what: &str) {
     eprintln!("[real peering] {:>7.1?} {what}", started.elapsed());
 }
 
-/// A restricted busybox pod answering HTTP with its own UID, asking for a
-/// part of the contracted slice.
-fn offloaded_pod() -> Pod {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "web", "namespace": "offloaded"},
-        "spec": {
-            "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
-            "containers": [{
-                "name": "web",
-                "image": fluidos_testenv::BUSYBOX_IMAGE,
-                "imagePullPolicy": "Never",
-                "command": ["/bin/sh", "-c",
-                    "echo \"offloaded $POD_NAME\" > /www/index.html && exec busybox httpd -f -v -p 8080 -h /www"],
-                "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
-                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "200m", "memory": "64Mi"}},
-                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
-                "volumeMounts": [{"name": "www", "mountPath": "/www"}]
-            }],
-            "volumes": [{"name": "www", "emptyDir": {}}]
-        }
-    }))
-    .unwrap()
-}
-
 /// Waits until the virtual kubelet of `virtual_node` serves TLS: it asks for
 /// its serving certificate by a CSR (kubelet-serving signer) only once it
 /// runs, so the virtual node is Ready and pods run through it a moment
@@ -257,7 +231,7 @@ async fn too_big_is_refused(
     contracted_cpu: i128,
     virtual_node: &str,
 ) {
-    let mut pod = offloaded_pod();
+    let mut pod = real_cluster::offloaded_pod("offloaded");
     pod.metadata.name = Some("too-big".to_owned());
     let millis = contracted_cpu / 1_000_000 + 1000;
     let container = &mut pod.spec.as_mut().unwrap().containers[0];
@@ -336,12 +310,6 @@ async fn too_big_is_refused(
     assert!(on_provider.is_none(), "{on_provider:?}");
 }
 
-fn running(pod: Option<&Pod>) -> bool {
-    pod.and_then(|p| p.status.as_ref())
-        .and_then(|s| s.phase.as_deref())
-        == Some("Running")
-}
-
 /// The K8Slice scenario: Liqo installed by its own chart on both clusters
 /// (networking disabled: no WireGuard or Geneve here), fluidos-node by its
 /// chart with peering on; the upstream `solver.yaml` (establishPeering)
@@ -354,7 +322,6 @@ fn running(pod: Option<&Pod>) -> bool {
     reason = "one scenario read top to bottom, phase by phase, as the issue states it"
 )]
 async fn a_k8slice_bought_between_two_real_clusters_runs_a_real_container() {
-    use k8s_openapi::api::core::v1::Namespace;
     let Some(Prerequisites {
         bin,
         layout,
@@ -383,21 +350,7 @@ async fn a_k8slice_bought_between_two_real_clusters_runs_a_real_container() {
     let installed = started.elapsed();
     phase(started, "fluidos-node installed by its chart on both");
 
-    let mut solver: serde_json::Value = serde_yaml::from_str(
-        &std::fs::read_to_string(reference.join("fluidos-samples/solver.yaml")).unwrap(),
-    )
-    .unwrap();
-    // Its `podsFilter: Match 110` holds only where a flavor's pods are the
-    // node's allocatable pods whatever runs there, which the Go LRM
-    // publishes (the reference's bug 23, "pods usage not subtracted"); this
-    // LRM subtracts the pods bound to the node, and a real node always runs
-    // some (Liqo's, ours), so the filter would exclude every real flavor.
-    // Without it the Solver takes the flavor's pods, as upstream does.
-    solver["spec"]["selector"]["filters"]
-        .as_object_mut()
-        .unwrap()
-        .remove("podsFilter");
-    let solver: Solver = serde_json::from_value(solver).unwrap();
+    let solver = real_cluster::upstream_k8slice_solver(&reference);
     let bought = Instant::now();
     Api::<Solver>::namespaced(consumer.client(), NS)
         .create(&PostParams::default(), &solver)
@@ -453,52 +406,21 @@ async fn a_k8slice_bought_between_two_real_clusters_runs_a_real_container() {
     phase(started, "liqoctl info peer reports the peering on both");
 
     // An offloaded namespace and a pod in it.
-    let namespace: Namespace =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": "offloaded"}})).unwrap();
-    Api::<Namespace>::all(consumer.client())
-        .create(&PostParams::default(), &namespace)
-        .await
-        .unwrap();
-    let gvk =
-        kube::api::GroupVersionKind::gvk("offloading.liqo.io", "v1beta1", "NamespaceOffloading");
-    let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, "namespaceoffloadings");
-    let offloadings: Api<kube::api::DynamicObject> =
-        Api::namespaced_with(consumer.client(), "offloaded", &resource);
-    offloadings
-        .create(
-            &PostParams::default(),
-            &fluidos_testenv::liqo::namespace_offloading("offloaded"),
-        )
-        .await
-        .unwrap();
-    let ready = |o: Option<&kube::api::DynamicObject>| {
-        o.and_then(|o| o.data.pointer("/status/offloadingPhase"))
-            .and_then(|p| p.as_str())
-            == Some("Ready")
-    };
-    let offloading = tokio::time::timeout(
-        Duration::from_secs(120),
-        await_condition(offloadings, "offloading", ready),
-    )
-    .await
-    .expect("the NamespaceOffloading never became Ready")
-    .unwrap()
-    .unwrap();
+    let remote_ns = real_cluster::offload_namespace(&consumer, "offloaded").await;
     phase(started, "namespace offloaded");
-    let remote_ns = offloading.data["status"]["remoteNamespaceName"]
-        .as_str()
-        .unwrap()
-        .to_owned();
 
     let c_pods: Api<Pod> = Api::namespaced(consumer.client(), "offloaded");
     c_pods
-        .create(&PostParams::default(), &offloaded_pod())
+        .create(
+            &PostParams::default(),
+            &real_cluster::offloaded_pod("offloaded"),
+        )
         .await
         .unwrap();
     let p_pods: Api<Pod> = Api::namespaced(provider.client(), &remote_ns);
     let remote = tokio::time::timeout(
         Duration::from_secs(120),
-        await_condition(p_pods, "web", running),
+        await_condition(p_pods, "web", real_cluster::running),
     )
     .await
     .expect("the offloaded pod never ran on the provider")
@@ -513,7 +435,7 @@ async fn a_k8slice_bought_between_two_real_clusters_runs_a_real_container() {
     );
     let local = tokio::time::timeout(
         Duration::from_secs(60),
-        await_condition(c_pods, "web", running),
+        await_condition(c_pods, "web", real_cluster::running),
     )
     .await
     .expect("the consumer never saw its pod Running")
@@ -595,7 +517,48 @@ async fn a_k8slice_bought_between_two_real_clusters_runs_a_real_container() {
     )
     .await;
     phase(started, "a pod larger than the contract refused");
+
+    // The buyer uninstalls, then the seller, then each its Liqo, as their
+    // operators would, and deletes the namespaces Helm made: the chart's
+    // pre-delete hook ends the sale through the node's teardown, so no
+    // namespace stays Terminating and nothing of either is left (the user's
+    // own namespace on the consumer stays).
+    let uninstalling = Instant::now();
+    real_cluster::uninstall(&helm_bin, &consumer, "fluidos", NS).await;
+    let consumer_uninstalled = uninstalling.elapsed();
+    real_cluster::uninstall(&helm_bin, &provider, "fluidos", NS).await;
+    phase(started, "fluidos-node uninstalled on both");
+    // Liqo's uninstall asks that namespaces be unoffloaded first (its docs,
+    // "Uninstall"): the user's own step, with Liqo's own tool.
+    let out = tokio::process::Command::new(liqo.liqoctl())
+        .args(["unoffload", "namespace", "offloaded", "--skip-confirm"])
+        .arg(real_cluster::kubeconfig_flag(&consumer))
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "liqoctl unoffload namespace offloaded: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    real_cluster::uninstall(&helm_bin, &consumer, "liqo", "liqo").await;
+    real_cluster::uninstall(&helm_bin, &provider, "liqo", "liqo").await;
+    let uninstalled = uninstalling.elapsed();
+    phase(started, "Liqo uninstalled on both");
+    // Liqo's controller makes its storage namespace at start (the virtual
+    // storage class's, `storage.storageNamespace`), and Liqo's uninstall
+    // leaves it, empty: Liqo's, not a peering's.
+    let liqo_storage = "liqo-storage";
+    let consumer_left = real_cluster::leftovers(&consumer, &["offloaded", liqo_storage]).await;
+    let provider_left = real_cluster::leftovers(&provider, &[liqo_storage]).await;
+    assert!(
+        consumer_left.is_empty() && provider_left.is_empty(),
+        "left after helm uninstall on both sides:\nconsumer:\n  {}\nprovider:\n  {}",
+        consumer_left.join("\n  "),
+        provider_left.join("\n  ")
+    );
     println!(
-        "real peering: two clusters with Liqo and fluidos-node installed by their charts at {installed:.1?}; Solver -> virtual node {virtual_node} Ready in {virtual_node_ready:.1?}, -> offloaded pod Running on the provider's kubelet ({pod_ip}) in {first_pod:.1?}; exec and logs through the virtual kubelet"
+        "real peering: two clusters with Liqo and fluidos-node installed by their charts at {installed:.1?}; Solver -> virtual node {virtual_node} Ready in {virtual_node_ready:.1?}, -> offloaded pod Running on the provider's kubelet ({pod_ip}) in {first_pod:.1?}; exec and logs through the virtual kubelet; helm uninstall of fluidos-node on the consumer in {consumer_uninstalled:.1?}, of both charts on both sides in {uninstalled:.1?}, nothing left"
     );
 }

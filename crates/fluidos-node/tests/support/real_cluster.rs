@@ -418,3 +418,292 @@ async fn liqo_webhook_serving(cp: &ControlPlane) {
     }
     panic!("Liqo's webhooks never answered kube-apiserver: {last}");
 }
+
+/// `helm uninstall <release>` as an operator runs it, then deletes the
+/// namespace it was installed in (Helm leaves namespaces it created) and
+/// watches it until it is gone: a namespace stuck Terminating fails here.
+pub async fn uninstall(helm_bin: &Path, cp: &ControlPlane, release: &str, namespace: &str) {
+    use k8s_openapi::api::core::v1::Namespace;
+    let kubeconfig = kubeconfig_flag(cp);
+    let started = std::time::Instant::now();
+    helm::helm(
+        helm_bin,
+        &[
+            "uninstall",
+            release,
+            "--namespace",
+            namespace,
+            "--wait",
+            &kubeconfig,
+        ],
+    );
+    let helm_took = started.elapsed();
+    let namespaces: Api<Namespace> = Api::all(cp.client());
+    match namespaces.delete(namespace, &Default::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => return,
+        Err(e) => panic!("deleting namespace {namespace}: {e}"),
+    }
+    let gone = until_gone(namespaces.clone(), namespace, Duration::from_secs(120)).await;
+    eprintln!(
+        "helm uninstall {release} -n {namespace}: {helm_took:.1?}, namespace gone {:.1?} later",
+        started.elapsed() - helm_took
+    );
+    if !gone {
+        let left = namespaces.get_opt(namespace).await.unwrap();
+        panic!(
+            "namespace {namespace} is stuck Terminating after helm uninstall {release}: {:?}\n{}",
+            left.and_then(|n| n.status),
+            leftovers(cp, &[]).await.join("\n")
+        );
+    }
+}
+
+/// What is left on a cluster of FLUIDOS and Liqo, one line each: every
+/// namespace but Kubernetes' own and `keep`, every object of a `liqo.io` or
+/// `fluidos.eu` CRD, every ServiceAccount, Role, ClusterRole and binding
+/// whose name says `fluidos` or `liqo`, every webhook configuration and
+/// every ValidatingAdmissionPolicy and binding (this cluster has none of
+/// its own).
+pub async fn leftovers(cp: &ControlPlane, keep: &[&str]) -> Vec<String> {
+    let mut left = leftover_namespaces_and_custom_objects(cp, keep).await;
+    left.extend(leftover_accounts_and_admission(cp).await);
+    left
+}
+
+/// Objects of `api` whose name passes `ours`, as `Kind [namespace/]name`.
+async fn names<K>(api: Api<K>, kind: &str, ours: impl Fn(&str) -> bool) -> Vec<String>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    use kube::ResourceExt;
+    api.list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|o| ours(&o.name_any()))
+        .map(|o| match o.namespace() {
+            Some(ns) => format!("{kind} {ns}/{}", o.name_any()),
+            None => format!("{kind} {}", o.name_any()),
+        })
+        .collect()
+}
+
+async fn leftover_namespaces_and_custom_objects(cp: &ControlPlane, keep: &[&str]) -> Vec<String> {
+    use k8s_openapi::api::core::v1::Namespace;
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::ResourceExt;
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let client = cp.client();
+    let kubernetes = ["default", "kube-system", "kube-public", "kube-node-lease"];
+    let mut left = Vec::new();
+    for ns in Api::<Namespace>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+    {
+        let name = ns.name_any();
+        if !kubernetes.contains(&name.as_str()) && !keep.contains(&name.as_str()) {
+            let phase = ns.status.and_then(|s| s.phase).unwrap_or_default();
+            left.push(format!("Namespace {name} ({phase})"));
+        }
+    }
+    for crd in Api::<CustomResourceDefinition>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+    {
+        let spec = &crd.spec;
+        if !(spec.group.ends_with("liqo.io") || spec.group.ends_with("fluidos.eu")) {
+            continue;
+        }
+        let Some(version) = spec.versions.iter().find(|v| v.served) else {
+            continue;
+        };
+        let gvk = GroupVersionKind::gvk(&spec.group, &version.name, &spec.names.kind);
+        let resource = ApiResource::from_gvk_with_plural(&gvk, &spec.names.plural);
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        left.extend(names(api, &spec.names.kind, |_| true).await);
+    }
+    left
+}
+
+async fn leftover_accounts_and_admission(cp: &ControlPlane) -> Vec<String> {
+    use k8s_openapi::api::admissionregistration::v1::{
+        MutatingWebhookConfiguration as Mutating, ValidatingAdmissionPolicy as Policy,
+        ValidatingAdmissionPolicyBinding as PolicyBinding,
+        ValidatingWebhookConfiguration as Validating,
+    };
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    let c = cp.client();
+    // Test support's own binding (the API server's kubelet client) aside.
+    let named = |n: &str| {
+        (n.contains("fluidos") || n.contains("liqo")) && !n.starts_with("fluidos-testenv:")
+    };
+    let any = |_: &str| true;
+    [
+        names(
+            Api::<ServiceAccount>::all(c.clone()),
+            "ServiceAccount",
+            named,
+        )
+        .await,
+        names(Api::<Role>::all(c.clone()), "Role", named).await,
+        names(Api::<RoleBinding>::all(c.clone()), "RoleBinding", named).await,
+        names(Api::<ClusterRole>::all(c.clone()), "ClusterRole", named).await,
+        names(
+            Api::<ClusterRoleBinding>::all(c.clone()),
+            "ClusterRoleBinding",
+            named,
+        )
+        .await,
+        names(
+            Api::<Validating>::all(c.clone()),
+            "ValidatingWebhookConfiguration",
+            any,
+        )
+        .await,
+        names(
+            Api::<Mutating>::all(c.clone()),
+            "MutatingWebhookConfiguration",
+            any,
+        )
+        .await,
+        names(
+            Api::<Policy>::all(c.clone()),
+            "ValidatingAdmissionPolicy",
+            any,
+        )
+        .await,
+        names(
+            Api::<PolicyBinding>::all(c.clone()),
+            "ValidatingAdmissionPolicyBinding",
+            any,
+        )
+        .await,
+    ]
+    .concat()
+}
+
+/// Watches `name` in `api` until it is gone, for at most `timeout`; false
+/// if it is still there then. (kube's `is_deleted` compares UIDs, so the
+/// UID of the object there now is read first.)
+pub async fn until_gone<K>(api: Api<K>, name: &str, timeout: Duration) -> bool
+where
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + k8s_openapi::serde::de::DeserializeOwned
+        + Send
+        + 'static,
+{
+    use kube::ResourceExt;
+    use kube::runtime::wait::conditions;
+    let Some(uid) = api.get_opt(name).await.unwrap().and_then(|o| o.uid()) else {
+        return true;
+    };
+    tokio::time::timeout(
+        timeout,
+        await_condition(api, name, conditions::is_deleted(&uid)),
+    )
+    .await
+    .is_ok_and(|r| r.is_ok())
+}
+
+/// The upstream sample Solver (`fluidos-samples/solver.yaml`, a K8Slice with
+/// `establishPeering: true`) without its `podsFilter: Match 110`: that holds
+/// only where a flavor's pods are the node's allocatable pods whatever runs
+/// there, which the Go LRM publishes (the reference's bug 23, "pods usage
+/// not subtracted"); this LRM subtracts the pods bound to the node, and a
+/// real node always runs some (Liqo's, ours), so the filter would exclude
+/// every real flavor. Without it the Solver takes the flavor's pods, as
+/// upstream does.
+pub fn upstream_k8slice_solver(reference: &Path) -> fluidos_api::Solver {
+    let mut solver: serde_json::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(reference.join("fluidos-samples/solver.yaml")).unwrap(),
+    )
+    .unwrap();
+    solver["spec"]["selector"]["filters"]
+        .as_object_mut()
+        .unwrap()
+        .remove("podsFilter");
+    serde_json::from_value(solver).unwrap()
+}
+
+/// A restricted busybox pod `web` in `namespace` answering HTTP with its
+/// own name, asking for a part of the contracted slice.
+pub fn offloaded_pod(namespace: &str) -> k8s_openapi::api::core::v1::Pod {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "web", "namespace": namespace},
+        "spec": {
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "web",
+                "image": fluidos_testenv::BUSYBOX_IMAGE,
+                "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c",
+                    "echo \"offloaded $POD_NAME\" > /www/index.html && exec busybox httpd -f -v -p 8080 -h /www"],
+                "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "200m", "memory": "64Mi"}},
+                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
+                "volumeMounts": [{"name": "www", "mountPath": "/www"}]
+            }],
+            "volumes": [{"name": "www", "emptyDir": {}}]
+        }
+    }))
+    .unwrap()
+}
+
+/// Whether a pod runs.
+pub fn running(pod: Option<&k8s_openapi::api::core::v1::Pod>) -> bool {
+    pod.and_then(|p| p.status.as_ref())
+        .and_then(|s| s.phase.as_deref())
+        == Some("Running")
+}
+
+/// Creates namespace `name` on the consumer and offloads it as `liqoctl
+/// offload namespace` does (remote pods only); watches the
+/// NamespaceOffloading until Ready and returns the provider's namespace.
+pub async fn offload_namespace(consumer: &ControlPlane, name: &str) -> String {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
+    let namespace: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    Api::<Namespace>::all(consumer.client())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap();
+    let gvk = GroupVersionKind::gvk("offloading.liqo.io", "v1beta1", "NamespaceOffloading");
+    let resource = ApiResource::from_gvk_with_plural(&gvk, "namespaceoffloadings");
+    let offloadings: Api<DynamicObject> = Api::namespaced_with(consumer.client(), name, &resource);
+    offloadings
+        .create(
+            &PostParams::default(),
+            &fluidos_testenv::liqo::namespace_offloading(name),
+        )
+        .await
+        .unwrap();
+    let ready = |o: Option<&DynamicObject>| {
+        o.and_then(|o| o.data.pointer("/status/offloadingPhase"))
+            .and_then(|p| p.as_str())
+            == Some("Ready")
+    };
+    let offloading = tokio::time::timeout(
+        Duration::from_secs(120),
+        await_condition(offloadings, "offloading", ready),
+    )
+    .await
+    .expect("the NamespaceOffloading never became Ready")
+    .unwrap()
+    .unwrap();
+    offloading.data["status"]["remoteNamespaceName"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}

@@ -553,3 +553,54 @@ namespace:
   {{- end }}
   {{- include "fluidos-node.rules.leases" (dict "root" . "component" "network-manager") | nindent 2 }}
 {{- end -}}
+
+{{/*
+The uninstall hook (crates/fluidos-node/src/uninstall.rs and its sweep.rs),
+for as long as `helm uninstall` runs it. What the node made outside the
+chart is found by label, which RBAC cannot match: the cluster-wide deletes
+are of every object of those kinds.
+*/}}
+{{- define "fluidos-node.rules.uninstall" -}}
+cluster:
+  # sweep.rs: the peer grants (tenant namespaces, liqo) and the Go
+  # consumers' ClusterRole and bindings.
+  - apiGroups: [rbac.authorization.k8s.io]
+    resources: [roles, rolebindings, clusterroles, clusterrolebindings]
+    verbs: [list, delete]
+  # sweep.rs: the node's admission policies (peer guard, slice class, Go grant).
+  - apiGroups: [admissionregistration.k8s.io]
+    resources: [validatingadmissionpolicies, validatingadmissionpolicybindings]
+    verbs: [list, delete]
+  # sweep.rs: the tenant namespaces the gateway and the peering made.
+  - apiGroups: [""]
+    resources: [namespaces]
+    verbs: [list, delete]
+namespace:
+  # uninstall.rs: the user's Solvers, then every Allocation, watched until gone.
+  - apiGroups: [nodecore.fluidos.eu]
+    resources: [solvers]
+    verbs: [list, delete]
+  - apiGroups: [nodecore.fluidos.eu]
+    resources: [allocations]
+    verbs: [get, list, watch, delete, patch]
+  # uninstall.rs: the ledger finalizer of Flavors, once the node is stopped.
+  - apiGroups: [nodecore.fluidos.eu]
+    resources: [flavors]
+    verbs: [get, list, patch]
+  - apiGroups: [reservation.fluidos.eu]
+    resources: [contracts]
+    verbs: [get, list, delete, patch]
+  # uninstall.rs: the node scaled to zero, its pods watched until gone.
+  - apiGroups: [apps]
+    resources: [deployments]
+    verbs: [list, patch]
+  - apiGroups: [""]
+    resources: [pods]
+    verbs: [list, watch]
+  # sweep.rs: peer ServiceAccounts and the consumer's credentials Secrets.
+  - apiGroups: [""]
+    resources: [serviceaccounts, secrets]
+    verbs: [list, delete]
+  # uninstall.rs: a Warning Event on each object whose finalizer it lifts.
+  {{- include "fluidos-node.rules.events" . | nindent 2 }}
+{{- end -}}
