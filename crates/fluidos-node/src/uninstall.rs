@@ -115,12 +115,14 @@ pub async fn run(args: &UninstallArgs) -> anyhow::Result<()> {
     let solvers = delete_all(&Api::<Solver>::namespaced(client.clone(), ns)).await?;
     let allocations_api = Api::<Allocation>::namespaced(client.clone(), ns);
     let allocations = delete_all(&allocations_api).await?;
+    let started = std::time::Instant::now();
     let stuck = wait_gone(&allocations_api, &allocations, teardown).await;
     println!(
-        "deleted {} Solvers and {} Allocations; {} torn down by the node{}",
+        "deleted {} Solvers and {} Allocations; {} torn down by the node in {:.1?}{}",
         solvers.len(),
         allocations.len(),
         allocations.len() - stuck.len(),
+        started.elapsed(),
         if stuck.is_empty() {
             String::new()
         } else {
@@ -134,8 +136,9 @@ pub async fn run(args: &UninstallArgs) -> anyhow::Result<()> {
     let contracts = delete_all(&Api::<Contract>::namespaced(client.clone(), ns)).await?;
     println!("deleted {} Contracts", contracts.len());
 
+    let started = std::time::Instant::now();
     let stopped = stop_node(&client, ns, &args.release, args.stop_timeout_seconds).await?;
-    println!("{stopped}");
+    println!("{stopped} in {:.1?}", started.elapsed());
 
     let why = if stuck.is_empty() {
         "the node is stopped".to_owned()
@@ -161,9 +164,9 @@ pub async fn run(args: &UninstallArgs) -> anyhow::Result<()> {
         let deleted = sweep::sweep(&client, ns, kind).await?;
         if !deleted.is_empty() {
             println!(
-                "deleted {} {}s: {}",
+                "deleted {} {}: {}",
                 deleted.len(),
-                kind.as_str(),
+                kind.plural(),
                 deleted.join(", ")
             );
         }

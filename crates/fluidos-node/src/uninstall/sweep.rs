@@ -35,6 +35,20 @@ pub fn selector() -> String {
     format!("app.kubernetes.io/managed-by in ({})", MANAGERS.join(","))
 }
 
+/// The label selector of the Secrets the sweep deletes: those of every
+/// manager but `fluidos-node`, whose one Secret is the node's REAR key. It
+/// stays, as the node ID's ConfigMap does, so that a reinstall in the same
+/// namespace is the same node to its peers (pinned to that key); deleting
+/// the namespace deletes both.
+pub fn secret_selector() -> String {
+    let managers: Vec<&str> = MANAGERS
+        .iter()
+        .copied()
+        .filter(|m| *m != "fluidos-node")
+        .collect();
+    format!("app.kubernetes.io/managed-by in ({})", managers.join(","))
+}
+
 /// One kind the sweep deletes, in the order it deletes them: first what
 /// lets a buyer in (its ServiceAccount, whose tokens stop working with it,
 /// then its grants), then the tenant namespaces (Liqo's side of each
@@ -54,7 +68,8 @@ pub enum Kind {
     /// The Go consumers' ClusterRole.
     ClusterRole,
     /// Secrets the node made in its namespace (peering credentials; those
-    /// in tenant namespaces go with them).
+    /// in tenant namespaces go with them), its REAR key aside
+    /// ([`secret_selector`]).
     Secret,
     /// Tenant namespaces the gateway or the peering made.
     Namespace,
@@ -77,6 +92,29 @@ impl Kind {
         Kind::PolicyBinding,
         Kind::Policy,
     ];
+
+    /// The selector of the objects of this kind the sweep deletes.
+    pub fn selector(self) -> String {
+        match self {
+            Kind::Secret => secret_selector(),
+            _ => selector(),
+        }
+    }
+
+    /// The kind's plural, for what the sweep reports.
+    pub fn plural(self) -> &'static str {
+        match self {
+            Kind::PolicyBinding => "ValidatingAdmissionPolicyBindings",
+            Kind::Policy => "ValidatingAdmissionPolicies",
+            Kind::ClusterRoleBinding => "ClusterRoleBindings",
+            Kind::ClusterRole => "ClusterRoles",
+            Kind::RoleBinding => "RoleBindings",
+            Kind::Role => "Roles",
+            Kind::ServiceAccount => "ServiceAccounts",
+            Kind::Secret => "Secrets",
+            Kind::Namespace => "Namespaces",
+        }
+    }
 
     /// The kind's name, as kubectl prints it.
     pub fn as_str(self) -> &'static str {
@@ -131,7 +169,7 @@ fn error(action: &'static str, kind: Kind) -> impl FnOnce(kube::Error) -> SweepE
     move |source| SweepError {
         action,
         kind: kind.as_str(),
-        selector: selector(),
+        selector: kind.selector(),
         source,
     }
 }
@@ -141,7 +179,7 @@ where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
     Ok(api
-        .list(&ListParams::default().labels(&selector()))
+        .list(&ListParams::default().labels(&kind.selector()))
         .await
         .map_err(error("listing", kind))?
         .items)
@@ -214,6 +252,15 @@ mod tests {
             selector(),
             "app.kubernetes.io/managed-by in (fluidos-node,fluidos-rear-gateway,fluidos-peering,fluidos-consumer)"
         );
+    }
+
+    #[test]
+    fn the_nodes_key_is_not_among_the_secrets_swept() {
+        assert_eq!(
+            Kind::Secret.selector(),
+            "app.kubernetes.io/managed-by in (fluidos-rear-gateway,fluidos-peering,fluidos-consumer)"
+        );
+        assert_eq!(Kind::Role.selector(), selector());
     }
 
     #[test]

@@ -425,19 +425,39 @@ async fn liqo_webhook_serving(cp: &ControlPlane) {
 pub async fn uninstall(helm_bin: &Path, cp: &ControlPlane, release: &str, namespace: &str) {
     use k8s_openapi::api::core::v1::Namespace;
     let kubeconfig = kubeconfig_flag(cp);
+    // The chart's uninstall hook reports each step; its Job is deleted once
+    // it succeeded, so its log is followed from the start.
+    let hook_log = (release == "fluidos")
+        .then(|| tokio::spawn(follow_uninstall_hook(cp.client(), namespace.to_owned())));
     let started = std::time::Instant::now();
-    helm::helm(
-        helm_bin,
-        &[
-            "uninstall",
-            release,
-            "--namespace",
-            namespace,
-            "--wait",
-            &kubeconfig,
-        ],
-    );
+    let args: Vec<String> = [
+        "uninstall",
+        release,
+        "--namespace",
+        namespace,
+        "--wait",
+        &kubeconfig,
+    ]
+    .iter()
+    .map(|a| (*a).to_owned())
+    .collect();
+    let bin = helm_bin.to_owned();
+    // Off the runtime's thread: the log above is read meanwhile.
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        helm::helm(&bin, &args)
+    })
+    .await
+    .unwrap();
     let helm_took = started.elapsed();
+    if let Some(log) = hook_log {
+        match tokio::time::timeout(Duration::from_secs(10), log).await {
+            Ok(Ok(lines)) => lines
+                .iter()
+                .for_each(|l| eprintln!("  uninstall hook: {l}")),
+            _ => eprintln!("  uninstall hook: its log could not be read"),
+        }
+    }
     let namespaces: Api<Namespace> = Api::all(cp.client());
     match namespaces.delete(namespace, &Default::default()).await {
         Ok(_) => {}
@@ -648,7 +668,9 @@ pub fn offloaded_pod(namespace: &str) -> k8s_openapi::api::core::v1::Pod {
                 "image": fluidos_testenv::BUSYBOX_IMAGE,
                 "imagePullPolicy": "Never",
                 "command": ["/bin/sh", "-c",
-                    "echo \"offloaded $POD_NAME\" > /www/index.html && exec busybox httpd -f -v -p 8080 -h /www"],
+                    // Ends on SIGTERM as a well-behaved server does (as PID 1,
+                    // httpd would ignore it and wait out the grace period).
+                    "echo \"offloaded $POD_NAME\" > /www/index.html; trap 'exit 0' TERM; busybox httpd -f -v -p 8080 -h /www & wait"],
                 "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
                 "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "200m", "memory": "64Mi"}},
                 "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
@@ -706,4 +728,33 @@ pub async fn offload_namespace(consumer: &ControlPlane, name: &str) -> String {
         .as_str()
         .unwrap()
         .to_owned()
+}
+
+/// The log of the chart's uninstall hook, followed from its pod's start.
+async fn follow_uninstall_hook(client: kube::Client, namespace: String) -> Vec<String> {
+    use futures::{AsyncBufReadExt, TryStreamExt};
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::ResourceExt;
+    let pods: Api<Pod> = Api::namespaced(client, &namespace);
+    let pod = first_matching(
+        pods.clone(),
+        Some("app.kubernetes.io/component=uninstall"),
+        "uninstall hook pod",
+        Duration::from_secs(120),
+        |p: &Pod| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref())
+                .is_some_and(|phase| phase != "Pending")
+        },
+    )
+    .await;
+    let params = kube::api::LogParams {
+        follow: true,
+        ..Default::default()
+    };
+    match pods.log_stream(&pod.name_any(), &params).await {
+        Ok(stream) => stream.lines().try_collect().await.unwrap_or_default(),
+        Err(e) => vec![format!("(no log: {e})")],
+    }
 }
