@@ -223,6 +223,18 @@ pub struct Args {
     #[arg(long, env = "FLUIDOS_API_SERVER_URL")]
     pub api_server_url: Option<String>,
 
+    /// CA written into peering kubeconfigs instead of the one this node's
+    /// client trusts, for an `--api-server-url` whose certificate another CA
+    /// issued: its PEM, base64-encoded (as Liqo's `--ca-override`).
+    #[arg(long, env = "FLUIDOS_API_SERVER_CA", value_parser = crate::peer_api_server::parse_ca, conflicts_with = "api_server_trusted_ca")]
+    pub api_server_ca: Option<String>,
+
+    /// Write no CA into peering kubeconfigs: the `--api-server-url`'s
+    /// certificate is issued by a CA peers trust already (as Liqo's
+    /// `--trusted-ca`).
+    #[arg(long, env = "FLUIDOS_API_SERVER_TRUSTED_CA", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub api_server_trusted_ca: bool,
+
     /// How long a provider holds a reservation, in seconds (upstream: 1 hour).
     #[arg(long, env = "FLUIDOS_TRANSACTION_TTL_SECONDS", default_value_t = 3600)]
     pub transaction_ttl_seconds: u64,

@@ -8,6 +8,12 @@
 //! node sells no K8Slice and issues no seller kubeconfig, and says why
 //! (`/readyz`, the REAR answer, the log). Liqo has the same setting
 //! (`apiServer.address`).
+//!
+//! The CA written with it is the one this node's own client trusts, unless
+//! the address peers reach presents another certificate: `--api-server-ca`
+//! (chart: `apiServer.ca`, base64 as Liqo's) names the CA to write instead,
+//! `--api-server-trusted-ca` (chart: `apiServer.trustedCA`, as Liqo's)
+//! writes none, for an address whose certificate a public CA issued.
 
 /// Where peers are to reach this cluster's API server.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,6 +87,29 @@ pub fn decide(given: Option<&str>, used: &str, service_host: Option<&str>) -> Pe
     PeerApiServer::Derived(used.to_owned())
 }
 
+/// Reads `--api-server-ca`: base64 of PEM certificates, as Liqo's
+/// `--ca-override` (chart `apiServer.ca`) takes them; the PEM, or why not.
+pub fn parse_ca(b64: &str) -> Result<String, String> {
+    use base64::Engine as _;
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .map_err(|e| {
+            format!("not base64 ({e}): give the CA's PEM base64-encoded, e.g. `base64 -w0 ca.crt`")
+        })?;
+    let pem = String::from_utf8(bytes).map_err(|_| "not PEM text once decoded".to_owned())?;
+    let mut certificates = 0;
+    for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+        cert.map_err(|e| format!("not a PEM certificate: {e}"))?;
+        certificates += 1;
+    }
+    if certificates == 0 {
+        return Err("holds no PEM certificate (-----BEGIN CERTIFICATE-----)".to_owned());
+    }
+    Ok(pem)
+}
+
 /// The host of a URL (`https://host:port/...`; IPv6 without brackets).
 fn host_of(url: &str) -> &str {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
@@ -95,6 +124,24 @@ fn host_of(url: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A self-signed test CA (`openssl req -x509 -newkey ec ...`).
+    const CERT: &str = "-----BEGIN CERTIFICATE-----\nMIIBejCCAR+gAwIBAgIUeKDclBWtpkT4QnqnUMd/C21N8jgwCgYIKoZIzj0EAwIw\nEjEQMA4GA1UEAwwHdGVzdC1jYTAeFw0yNjEyMDcwNzM1MTRaFw0zNjEyMDQwNzM1\nMTRaMBIxEDAOBgNVBAMMB3Rlc3QtY2EwWTATBgcqhkjOPQIBBggqhkjOPQMBBwNC\nAAS+zYavTbf8j9N+y1D6IfN6jwCEqpgIFTKgVNb51Cj19gEYiiUkrXmbvaKvmdNB\n3BNvTJYR8J4W3e4qtBvOiO4io1MwUTAdBgNVHQ4EFgQUzoQlEbcz1JaqCoHUot9D\nlaNhrSgwHwYDVR0jBBgwFoAUzoQlEbcz1JaqCoHUot9DlaNhrSgwDwYDVR0TAQH/\nBAUwAwEB/zAKBggqhkjOPQQDAgNJADBGAiEA5uJ9Isnkf1o177TdkpqjnETNHQ7E\ndj7CZLJSwfAW4wsCIQDQdYhgTOKBQNiGarT0g6d5iLxx3mC0Piw5sl1bhkpWVw==\n-----END CERTIFICATE-----\n";
+
+    #[test]
+    fn a_ca_is_base64_of_pem_certificates_and_anything_else_says_why() {
+        use base64::Engine as _;
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        assert_eq!(parse_ca(&b64(CERT)).as_deref(), Ok(CERT));
+        assert!(parse_ca(CERT).unwrap_err().contains("not base64"));
+        assert!(
+            parse_ca(&b64("hello"))
+                .unwrap_err()
+                .contains("no PEM certificate")
+        );
+        let truncated = "-----BEGIN CERTIFICATE-----\nMIIB\n";
+        assert!(parse_ca(&b64(truncated)).is_err());
+    }
 
     #[test]
     fn a_given_address_without_scheme_is_https_and_plain_http_is_refused() {

@@ -315,9 +315,41 @@ fn chart_hands_peers_the_api_server_address_it_is_given() {
         );
     }
     assert_args_parse(&api);
+    // The CA to hand out with it, as Liqo's apiServer.ca and trustedCA.
+    let ca = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/test-ca.pem"
+    ))
+    .unwrap();
+    let ca_b64 = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(&ca)
+    };
+    let with_ca = helm::template(&bin, &[format!("apiServer.ca={ca_b64}")], &[]);
+    let trusted = helm::template(&bin, &["apiServer.trustedCA=true".into()], &[]);
+    for component in ["rear-gateway", "rear-manager"] {
+        assert!(args_of(&with_ca, component).contains(&format!("--api-server-ca={ca_b64}")));
+        assert!(args_of(&trusted, component).contains(&"--api-server-trusted-ca=true".to_owned()));
+    }
+    assert_args_parse(&with_ca);
+    assert_args_parse(&trusted);
+    let out = std::process::Command::new(&bin)
+        .args(["template", "t", helm::chart_dir().to_str().unwrap()])
+        .args([
+            "--set",
+            &format!("apiServer.ca={ca_b64}"),
+            "--set",
+            "apiServer.trustedCA=true",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "both apiServer.ca and trustedCA rendered"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("apiServer.ca and apiServer.trustedCA"));
 }
 
-/// Every argument of every component parses with `fluidos-node`'s own CLI.
 /// `helm uninstall` runs `fluidos-node uninstall` first (a pre-delete
 /// hook): the Job after its own account and RBAC (hook weights), all
 /// deleted once it succeeded, its flags ones the binary accepts, its pod
@@ -393,6 +425,7 @@ fn uninstall_hook_runs_the_node_binary_under_its_own_account() {
     );
 }
 
+/// Every argument of every component parses with `fluidos-node`'s own CLI.
 fn assert_args_parse(objects: &[Value]) {
     for component in COMPONENTS {
         let args = args_of(objects, component);

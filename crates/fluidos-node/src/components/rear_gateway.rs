@@ -131,6 +131,13 @@ pub(crate) async fn config(ctx: &Context) -> Result<GatewayConfig, Error> {
     if let Ok(kube_cfg) = crate::startup::client_config(&ctx.args).await {
         cfg = cfg.with_kube_config(&kube_cfg);
     }
+    // The address peers reach may present another certificate than the one
+    // this node's client sees (a load balancer's, a public CA's).
+    if ctx.args.api_server_trusted_ca {
+        cfg.api_server_ca_pem = None;
+    } else if let Some(pem) = &ctx.args.api_server_ca {
+        cfg.api_server_ca_pem = Some(pem.clone());
+    }
     cfg.rate_limit = (ctx.args.rear_rate_limit > 0).then_some(fluidos_rear_gateway::RateLimit {
         per_second: ctx.args.rear_rate_limit,
         burst: ctx.args.rear_rate_burst,
