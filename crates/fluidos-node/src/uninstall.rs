@@ -38,7 +38,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
-use kube::runtime::wait::{await_condition, conditions};
+use kube::runtime::wait::await_condition;
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
@@ -140,7 +140,19 @@ pub async fn run(args: &UninstallArgs) -> anyhow::Result<()> {
     let stopped = stop_node(&client, ns, &args.release, args.stop_timeout_seconds).await?;
     println!("{stopped} in {:.1?}", started.elapsed());
 
-    let why = if stuck.is_empty() {
+    // A purchase the gateway answered during the teardown may have made an
+    // Allocation since: with the node stopped, none gets a teardown, so it
+    // is deleted here and its finalizer lifted below like a stuck one.
+    let late = delete_all(&allocations_api).await?;
+    if !late.is_empty() {
+        let names: Vec<&str> = late.iter().map(|(n, _)| n.as_str()).collect();
+        println!(
+            "deleted {} Allocations made during the uninstall: {}",
+            late.len(),
+            names.join(", ")
+        );
+    }
+    let why = if stuck.is_empty() && late.is_empty() {
         "the node is stopped".to_owned()
     } else {
         format!("the teardown did not finish within {teardown:?} and the node is stopped")
@@ -161,6 +173,11 @@ pub async fn run(args: &UninstallArgs) -> anyhow::Result<()> {
     println!("lifted this node's finalizers from {lifted} objects");
 
     for kind in sweep::Kind::ALL {
+        if kind == sweep::Kind::PolicyBinding {
+            // The peers' guards go only once no peer can act here.
+            sweep::until_no_peer_left(&client, Duration::from_secs(args.stop_timeout_seconds))
+                .await?;
+        }
         let deleted = sweep::sweep(&client, ns, kind).await?;
         if !deleted.is_empty() {
             println!(
@@ -176,7 +193,7 @@ pub async fn run(args: &UninstallArgs) -> anyhow::Result<()> {
 }
 
 /// Deletes every object in `api`'s namespace; returns them as (name, uid).
-async fn delete_all<K>(api: &Api<K>) -> anyhow::Result<Vec<(String, String)>>
+async fn delete_all<K>(api: &Api<K>) -> anyhow::Result<Vec<(String, Option<String>)>>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
@@ -195,14 +212,18 @@ where
                 return Err(e).with_context(|| format!("deleting {} {name}", K::kind(&())));
             }
         }
-        deleted.push((name, obj.uid().unwrap_or_default()));
+        deleted.push((name, obj.uid()));
     }
     Ok(deleted)
 }
 
 /// Watches each object until it is gone, for at most `timeout` in all;
 /// returns the names of those still there.
-async fn wait_gone<K>(api: &Api<K>, objects: &[(String, String)], timeout: Duration) -> Vec<String>
+async fn wait_gone<K>(
+    api: &Api<K>,
+    objects: &[(String, Option<String>)],
+    timeout: Duration,
+) -> Vec<String>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
@@ -211,7 +232,12 @@ where
         async move {
             let gone = tokio::time::timeout(
                 timeout,
-                await_condition(api, name, conditions::is_deleted(uid)),
+                await_condition(api, name, move |o: Option<&K>| match (o, uid) {
+                    (None, _) => true,
+                    // Another object of the same name is not this one.
+                    (Some(o), Some(uid)) => o.meta().uid.as_ref() != Some(uid),
+                    (Some(_), None) => false,
+                }),
             )
             .await;
             (name.clone(), matches!(gone, Ok(Ok(_))))
@@ -248,13 +274,13 @@ async fn stop_node(
             .with_context(|| format!("scaling Deployment {} to zero", d.name_any()))?;
     }
     let pods = Api::<Pod>::namespaced(client.clone(), ns);
-    let running: Vec<(String, String)> = pods
+    let running: Vec<(String, Option<String>)> = pods
         .list(&ListParams::default().labels(&selector))
         .await
         .context("listing the node's pods")?
         .items
         .iter()
-        .map(|p| (p.name_any(), p.uid().unwrap_or_default()))
+        .map(|p| (p.name_any(), p.uid()))
         .collect();
     let timeout = Duration::from_secs(timeout_seconds);
     let left = wait_gone(&pods, &running, timeout).await;
@@ -340,6 +366,17 @@ where
         let Some(stripped) = finalizers::strip(obj.finalizers()) else {
             return Ok(None);
         };
+        // The write is conditioned on the version read; an object read
+        // without one is read again (never an unconditional write).
+        if obj.resource_version().is_none() {
+            match api.get_opt(&name).await? {
+                Some(fresh) if fresh.resource_version().is_some() => {
+                    obj = fresh;
+                    continue;
+                }
+                Some(_) | None => return Ok(None),
+            }
+        }
         let patch = Patch::Merge(serde_json::json!({
             "metadata": {
                 "resourceVersion": obj.resource_version(),

@@ -11,6 +11,7 @@
 //! and are Helm's to delete.
 
 use std::fmt::Debug;
+use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
@@ -185,10 +186,11 @@ where
         .items)
 }
 
-/// A missing object is deleted already.
+/// A missing object is deleted already; a namespace answering 409 is
+/// being deleted (Kubernetes refuses a second delete while it empties).
 fn gone(result: Result<(), kube::Error>) -> Result<(), kube::Error> {
     match result {
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
         other => other,
     }
 }
@@ -202,6 +204,9 @@ where
     let mut deleted = Vec::new();
     for obj in list(&api, kind).await? {
         let name = obj.name_any();
+        if obj.meta().deletion_timestamp.is_some() {
+            continue;
+        }
         gone(
             api.delete(&name, &DeleteParams::background())
                 .await
@@ -230,6 +235,9 @@ where
     let mut deleted = Vec::new();
     for obj in list(&listing, kind).await? {
         let (name, ns) = (obj.name_any(), obj.namespace().unwrap_or_default());
+        if obj.meta().deletion_timestamp.is_some() {
+            continue;
+        }
         let api = Api::<K>::namespaced(client.clone(), &ns);
         gone(
             api.delete(&name, &DeleteParams::background())
@@ -240,6 +248,67 @@ where
         deleted.push(format!("{ns}/{name}"));
     }
     Ok(deleted)
+}
+
+/// Namespaces that let a peer act here: the tenant namespaces the node
+/// made (Liqo's Tenant of a buyer, its grants) and those Liqo made for a
+/// peer's workloads (`remote_namespace::selector`), with whether each is
+/// being deleted.
+async fn peer_namespaces(
+    client: &kube::Client,
+) -> Result<Vec<(String, Option<String>)>, SweepError> {
+    let api = Api::<Namespace>::all(client.clone());
+    let mut found = list(&api, Kind::Namespace).await?;
+    found.extend(
+        api.list(&ListParams::default().labels(&fluidos_peer_access::remote_namespace::selector()))
+            .await
+            .map_err(error("listing", Kind::Namespace))?
+            .items,
+    );
+    Ok(found.iter().map(|n| (n.name_any(), n.uid())).collect())
+}
+
+/// Watches the namespaces that let a peer act here until they are gone, for
+/// at most `timeout`: the admission policies guarding peers are deleted
+/// only after. One still there then is refused, with its name: it stays
+/// guarded, and the uninstall can be run again once it is gone (its
+/// peering ended from the other side, or the namespace deleted by hand).
+pub async fn until_no_peer_left(
+    client: &kube::Client,
+    timeout: Duration,
+) -> Result<(), anyhow::Error> {
+    let namespaces = Api::<Namespace>::all(client.clone());
+    let left = peer_namespaces(client).await?;
+    let waits = left.iter().map(|(name, uid)| {
+        let api = namespaces.clone();
+        async move {
+            let gone =
+                kube::runtime::wait::await_condition(api, name, move |o: Option<&Namespace>| {
+                    o.is_none_or(|o| o.metadata.uid.as_ref() != uid.as_ref())
+                });
+            match tokio::time::timeout(timeout, gone).await {
+                Ok(Ok(_)) => Ok(true),
+                Ok(Err(e)) => Err(anyhow::anyhow!("watching namespace {name}: {e}")),
+                Err(_) => Ok(false),
+            }
+        }
+    });
+    let gone = futures::future::join_all(waits)
+        .await
+        .into_iter()
+        .collect::<Result<Vec<bool>, _>>()?;
+    let stuck: Vec<&str> = left
+        .iter()
+        .zip(gone)
+        .filter_map(|((name, _), gone)| (!gone).then_some(name.as_str()))
+        .collect();
+    if stuck.is_empty() {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "namespaces {} still let a peer act here after {timeout:?} (a buyer's offloaded workloads, or a tenant namespace being emptied): the admission policies guarding peers stay until they are gone; end those peerings, or delete the namespaces, and run helm uninstall again",
+        stuck.join(", ")
+    )
 }
 
 #[cfg(test)]

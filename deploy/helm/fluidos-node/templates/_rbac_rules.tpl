@@ -571,10 +571,11 @@ cluster:
   - apiGroups: [admissionregistration.k8s.io]
     resources: [validatingadmissionpolicies, validatingadmissionpolicybindings]
     verbs: [list, delete]
-  # sweep.rs: the tenant namespaces the gateway and the peering made.
+  # sweep.rs: the tenant namespaces the gateway and the peering made, and
+  # those of peers' workloads, watched until gone.
   - apiGroups: [""]
     resources: [namespaces]
-    verbs: [list, delete]
+    verbs: [list, watch, delete]
 namespace:
   # uninstall.rs: the user's Solvers, then every Allocation, watched until gone.
   - apiGroups: [nodecore.fluidos.eu]
