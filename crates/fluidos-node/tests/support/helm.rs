@@ -548,7 +548,14 @@ pub async fn install(cp: &ControlPlane, objects: &[Value]) {
         .unwrap();
     // CRDs come from crds/ (installed by the control plane, as `helm install` would).
     apply(&cp.client(), objects, true).await;
-    apply(&cp.client(), objects, false).await;
+    // Hooks run at their own events (the uninstall hook at `helm
+    // uninstall`), never at install: a dry run checks them, no more.
+    let installed: Vec<Value> = objects
+        .iter()
+        .filter(|o| o["metadata"]["annotations"]["helm.sh/hook"].is_null())
+        .cloned()
+        .collect();
+    apply(&cp.client(), &installed, false).await;
 }
 
 /// A component run as the chart runs it, through its own recording proxy.
