@@ -1,326 +1,70 @@
 //! `cargo run -p fluidos-demo`: the FLUIDOS marketplace in one command.
 //!
-//! Starts two real local control planes (a provider cluster and a consumer
-//! cluster), a provider `fluidos-node` (local resource manager + REAR gateway)
-//! and a consumer `fluidos-node` (REAR manager), then creates a K8Slice
-//! Solver and a Service Solver on the consumer and prints their progress
-//! phase by phase until the Contracts exist on both sides. Everything is
-//! stopped on the way out.
+//! Where this machine can run real containers (root, and the packages of
+//! `tools/node-runtime/install.sh`), two real clusters: Liqo and fluidos-node
+//! installed by their charts, a K8Slice bought and peered with a pod running
+//! on the provider through the virtual node, and a Service bought and
+//! answering its buyer ([`real`]). Elsewhere the light stage ([`light`]):
+//! two control planes with kwok nodes and the nodes as host processes, up
+//! to the Contracts. It says at the start which one it runs, and why.
 
-use std::path::PathBuf;
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+mod keep;
+mod light;
+mod prepare;
+mod progress;
+mod real;
 
-use anyhow::{Context as _, bail};
-use fluidos_api::network::KnownClusterSpec;
-use fluidos_api::service_blueprint::{ServiceBlueprintSpec, ServiceTemplate};
-use fluidos_api::solver::{Selector, SolverSpec};
-use fluidos_api::{Contract, Flavor, HostingPolicy, KnownCluster, ServiceBlueprint, Solver};
-use fluidos_testenv::{ControlPlane, ControlPlaneOptions, fixtures};
-use kube::api::{ListParams, PostParams};
-use kube::{Api, ResourceExt};
-use serde_json::json;
-use tokio::process::{Child, Command};
+use clap::{Parser, ValueEnum};
 
-const NS: &str = "fluidos";
-
-/// The `fluidos-node` binary: next to this one, built on demand.
-fn node_binary() -> anyhow::Result<PathBuf> {
-    let me = std::env::current_exe()?;
-    let dir = me.parent().context("no directory for the demo binary")?;
-    let node = dir.join("fluidos-node");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let release = dir.ends_with("release");
-    println!("building fluidos-node ...");
-    let mut build = std::process::Command::new(cargo);
-    build.args(["build", "-q", "-p", "fluidos-node"]);
-    if release {
-        build.arg("--release");
-    }
-    if !build.status().context("running cargo build")?.success() {
-        bail!("cargo build -p fluidos-node failed");
-    }
-    Ok(node)
+/// Which clusters the demo runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Stage {
+    /// Real clusters where this machine can run them, else light.
+    Auto,
+    /// Real clusters (real kubelets and containers; Liqo and fluidos-node
+    /// installed by their charts); refused with the reason where this
+    /// machine cannot run them.
+    Real,
+    /// Control planes with kwok nodes, the nodes as host processes; ends
+    /// at the Contracts.
+    Light,
 }
 
-fn spawn_node(
-    bin: &PathBuf,
-    cp: &ControlPlane,
-    port: u16,
-    components: &str,
-    liqo: &str,
-    log: &str,
-) -> anyhow::Result<Child> {
-    let log = std::fs::File::create(log)?;
-    let child = Command::new(bin)
-        .env("KUBECONFIG", cp.kubeconfig_path())
-        .env("RUST_LOG", "info,kube=warn")
-        .args([
-            "--namespace",
-            NS,
-            "--components",
-            components,
-            "--liqo-cluster-id",
-            liqo,
-        ])
-        .args([
-            "--rear-bind-address",
-            "127.0.0.1",
-            "--http-port",
-            &port.to_string(),
-        ])
-        .args([
-            "--health-probe-bind-address",
-            &format!("127.0.0.1:{}", fixtures::free_port()?),
-        ])
-        .args(["--metrics-bind-address", "0"])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()?;
-    Ok(child)
-}
-
-fn solver(name: &str, flavor_type: &str, filters: serde_json::Value) -> Solver {
-    let mut s = Solver::new(
-        name,
-        SolverSpec {
-            selector: Some(Selector {
-                flavor_type: flavor_type.into(),
-                filters: Some(filters),
-            }),
-            intent_id: format!("intent-{name}"),
-            find_candidate: Some(true),
-            reserve_and_buy: Some(true),
-            establish_peering: Some(false),
-        },
-    );
-    s.metadata.namespace = Some(NS.into());
-    s
-}
-
-/// A PostgreSQL service offer, written for this demo.
-fn blueprint() -> ServiceBlueprint {
-    let mut b = ServiceBlueprint::new(
-        "db-postgres",
-        ServiceBlueprintSpec {
-            name: "postgres".into(),
-            description: "A PostgreSQL database".into(),
-            category: "database".into(),
-            tags: vec!["database".into(), "postgres".into()],
-            hosting_policies: vec![HostingPolicy::Provider],
-            templates: vec![ServiceTemplate {
-                name: "secret".into(),
-                description: Some("credentials".into()),
-                service_data: json!({"apiVersion": "v1", "kind": "Secret",
-                    "metadata": {"name": "pg-credentials"},
-                    "stringData": {"username": "{{ .username }}", "password": "{{ .password }}"}}),
-            }],
-            configuration_schema: None,
-        },
-    );
-    b.metadata.namespace = Some(NS.into());
-    b
+/// The FLUIDOS marketplace on two local clusters: a provider sells, a
+/// consumer buys, and what it bought works.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// Which clusters to run on.
+    #[arg(long, value_enum, default_value_t = Stage::Auto)]
+    stage: Stage,
+    /// Leave both clusters up at the end, with their kubeconfigs printed,
+    /// until Ctrl-C.
+    #[arg(long)]
+    keep: bool,
 }
 
 #[tokio::main]
-#[expect(
-    clippy::too_many_lines,
-    reason = "the demo is a script: clusters, nodes, Solvers and the progress view in the order a reader follows them"
-)]
 async fn main() -> anyhow::Result<()> {
-    let t0 = Instant::now();
-    let node = node_binary()?;
-    println!(
-        "starting two control planes (provider and consumer; the first run builds Kubernetes, ~13 min) ..."
-    );
-    let (provider, consumer) = tokio::join!(
-        ControlPlane::start(ControlPlaneOptions {
-            workloads: false,
-            crd_dirs: vec![fluidos_testenv::crds_dir()],
-            ..Default::default()
-        }),
-        ControlPlane::start(ControlPlaneOptions {
-            workloads: false,
-            crd_dirs: vec![fluidos_testenv::crds_dir()],
-            ..Default::default()
-        }),
-    );
-    let (provider, consumer) = (provider?, consumer?);
-    println!("  provider cluster: {}", provider.server_url());
-    println!("  consumer cluster: {}", consumer.server_url());
-
-    let (pport, cport) = (fixtures::free_port()?, fixtures::free_port()?);
-    for (cp, id, port) in [
-        (&provider, "provider01", pport),
-        (&consumer, "consumer01", cport),
-    ] {
-        fixtures::namespace(cp, NS).await?;
-        fixtures::node_identity(cp, NS, id, "127.0.0.1", port).await?;
-    }
-    fixtures::worker_node(&provider, "worker-1", "8", "32Gi").await?;
-    fixtures::worker_node(&provider, "worker-2", "4", "16Gi").await?;
-    Api::<ServiceBlueprint>::namespaced(provider.client(), NS)
-        .create(&PostParams::default(), &blueprint())
-        .await?;
-    let rear = format!("127.0.0.1:{pport}");
-    // The provider's REAR key, made now as the node would on first start:
-    // the consumer pins it and buys over TLS.
-    let provider_key =
-        fluidos_rear_identity::secret::node_fingerprint(&provider.client(), NS, "provider01")
-            .await?
-            .to_string();
-    println!("  provider REAR key: {provider_key}");
-    Api::<KnownCluster>::namespaced(consumer.client(), NS)
-        .create(
-            &PostParams::default(),
-            &KnownCluster::new(
-                "knowncluster-provider01",
-                KnownClusterSpec {
-                    address: rear.clone(),
-                    fingerprint: Some(provider_key),
-                },
-            ),
-        )
-        .await?;
-
-    let logs = std::env::temp_dir();
-    let (plog, clog) = (
-        logs.join("fluidos-demo-provider.log"),
-        logs.join("fluidos-demo-consumer.log"),
-    );
-    let mut pnode = spawn_node(
-        &node,
-        &provider,
-        pport,
-        "local-resource-manager,rear-gateway",
-        "liqo-provider",
-        &plog.to_string_lossy(),
-    )?;
-    let mut cnode = spawn_node(
-        &node,
-        &consumer,
-        cport,
-        "rear-manager",
-        "liqo-consumer",
-        &clog.to_string_lossy(),
-    )?;
-    println!(
-        "provider node: REAR gateway on http://{rear} (log {})",
-        plog.display()
-    );
-    println!(
-        "consumer node: Solver/Discovery/Reservation controllers (log {})",
-        clog.display()
-    );
-
-    let flavors: Api<Flavor> = Api::namespaced(provider.client(), NS);
-    let start = Instant::now();
-    while flavors.list(&ListParams::default()).await?.items.len() < 3 {
-        if start.elapsed() > Duration::from_secs(30) {
-            bail!(
-                "the provider published no flavors within 30 s; see {}",
-                plog.display()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    for f in flavors.list(&ListParams::default()).await? {
-        println!(
-            "  provider flavor {} ({})",
-            f.name_any(),
-            f.spec.flavor_type.type_identifier
-        );
-    }
-
-    let solvers: Api<Solver> = Api::namespaced(consumer.client(), NS);
-    let wanted = [
-        solver(
-            "demo-k8slice",
-            "K8Slice",
-            json!({
-                "architectureFilter": {"name": "Match", "data": {"value": "amd64"}},
-                "cpuFilter": {"name": "Range", "data": {"min": "2"}},
-                "memoryFilter": {"name": "Range", "data": {"min": "4Gi"}}
-            }),
-        ),
-        solver(
-            "demo-service",
-            "Service",
-            json!({"categoryFilter": {"name": "Match", "data": {"value": "database"}}}),
-        ),
-    ];
-    let created = Instant::now();
-    for s in &wanted {
-        solvers.create(&PostParams::default(), s).await?;
-        println!(
-            "[{:7.3}s] created Solver {}",
-            created.elapsed().as_secs_f64(),
-            s.name_any()
-        );
-    }
-    let mut last = vec![String::new(); wanted.len()];
-    loop {
-        let mut done = 0;
-        for (i, s) in wanted.iter().enumerate() {
-            let st = solvers.get(&s.name_any()).await?.status.unwrap_or_default();
-            let p = st.solver_phase.clone().unwrap_or_default();
-            let line = format!(
-                "{} find={} reserveAndBuy={} | {} — {}",
-                s.name_any(),
-                st.find_candidate
-                    .as_ref()
-                    .map(|p| p.to_string())
-                    .unwrap_or_default(),
-                st.reserve_and_buy
-                    .as_ref()
-                    .map(|p| p.to_string())
-                    .unwrap_or_default(),
-                p.phase,
-                p.message.unwrap_or_default()
-            );
-            if line != last[i] {
-                println!("[{:7.3}s] {line}", created.elapsed().as_secs_f64());
-                last[i] = line;
-            }
-            if p.phase.is_terminal() && st.reserve_and_buy.is_some_and(|r| r.is_terminal())
-                || p.phase == fluidos_api::Phase::Failed
-            {
-                done += 1;
-            }
-        }
-        if done == wanted.len() {
-            break;
-        }
-        if created.elapsed() > Duration::from_secs(60) {
-            bail!(
-                "the Solvers did not finish within 60 s; see {} and {}",
-                plog.display(),
-                clog.display()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    for (side, cp) in [("provider", &provider), ("consumer", &consumer)] {
-        for c in Api::<Contract>::namespaced(cp.client(), NS)
-            .list(&ListParams::default())
-            .await?
-        {
+    let args = Args::parse();
+    let real_possible = fluidos_testenv::real_node_prerequisites();
+    match (args.stage, real_possible) {
+        (Stage::Real | Stage::Auto, Ok(())) => {
             println!(
-                "  {side} Contract {} — flavor {} bought by {} from {}",
-                c.name_any(),
-                c.spec.flavor.id(),
-                c.spec.buyer.node_id,
-                c.spec.seller.node_id
+                "stage: real clusters (each with a kubelet, containerd and runc; Liqo and fluidos-node installed by their charts)"
             );
+            real::run(args.keep).await
+        }
+        (Stage::Real, Err(why)) => {
+            anyhow::bail!("this machine cannot run the real stage: {why}")
+        }
+        (Stage::Auto, Err(why)) => {
+            println!("stage: light (control planes with kwok nodes; no peering or pod): {why}");
+            light::run(args.keep).await
+        }
+        (Stage::Light, _) => {
+            println!("stage: light (control planes with kwok nodes; no peering or pod), as asked");
+            light::run(args.keep).await
         }
     }
-    println!("stopping ...");
-    let _ = pnode.kill().await;
-    let _ = cnode.kill().await;
-    provider.stop().await;
-    consumer.stop().await;
-    println!("done in {:.1}s", t0.elapsed().as_secs_f64());
-    Ok(())
 }

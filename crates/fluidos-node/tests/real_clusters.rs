@@ -18,169 +18,20 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 // in tests a panic is the failure report
-// The blueprint is one json! literal, deeper than the default limit.
-#![recursion_limit = "256"]
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use fluidos_api::{Flavor, ServiceBlueprint, Solver};
+use fluidos_testenv::real_cluster::samples;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Api;
 use kube::api::PostParams;
-use kube::runtime::wait::await_condition;
 
 mod support;
 
 use support::real_cluster::Prerequisites;
 use support::{NS, real_cluster};
-
-/// A test blueprint: a key-value page over HTTP behind basic auth, whose
-/// user and password are the sale's credentials (the blueprint's Secret),
-/// made of the busybox image every real node has.
-fn blueprint() -> ServiceBlueprint {
-    let restricted = serde_json::json!({
-        "allowPrivilegeEscalation": false,
-        "capabilities": {"drop": ["ALL"]},
-        "runAsNonRoot": true,
-        "runAsUser": 1000,
-        "seccompProfile": {"type": "RuntimeDefault"}
-    });
-    let from_secret = |name: &str, key: &str| serde_json::json!({"name": name, "valueFrom": {"secretKeyRef": {"name": "kv-credentials", "key": key}}});
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "nodecore.fluidos.eu/v1alpha1",
-        "kind": "ServiceBlueprint",
-        "metadata": {"name": "kv", "namespace": NS},
-        "spec": {
-            "name": "kv",
-            "description": "A key-value page over HTTP with basic auth (test workload)",
-            "category": "database",
-            "tags": ["database", "kv"],
-            "hostingPolicies": ["Provider"],
-            "templates": [
-                {
-                    "name": "secret",
-                    "description": "The credentials",
-                    "serviceData": {
-                        "apiVersion": "v1",
-                        "kind": "Secret",
-                        "metadata": {"name": "kv-credentials"},
-                        "type": "Opaque",
-                        "stringData": {
-                            "username": "{{ .username }}",
-                            "password": "{{ .password }}",
-                            "database": "{{ .database }}"
-                        }
-                    }
-                },
-                {
-                    "name": "service",
-                    "description": "The endpoint",
-                    "serviceData": {
-                        "apiVersion": "v1",
-                        "kind": "Service",
-                        "metadata": {
-                            "name": "kv-service",
-                            "labels": {"nodecore.fluidos.eu/flavor-service-endpoint": "true"}
-                        },
-                        "spec": {
-                            "selector": {"app": "kv"},
-                            "ports": [{"protocol": "TCP", "port": 8080, "targetPort": 8080}]
-                        }
-                    }
-                },
-                {
-                    "name": "deployment",
-                    "description": "The server",
-                    "serviceData": {
-                        "apiVersion": "apps/v1",
-                        "kind": "Deployment",
-                        "metadata": {"name": "kv"},
-                        "spec": {
-                            "replicas": 1,
-                            "selector": {"matchLabels": {"app": "kv"}},
-                            "template": {
-                                "metadata": {"labels": {"app": "kv"}},
-                                "spec": {
-                                    "containers": [{
-                                        "name": "kv",
-                                        "image": fluidos_testenv::BUSYBOX_IMAGE,
-                                        "imagePullPolicy": "Never",
-                                        "command": ["/bin/sh", "-c",
-                                            "echo \"/:$USERNAME:$PASSWORD\" > /conf/httpd.conf && echo \"$DATABASE is served\" > /www/index.html && exec busybox httpd -f -v -p 8080 -h /www -c /conf/httpd.conf -r kv"],
-                                        "env": [
-                                            from_secret("USERNAME", "username"),
-                                            from_secret("PASSWORD", "password"),
-                                            from_secret("DATABASE", "database")
-                                        ],
-                                        "ports": [{"containerPort": 8080}],
-                                        "resources": {
-                                            "requests": {"cpu": "10m", "memory": "16Mi"},
-                                            "limits": {"cpu": "100m", "memory": "32Mi"}
-                                        },
-                                        "securityContext": restricted,
-                                        "volumeMounts": [
-                                            {"name": "www", "mountPath": "/www"},
-                                            {"name": "conf", "mountPath": "/conf"}
-                                        ]
-                                    }],
-                                    "volumes": [
-                                        {"name": "www", "emptyDir": {}},
-                                        {"name": "conf", "emptyDir": {}}
-                                    ]
-                                }
-                            }
-                        }
-                    }
-                }
-            ]
-        }
-    }))
-    .unwrap()
-}
-
-/// The upstream `solver-service.yaml`, asking for this blueprint's tag.
-fn solver() -> Solver {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "nodecore.fluidos.eu/v1alpha1",
-        "kind": "Solver",
-        "metadata": {"name": "solver-kv", "namespace": NS},
-        "spec": {
-            "selector": {
-                "flavorType": "Service",
-                "filters": {
-                    "categoryFilter": {"name": "Match", "data": {"value": "database"}},
-                    "tagsFilter": {"name": "Match", "data": {"value": "kv"}}
-                }
-            },
-            "intentID": "intent-kv",
-            "findCandidate": true,
-            "reserveAndBuy": true,
-            "establishPeering": true
-        }
-    }))
-    .unwrap()
-}
-
-/// A busybox pod on the consumer's cluster to connect from.
-fn client_pod() -> Pod {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "client"},
-        "spec": {
-            "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
-            "containers": [{
-                "name": "client",
-                "image": fluidos_testenv::BUSYBOX_IMAGE,
-                "imagePullPolicy": "Never",
-                "command": ["busybox", "sleep", "3600"],
-                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}
-            }]
-        }
-    }))
-    .unwrap()
-}
 
 fn decoded(secret: Secret) -> BTreeMap<String, String> {
     secret
@@ -191,22 +42,6 @@ fn decoded(secret: Secret) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// `wget` of the endpoint from the consumer's client pod, with basic auth.
-async fn fetch(
-    consumer: &fluidos_testenv::ControlPlane,
-    endpoint: &str,
-    user: &str,
-    password: &str,
-) -> std::process::Output {
-    let url = format!("http://{user}:{password}@{endpoint}/");
-    let mut kubectl = consumer.kubectl().await.unwrap();
-    // busybox wget -T crashes in Debian's static build: timeout instead.
-    kubectl.args([
-        "exec", "client", "--", "busybox", "timeout", "10", "busybox", "wget", "-qO-", &url,
-    ]);
-    kubectl.output().unwrap()
-}
-
 /// A client pod on the consumer's cluster connects to the delivered endpoint:
 /// answered with the delivered credentials, refused with a wrong password.
 async fn connect_as_buyer(
@@ -214,24 +49,12 @@ async fn connect_as_buyer(
     endpoint: &str,
     data: &BTreeMap<String, String>,
 ) {
-    // A client on the consumer's side, with the delivered credentials.
-    let pods: Api<Pod> = Api::namespaced(consumer.client(), "default");
-    pods.create(&PostParams::default(), &client_pod())
-        .await
-        .unwrap();
-    let running = |pod: Option<&Pod>| {
-        pod.and_then(|p| p.status.as_ref())
-            .and_then(|s| s.container_statuses.as_ref())
-            .is_some_and(|c| c.iter().all(|c| c.ready))
+    let fetch = |password: String| async move {
+        samples::fetch_from_client_pod(consumer, endpoint, &data["username"], &password)
+            .await
+            .unwrap()
     };
-    tokio::time::timeout(
-        Duration::from_secs(60),
-        await_condition(pods, "client", running),
-    )
-    .await
-    .expect("the consumer's client pod did not start")
-    .unwrap();
-    let answer = fetch(consumer, endpoint, &data["username"], &data["password"]).await;
+    let answer = fetch(data["password"].clone()).await;
     assert!(
         answer.status.success(),
         "{}",
@@ -241,7 +64,7 @@ async fn connect_as_buyer(
         String::from_utf8_lossy(&answer.stdout),
         format!("{} is served\n", data["database"])
     );
-    let refused = fetch(consumer, endpoint, &data["username"], "not-the-password").await;
+    let refused = fetch("not-the-password".to_owned()).await;
     assert!(!refused.status.success());
     assert!(
         String::from_utf8_lossy(&refused.stderr).contains("401"),
@@ -273,7 +96,7 @@ async fn a_service_bought_between_two_real_clusters_answers_its_buyer() {
     let installed = started.elapsed();
 
     Api::<ServiceBlueprint>::namespaced(provider.client(), NS)
-        .create(&PostParams::default(), &blueprint())
+        .create(&PostParams::default(), &samples::kv_blueprint(NS).unwrap())
         .await
         .unwrap();
     real_cluster::first_matching(
@@ -287,7 +110,7 @@ async fn a_service_bought_between_two_real_clusters_answers_its_buyer() {
 
     let bought = Instant::now();
     Api::<Solver>::namespaced(consumer.client(), NS)
-        .create(&PostParams::default(), &solver())
+        .create(&PostParams::default(), &samples::kv_solver(NS).unwrap())
         .await
         .unwrap();
     let secret = real_cluster::first_matching(

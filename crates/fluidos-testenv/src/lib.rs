@@ -32,6 +32,7 @@ mod oci_image;
 mod ports;
 mod process;
 pub mod rabbitmq;
+pub mod real_cluster;
 mod real_node;
 #[cfg(test)]
 mod versions;
@@ -133,6 +134,23 @@ pub enum Error {
     /// containerd command refused); the message says which and how to fix it.
     #[error("real node: {0}")]
     RealNode(String),
+    /// `helm` is not available; the message says what to run.
+    #[error("helm unavailable: {0}")]
+    HelmUnavailable(String),
+    /// `helm` failed.
+    #[error("helm {args} failed:\n{output}")]
+    Helm {
+        /// Its arguments.
+        args: String,
+        /// Its stdout and stderr.
+        output: String,
+    },
+    /// An image could not be made (a layout or a binary refused).
+    #[error("image: {0}")]
+    Image(String),
+    /// A watch for another controller's object failed.
+    #[error("watch: {0}")]
+    Watch(#[from] kube::runtime::wait::Error),
     /// The process-wide spawner thread is not available.
     #[error("process spawner unavailable: {0}")]
     Spawner(String),

@@ -4,7 +4,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
 use fluidos_testenv::ControlPlane;
@@ -19,57 +18,39 @@ use serde_json::Value;
 use super::{NodeProcess, node_command};
 
 /// Set by `.ci/run` to the directory `tools/helm/build.sh` prints.
-pub const HELM_BIN_DIR_ENV: &str = "FLUIDOS_HELM_BIN_DIR";
+pub const HELM_BIN_DIR_ENV: &str = fluidos_testenv::real_cluster::HELM_BIN_DIR_ENV;
 
 /// The `helm` binary; `None` (the caller skips) when `FLUIDOS_HELM_BIN_DIR`
 /// is unset outside CI. In CI a missing helm fails the test.
 pub fn helm_bin() -> Option<PathBuf> {
-    let dir = std::env::var_os(HELM_BIN_DIR_ENV).filter(|d| !d.is_empty());
-    let Some(dir) = dir else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{HELM_BIN_DIR_ENV} is not set in CI: .ci/run must build helm (tools/helm/build.sh)"
-        );
-        eprintln!(
-            "SKIP: {HELM_BIN_DIR_ENV} is not set; build helm with tools/helm/build.sh and set \
-             it to the directory printed on its last line"
-        );
-        return None;
-    };
-    let bin = PathBuf::from(dir).join("helm");
-    assert!(
-        bin.is_file(),
-        "{} does not exist: run tools/helm/build.sh",
-        bin.display()
-    );
-    Some(bin)
+    match fluidos_testenv::real_cluster::Helm::from_env() {
+        Ok(helm) => Some(helm.bin().to_path_buf()),
+        Err(e @ fluidos_testenv::Error::HelmUnavailable(_))
+            if std::env::var_os(HELM_BIN_DIR_ENV).is_none_or(|d| d.is_empty()) =>
+        {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "{HELM_BIN_DIR_ENV} is not set in CI: .ci/run must build helm (tools/helm/build.sh)"
+            );
+            eprintln!("SKIP: {e}");
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
 }
 
 /// The chart's directory.
 pub fn chart_dir() -> PathBuf {
-    fluidos_testenv::workspace_root().join("deploy/helm/fluidos-node")
+    fluidos_testenv::real_cluster::chart_dir()
 }
 
 /// Runs `helm args...` with its config and caches in a temporary home;
 /// returns stdout, panicking with stderr on failure.
 pub fn helm(bin: &Path, args: &[&str]) -> String {
-    let home = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(bin)
-        .args(args)
-        .env("HELM_CACHE_HOME", home.path().join("cache"))
-        .env("HELM_CONFIG_HOME", home.path().join("config"))
-        .env("HELM_DATA_HOME", home.path().join("data"))
-        .env_remove("KUBECONFIG")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "helm {args:?} failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
+    fluidos_testenv::real_cluster::Helm::in_dir(bin.parent().unwrap())
+        .unwrap()
+        .run(args)
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// `helm template` of the chart in namespace `fluidos` with `--set`s and

@@ -4,18 +4,15 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use fluidos_testenv::{ControlPlane, ControlPlaneOptions, ImageSpec};
+use fluidos_testenv::{ControlPlane, ImageSpec};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::Api;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::wait::await_condition;
 
 use super::NS;
 use super::helm;
-use super::image::{
-    ImageLayout, REAL_IMAGE_REPOSITORY, REAL_IMAGE_TAG, node_image, read_image, static_binary,
-};
+use super::image::{ImageLayout, read_image, static_binary};
+use fluidos_testenv::real_cluster;
 
 /// `GET url` from the host, as a client outside the cluster would make it,
 /// to an address kube-proxy serves (a NodePort) or a pod's. kube-proxy
@@ -79,165 +76,58 @@ pub fn kubeconfig_flag(cp: &ControlPlane) -> String {
     format!("--kubeconfig={}", cp.kubeconfig_path().display())
 }
 
-/// `helm install` of the chart as an operator would run it on this real
-/// cluster: the local image, never pulled; services only (no Liqo here
-/// yet); the node's own address as its identity and the API server URL
-/// peers can reach; `extra_sets` after those. Then waits (watching) until
-/// every component has rolled out.
+/// `helm install` of the chart on this real cluster
+/// (`fluidos_testenv::real_cluster::install_fluidos`); its four
+/// components rolled out.
 pub async fn install_chart(helm_bin: &Path, cp: &ControlPlane, extra_sets: &[String]) {
-    let node = cp.real_node().expect("a real-node cluster");
-    let chart = helm::chart_dir();
-    let kubeconfig = kubeconfig_flag(cp);
-    let mut sets = vec![
-        format!("image.repository={REAL_IMAGE_REPOSITORY}"),
-        format!("tag={REAL_IMAGE_TAG}"),
-        "pullPolicy=Never".to_owned(),
-        format!("common.configMaps.nodeIdentity.ip={}", node.node_ip()),
-        format!("apiServer.address={}", cp.server_url()),
-    ];
-    sets.extend_from_slice(extra_sets);
-    let mut install = vec![
-        "install",
-        "fluidos",
-        chart.to_str().unwrap(),
-        "--namespace",
-        NS,
-        "--create-namespace",
-        &kubeconfig,
-    ];
-    for set in &sets {
-        install.extend(["--set", set.as_str()]);
-    }
-    helm::helm(helm_bin, &install);
-    let deployments: Api<Deployment> = Api::namespaced(cp.client(), NS);
-    let names: Vec<String> = deployments
-        .list(&Default::default())
+    let deployments = real_cluster::install_fluidos(&helm_of(helm_bin), cp, extra_sets)
         .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|d| d.metadata.name)
-        .collect();
-    assert_eq!(names.len(), 4, "{names:?}");
-    for name in &names {
-        wait_available(cp, &deployments, name).await;
-    }
+        .unwrap();
+    assert_eq!(deployments, 4);
+}
+
+fn helm_of(helm_bin: &Path) -> real_cluster::Helm {
+    real_cluster::Helm::in_dir(helm_bin.parent().unwrap()).unwrap()
 }
 
 /// The provider's chart (its node sold), then the consumer's, pinned to the
-/// provider's address and key as the provider's NOTES tell its operator;
-/// `extra_sets` on both.
+/// provider's address and key (`fluidos_testenv::real_cluster::install_pair`).
 pub async fn install_pair(
     helm_bin: &Path,
     provider: &ControlPlane,
     consumer: &ControlPlane,
     extra_sets: &[String],
 ) {
-    let provider_ip = provider.real_node().unwrap().node_ip().to_string();
-    sell_node(provider).await;
-    install_chart(helm_bin, provider, extra_sets).await;
-    let fingerprints: Api<ConfigMap> = Api::namespaced(provider.client(), NS);
-    let has_fingerprint = |cm: Option<&ConfigMap>| {
-        cm.and_then(|c| c.data.as_ref())
-            .is_some_and(|d| d.contains_key("fingerprint"))
-    };
-    let fingerprint = tokio::time::timeout(
-        Duration::from_secs(60),
-        await_condition(
-            fingerprints,
-            "fluidos-node-rear-fingerprint",
-            has_fingerprint,
-        ),
-    )
-    .await
-    .expect("the provider published no REAR fingerprint")
-    .unwrap()
-    .and_then(|cm| cm.data)
-    .and_then(|mut d| d.remove("fingerprint"))
-    .unwrap();
-    install_chart(
-        helm_bin,
-        consumer,
-        &[
-            extra_sets,
-            &[format!(
-                "rearManager.peers={{{provider_ip}:30000#{fingerprint}}}"
-            )],
-        ]
-        .concat(),
-    )
-    .await;
-}
-
-/// Starts a cluster with one real node and the fluidos-node image built
-/// from `bin` imported, plus `images`.
-pub async fn start(bin: &Path, layout: &ImageLayout, images: Vec<ImageSpec>) -> ControlPlane {
-    let mut all = vec![node_image(bin, layout)];
-    all.extend(images);
-    ControlPlane::start(ControlPlaneOptions {
-        real_node: true,
-        images: all,
-        ..Default::default()
-    })
-    .await
-    .unwrap()
-}
-
-/// Labels the real node as one whose resources are sold (the chart's
-/// default `nodeResourceLabel`).
-pub async fn sell_node(cp: &ControlPlane) {
-    let node = cp.real_node().expect("a real-node cluster");
-    Api::<Node>::all(cp.client())
-        .patch(
-            node.name(),
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({
-                "metadata": {"labels": {"node-role.fluidos.eu/resources": "true"}}
-            })),
-        )
+    real_cluster::install_pair(&helm_of(helm_bin), provider, consumer, extra_sets)
         .await
         .unwrap();
 }
 
-/// Waits (watching) until Deployment `name` has rolled out; else fails with
-/// every pod's state and logs and the node's.
-pub async fn wait_available(cp: &ControlPlane, deployments: &Api<Deployment>, name: &str) {
-    wait_available_in(cp, deployments, NS, name).await;
+/// Starts a cluster with one real node and the fluidos-node image built
+/// from `bin` imported, plus `images`.
+pub async fn start(bin: &Path, _layout: &ImageLayout, images: Vec<ImageSpec>) -> ControlPlane {
+    let image = real_cluster::NodeImage::load(bin).unwrap();
+    real_cluster::start(&image, images).await.unwrap()
+}
+
+/// Labels the real node as one whose resources are sold.
+pub async fn sell_node(cp: &ControlPlane) {
+    real_cluster::sell_node(cp).await.unwrap();
+}
+
+/// Waits (watching) until Deployment `name` has rolled out.
+pub async fn wait_available(cp: &ControlPlane, _deployments: &Api<Deployment>, name: &str) {
+    real_cluster::wait_rolled_out(cp, NS, name).await.unwrap();
 }
 
 /// [`wait_available`] in namespace `ns`.
 pub async fn wait_available_in(
     cp: &ControlPlane,
-    deployments: &Api<Deployment>,
+    _deployments: &Api<Deployment>,
     ns: &str,
     name: &str,
 ) {
-    use k8s_openapi::api::core::v1::Pod;
-    use kube::runtime::wait::{await_condition, conditions};
-    let available = await_condition(
-        deployments.clone(),
-        name,
-        conditions::is_deployment_completed(),
-    );
-    if tokio::time::timeout(Duration::from_secs(180), available)
-        .await
-        .is_ok()
-    {
-        return;
-    }
-    let pods: Api<Pod> = Api::namespaced(cp.client(), ns);
-    let mut report = String::new();
-    for pod in pods.list(&Default::default()).await.unwrap().items {
-        let pod_name = pod.metadata.name.clone().unwrap_or_default();
-        let logs = pods
-            .logs(&pod_name, &Default::default())
-            .await
-            .unwrap_or_else(|e| e.to_string());
-        let statuses = pod.status.map(|s| s.container_statuses);
-        report.push_str(&format!("--- {pod_name}: {statuses:?}\n{logs}\n"));
-    }
-    let node = cp.real_node().map(fluidos_testenv::RealNode::log_tail);
-    panic!("Deployment {name} not available:\n{report}\n{node:?}");
+    real_cluster::wait_rolled_out(cp, ns, name).await.unwrap();
 }
 
 /// Waits (watching, never polling) for the first object of `api` that
@@ -257,20 +147,8 @@ where
         + Send
         + 'static,
 {
-    let mut config = kube::runtime::watcher::Config::default();
-    if let Some(labels) = labels {
-        config = config.labels(labels);
-    }
-    let applied =
-        kube::runtime::WatchStreamExt::applied_objects(kube::runtime::watcher(api, config));
-    let matching = futures::StreamExt::filter_map(applied, |object| {
-        let object = object.ok().filter(|o| accept(o));
-        async move { object }
-    });
-    futures::pin_mut!(matching);
-    tokio::time::timeout(timeout, futures::StreamExt::next(&mut matching))
+    real_cluster::first_matching(api, labels, what, timeout, accept)
         .await
-        .unwrap_or_else(|_| panic!("no {what} after {timeout:?}"))
         .unwrap()
 }
 
@@ -338,85 +216,17 @@ pub async fn first_flavor(cp: &ControlPlane) -> fluidos_api::Flavor {
     .await
 }
 
-/// `helm install` of Liqo's own chart on this real cluster, as its docs
-/// give it with networking disabled (no WireGuard or Geneve in this kernel),
-/// and the metric agent, proxy and telemetry off (each needs an image of
-/// its own); the images are the local ones (`LiqoBinaries::chart_images`,
-/// imported at the cluster's start), never pulled. Waits until it rolled out.
+/// `helm install` of Liqo's own chart on this real cluster
+/// (`fluidos_testenv::real_cluster::install_liqo`).
 pub async fn install_liqo(
     helm_bin: &Path,
     cp: &ControlPlane,
     liqo: &fluidos_testenv::LiqoBinaries,
     cluster_id: &str,
 ) {
-    let chart = liqo.chart_dir();
-    let kubeconfig = kubeconfig_flag(cp);
-    let sets = [
-        format!("tag={}", fluidos_testenv::liqo_version().unwrap()),
-        "pullPolicy=Never".to_owned(),
-        "networking.enabled=false".to_owned(),
-        "metricAgent.enabled=false".to_owned(),
-        "proxy.enabled=false".to_owned(),
-        "telemetry.enabled=false".to_owned(),
-        format!("discovery.config.clusterID={cluster_id}"),
-        // What `liqoctl install` finds out by itself.
-        format!(
-            "ipam.podCIDR={}",
-            cp.real_node().expect("a real node").pod_cidr()
-        ),
-        format!(
-            "ipam.serviceCIDR={}",
-            fluidos_testenv::SERVICE_CLUSTER_IP_RANGE
-        ),
-        format!("apiServer.address={}", cp.server_url()),
-    ];
-    let mut install = vec![
-        "install",
-        "liqo",
-        chart.to_str().unwrap(),
-        "--namespace",
-        "liqo",
-        "--create-namespace",
-        &kubeconfig,
-    ];
-    for set in &sets {
-        install.extend(["--set", set.as_str()]);
-    }
-    helm::helm(helm_bin, &install);
-    let deployments: Api<Deployment> = Api::namespaced(cp.client(), "liqo");
-    for d in deployments.list(&Default::default()).await.unwrap().items {
-        wait_available_in(cp, &deployments, "liqo", &d.metadata.name.unwrap()).await;
-    }
-    liqo_webhook_serving(cp).await;
-}
-
-/// Waits until kube-apiserver can call Liqo's admission webhooks. The
-/// webhook makes its serving certificate at start and writes its CA into
-/// the webhook configurations, so its pod is Ready a moment before a call
-/// verifies; a dry-run create of a ResourceSlice (which its validating
-/// webhook sees) is the only sign, tried a bounded number of times. The
-/// webhook's own verdict on the object, either way, means it answered.
-async fn liqo_webhook_serving(cp: &ControlPlane) {
-    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
-    let gvk = GroupVersionKind::gvk("authentication.liqo.io", "v1beta1", "ResourceSlice");
-    let resource = ApiResource::from_gvk_with_plural(&gvk, "resourceslices");
-    let slices: Api<DynamicObject> = Api::namespaced_with(cp.client(), "default", &resource);
-    let mut probe = DynamicObject::new("fluidos-testenv-webhook-probe", &resource);
-    probe.data = serde_json::json!({"spec": {"class": "default"}});
-    let dry_run = PostParams {
-        dry_run: true,
-        ..Default::default()
-    };
-    let mut last = String::new();
-    for _ in 0..120 {
-        match slices.create(&dry_run, &probe).await {
-            Ok(_) => return,
-            Err(e) if !e.to_string().contains("failed calling webhook") => return,
-            Err(e) => last = e.to_string(),
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    panic!("Liqo's webhooks never answered kube-apiserver: {last}");
+    real_cluster::install_liqo(&helm_of(helm_bin), cp, liqo, cluster_id)
+        .await
+        .unwrap();
 }
 
 /// `helm uninstall <release>` as an operator runs it, then deletes the
@@ -655,79 +465,22 @@ pub fn upstream_k8slice_solver(reference: &Path) -> fluidos_api::Solver {
 }
 
 /// A restricted busybox pod `web` in `namespace` answering HTTP with its
-/// own name, asking for a part of the contracted slice.
+/// own name (`fluidos_testenv::real_cluster::samples::offloaded_pod`).
 pub fn offloaded_pod(namespace: &str) -> k8s_openapi::api::core::v1::Pod {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "web", "namespace": namespace},
-        "spec": {
-            "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
-            "containers": [{
-                "name": "web",
-                "image": fluidos_testenv::BUSYBOX_IMAGE,
-                "imagePullPolicy": "Never",
-                "command": ["/bin/sh", "-c",
-                    // Ends on SIGTERM as a well-behaved server does (as PID 1,
-                    // httpd would ignore it and wait out the grace period).
-                    "echo \"offloaded $POD_NAME\" > /www/index.html; trap 'exit 0' TERM; busybox httpd -f -v -p 8080 -h /www & wait"],
-                "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
-                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "200m", "memory": "64Mi"}},
-                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
-                "volumeMounts": [{"name": "www", "mountPath": "/www"}]
-            }],
-            "volumes": [{"name": "www", "emptyDir": {}}]
-        }
-    }))
-    .unwrap()
+    real_cluster::samples::offloaded_pod(namespace).unwrap()
 }
 
 /// Whether a pod runs.
 pub fn running(pod: Option<&k8s_openapi::api::core::v1::Pod>) -> bool {
-    pod.and_then(|p| p.status.as_ref())
-        .and_then(|s| s.phase.as_deref())
-        == Some("Running")
+    real_cluster::running(pod)
 }
 
-/// Creates namespace `name` on the consumer and offloads it as `liqoctl
-/// offload namespace` does (remote pods only); watches the
-/// NamespaceOffloading until Ready and returns the provider's namespace.
+/// Creates namespace `name` on the consumer and offloads it; the provider's
+/// namespace (`fluidos_testenv::real_cluster::offload_namespace`).
 pub async fn offload_namespace(consumer: &ControlPlane, name: &str) -> String {
-    use k8s_openapi::api::core::v1::Namespace;
-    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
-    let namespace: Namespace =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
-    Api::<Namespace>::all(consumer.client())
-        .create(&PostParams::default(), &namespace)
+    real_cluster::offload_namespace(consumer, name)
         .await
-        .unwrap();
-    let gvk = GroupVersionKind::gvk("offloading.liqo.io", "v1beta1", "NamespaceOffloading");
-    let resource = ApiResource::from_gvk_with_plural(&gvk, "namespaceoffloadings");
-    let offloadings: Api<DynamicObject> = Api::namespaced_with(consumer.client(), name, &resource);
-    offloadings
-        .create(
-            &PostParams::default(),
-            &fluidos_testenv::liqo::namespace_offloading(name),
-        )
-        .await
-        .unwrap();
-    let ready = |o: Option<&DynamicObject>| {
-        o.and_then(|o| o.data.pointer("/status/offloadingPhase"))
-            .and_then(|p| p.as_str())
-            == Some("Ready")
-    };
-    let offloading = tokio::time::timeout(
-        Duration::from_secs(120),
-        await_condition(offloadings, "offloading", ready),
-    )
-    .await
-    .expect("the NamespaceOffloading never became Ready")
-    .unwrap()
-    .unwrap();
-    offloading.data["status"]["remoteNamespaceName"]
-        .as_str()
         .unwrap()
-        .to_owned()
 }
 
 /// The log of the chart's uninstall hook, followed from its pod's start.
