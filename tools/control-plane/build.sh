@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, kubectl,
-# kubelet and kube-proxy
+# kubelet, kube-proxy and CoreDNS
 # from the Go module proxy, once per version set, into a cache outside the repo.
 # Prints the directory holding the binaries on its last line.
 #
-#   tools/control-plane/build.sh            # all eight
+#   tools/control-plane/build.sh            # all nine
 #   FLUIDOS_CP_MINIMAL=1 tools/control-plane/build.sh   # etcd + kube-apiserver only
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,6 +25,8 @@ grep -q "go.etcd.io/etcd/server/v3 $ETCD_VERSION" "$here/etcd/go.mod" ||
   { echo "etcd/go.mod does not require etcd $ETCD_VERSION" >&2; exit 1; }
 grep -q "sigs.k8s.io/kwok $KWOK_VERSION" "$here/kwok/go.mod" ||
   { echo "kwok/go.mod does not require kwok $KWOK_VERSION" >&2; exit 1; }
+grep -q "github.com/coredns/coredns $COREDNS_VERSION" "$here/coredns/go.mod" ||
+  { echo "coredns/go.mod does not require coredns $COREDNS_VERSION" >&2; exit 1; }
 
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 # Stamp the Kubernetes version so `GET /version` reports it (upstream's release
@@ -53,5 +55,9 @@ if [ -z "${FLUIDOS_CP_MINIMAL:-}" ]; then
   # pods through Debian's containerd, and kube-proxy for Service addresses.
   build kubelet kubernetes k8s.io/kubernetes/cmd/kubelet "$k8s_ldflags"
   build kube-proxy kubernetes k8s.io/kubernetes/cmd/kube-proxy "$k8s_ldflags"
+  # The cluster DNS of the real-node profile, named by its version and
+  # recipe (the cache key above predates it, so a new one builds beside).
+  build "coredns-$COREDNS_VERSION-r$COREDNS_RECIPE" coredns . \
+    "-X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION"
 fi
 echo "$out"

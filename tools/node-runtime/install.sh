@@ -35,6 +35,14 @@ if [ "${#missing[@]}" -gt 0 ]; then
   fi
 fi
 
+# A pod reaching another pod on its node's bridge through a Service (the
+# cluster DNS) needs bridged traffic to go through iptables.
+if [ "$(cat /proc/sys/net/bridge/bridge-nf-call-iptables 2>/dev/null)" != 1 ]; then
+  modprobe br_netfilter 2>/dev/null || true
+  sysctl -q -w net.bridge.bridge-nf-call-iptables=1 ||
+    { echo "cannot turn on net.bridge.bridge-nf-call-iptables (br_netfilter)" >&2; exit 1; }
+fi
+
 check() { # check NAME PINNED ACTUAL
   case "$3" in
     "$2"*) echo "$1 $3" ;;

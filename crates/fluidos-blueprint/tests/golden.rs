@@ -2,7 +2,8 @@
 //!
 //! The blueprints and the configuration are the Go node's samples, read from
 //! `../shared/reference/fluidos-samples` (beside the workspace; not ours to
-//! copy). Without that folder the tests print `SKIP: ...` and pass. The
+//! copy). Without that folder the tests print `SKIP: ...` and pass, except in
+//! CI, where they fail (`fluidos_testenv::skip`). The
 //! expected objects in `tests/golden/*.yaml` were written by hand from the Go
 //! code's documented behaviour; each file says how.
 
@@ -68,9 +69,9 @@ fn assert_same(actual: &[Value], expected: &[Value]) {
 #[test]
 fn database_blueprint_renders_as_on_the_go_node() {
     let Some(samples) = samples_dir() else {
-        eprintln!(
-            "SKIP: ../shared/reference/fluidos-samples is absent; this test renders the Go node's \
-             service-blueprint-db.yaml from there"
+        fluidos_testenv::skip::unavailable(
+            "../shared/reference/fluidos-samples is absent; this test renders the Go node's \
+             service-blueprint-db.yaml from there",
         );
         return;
     };
@@ -113,9 +114,9 @@ fn database_blueprint_renders_as_on_the_go_node() {
 #[test]
 fn message_queue_blueprint_renders_as_on_the_go_node() {
     let Some(samples) = samples_dir() else {
-        eprintln!(
-            "SKIP: ../shared/reference/fluidos-samples is absent; this test renders the Go node's \
-             service-blueprint-mq.yaml from there"
+        fluidos_testenv::skip::unavailable(
+            "../shared/reference/fluidos-samples is absent; this test renders the Go node's \
+             service-blueprint-mq.yaml from there",
         );
         return;
     };
@@ -151,9 +152,9 @@ fn message_queue_blueprint_renders_as_on_the_go_node() {
 #[test]
 fn the_service_and_the_buyer_see_the_same_password() {
     let Some(samples) = samples_dir() else {
-        eprintln!(
-            "SKIP: ../shared/reference/fluidos-samples is absent; this test renders the Go node's \
-             service-blueprint-db.yaml from there"
+        fluidos_testenv::skip::unavailable(
+            "../shared/reference/fluidos-samples is absent; this test renders the Go node's \
+             service-blueprint-db.yaml from there",
         );
         return;
     };

@@ -9,7 +9,8 @@
 //!    every key we write is one upstream knows.
 //!
 //! Needs `../shared/reference` (upstream's files, not copied here); skips with a
-//! message when it is absent.
+//! message when it is absent, except in CI, where it fails
+//! (`fluidos_testenv::skip`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // in tests a panic is the failure report
 #![allow(
@@ -109,8 +110,8 @@ where
 #[tokio::test]
 async fn samples_apply_unchanged_and_read_back_without_loss() {
     let Some(reference) = fluidos_testenv::shared_reference_dir() else {
-        eprintln!(
-            "SKIP: ../shared/reference is absent; this test applies the Go node's samples from there"
+        fluidos_testenv::skip::unavailable(
+            "../shared/reference is absent; this test applies the Go node's samples from there",
         );
         return;
     };
@@ -573,8 +574,8 @@ async fn create_and_compare(client: &kube::Client, label: &str) {
 #[tokio::test]
 async fn objects_we_write_are_accepted_by_upstream_and_our_crds() {
     let Some(reference) = fluidos_testenv::shared_reference_dir() else {
-        eprintln!(
-            "SKIP: ../shared/reference is absent; this test installs the upstream CRDs from there"
+        fluidos_testenv::skip::unavailable(
+            "../shared/reference is absent; this test installs the upstream CRDs from there",
         );
         return;
     };

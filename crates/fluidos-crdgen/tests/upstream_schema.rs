@@ -6,7 +6,8 @@
 //! deliberate difference is listed below; anything else fails the test.
 //!
 //! Needs `../shared/reference/fluidos-crds` (the upstream manifests, not ours
-//! to copy into the repo); skips with a message when it is absent.
+//! to copy into the repo); skips with a message when it is absent, except in
+//! CI, where it fails (`fluidos_testenv::skip`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // in tests a panic is the failure report
 #![allow(
@@ -222,8 +223,8 @@ fn columns(version: &Value) -> Vec<(String, String, String, i64)> {
 #[test]
 fn generated_crds_cover_the_upstream_schemas() {
     let Some(dir) = upstream_dir() else {
-        eprintln!(
-            "SKIP: ../shared/reference/fluidos-crds is absent; the upstream schema comparison needs it"
+        fluidos_testenv::skip::unavailable(
+            "../shared/reference/fluidos-crds is absent; the upstream schema comparison needs it",
         );
         return;
     };

@@ -14,9 +14,21 @@ pub async fn until_interrupted(clusters: &[(&str, &ControlPlane)]) {
             cp.server_url()
         );
     }
-    println!("  kubectl get solvers,contracts,allocations -n fluidos");
+    // The kubectl the clusters were built with, where kubectl is not installed.
+    let kubectl = match clusters.first() {
+        Some((_, cp)) => cp
+            .kubectl()
+            .await
+            .map(|c| c.get_program().to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "kubectl".into()),
+        None => "kubectl".into(),
+    };
+    println!("  {kubectl} get solvers,contracts,allocations -n fluidos");
     println!(
-        "  cargo build -p kubectl-fluidos && PATH=$PWD/target/debug:$PATH kubectl fluidos --help"
+        "  cargo build -p kubectl-fluidos && PATH={}:$PATH kubectl fluidos --help",
+        fluidos_testenv::workspace_root()
+            .join("target/debug")
+            .display()
     );
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(term) => term,

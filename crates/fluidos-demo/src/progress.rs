@@ -52,7 +52,11 @@ pub async fn follow_solvers(
 ) -> anyhow::Result<()> {
     let wanted: BTreeSet<&str> = names.iter().map(String::as_str).collect();
     let mut last: BTreeMap<String, Summary> = BTreeMap::new();
-    let mut changes = Box::pin(watcher(solvers, watcher::Config::default()).applied_objects());
+    let mut changes = Box::pin(
+        watcher(solvers, watcher::Config::default())
+            .default_backoff()
+            .applied_objects(),
+    );
     let follow = async {
         while let Some(solver) = changes.next().await {
             let solver = solver.context("watching Solvers")?;
@@ -68,6 +72,9 @@ pub async fn follow_solvers(
             if last.get(&name) != Some(&now) {
                 println!("[{:7.3}s] {}", since.elapsed().as_secs_f64(), now.line);
                 last.insert(name, now);
+            }
+            if let Some(failed) = last.values().find(|s| s.failed) {
+                bail!("a Solver failed: {}", failed.line);
             }
             if last.len() == wanted.len() && last.values().all(|s| s.done) {
                 return Ok(());

@@ -15,7 +15,7 @@ use anyhow::{Context as _, bail};
 use fluidos_api::{Contract, Flavor, ServiceBlueprint, Solver};
 use fluidos_testenv::ControlPlane;
 use fluidos_testenv::real_cluster::{self, NS, NodeImage, samples};
-use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{ListParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Api, ResourceExt};
@@ -76,10 +76,10 @@ pub async fn run(keep: bool) -> anyhow::Result<()> {
         ),
     );
     let outcome = buy_and_use(&provider, &consumer, t0).await;
-    if let Err(e) = &outcome {
-        eprintln!("the demo stopped: {e:#}");
-    }
     if keep {
+        if let Err(e) = &outcome {
+            eprintln!("the demo stopped: {e:#}");
+        }
         crate::keep::until_interrupted(&[("provider", &provider), ("consumer", &consumer)]).await;
     }
     println!("stopping both clusters ...");
@@ -135,19 +135,7 @@ async fn buy_and_use(
             c.spec.seller.node_id
         );
     }
-    let virtual_node = real_cluster::first_matching(
-        Api::<Node>::all(consumer.client()),
-        Some("liqo.io/type=virtual-node"),
-        "a Ready virtual node on the consumer",
-        Duration::from_secs(180),
-        |n: &Node| {
-            n.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        },
-    )
-    .await?;
+    let virtual_node = real_cluster::ready_virtual_node(consumer, Duration::from_secs(180)).await?;
     let capacity = virtual_node
         .status
         .as_ref()
@@ -205,7 +193,11 @@ async fn offload_a_pod(
         .spec
         .as_ref()
         .and_then(|s| s.node_name.clone())
-        .unwrap_or_default();
+        .context("the provider's pod has no node")?;
+    let provider_node = provider.real_node().map(|n| n.name().to_owned());
+    if provider_node.as_deref() != Some(node.as_str()) {
+        bail!("the offloaded pod runs on {node}, not on the provider's real node");
+    }
     let ip = remote
         .status
         .as_ref()
@@ -264,7 +256,7 @@ async fn use_the_service(
         .into_iter()
         .next()
         .and_then(|p| p.spec.and_then(|s| s.node_name))
-        .unwrap_or_default();
+        .context("no kv server pod on a provider node")?;
     step(
         t0,
         &format!(

@@ -4,7 +4,8 @@
 //!
 //! Needs `../shared/reference/liqo-v1.0.0-crds` (upstream's files, not copied
 //! here) and kopium of the pinned version; without either it prints `SKIP: ...`
-//! and passes. The checks that need neither always run.
+//! and passes, except in CI, where it fails (`fluidos_testenv::skip`). The
+//! checks that need neither always run.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // in tests a panic is the failure report
 
@@ -113,32 +114,34 @@ fn committed_headers_name_the_pinned_kopium_and_the_script() {
 fn committed_modules_match_a_fresh_generation() {
     let crd_dir = workspace_root().join("../shared/reference/liqo-v1.0.0-crds");
     if !crd_dir.is_dir() {
-        println!(
-            "SKIP: {} not found; the freshness check needs Liqo's CRD files",
+        fluidos_testenv::skip::unavailable(format!(
+            "{} not found; the freshness check needs Liqo's CRD files",
             crd_dir.display()
-        );
+        ));
         return;
     }
     let pinned = pinned_kopium_version();
     let install = format!("cargo install kopium --version {pinned} --locked");
     let Some(kopium) = find_kopium() else {
-        println!("SKIP: kopium not found on PATH nor in ~/.cargo/bin; install it with: {install}");
+        fluidos_testenv::skip::unavailable(format!(
+            "kopium not found on PATH nor in ~/.cargo/bin; install it with: {install}"
+        ));
         return;
     };
     match kopium_version(&kopium) {
         Some(found) if found == pinned => {}
         Some(found) => {
-            println!(
-                "SKIP: {} is version {found}, the pinned one is {pinned}; install it with: {install}",
+            fluidos_testenv::skip::unavailable(format!(
+                "{} is version {found}, the pinned one is {pinned}; install it with: {install}",
                 kopium.display()
-            );
+            ));
             return;
         }
         None => {
-            println!(
-                "SKIP: `{} --version` did not run; install kopium with: {install}",
+            fluidos_testenv::skip::unavailable(format!(
+                "`{} --version` did not run; install kopium with: {install}",
                 kopium.display()
-            );
+            ));
             return;
         }
     }

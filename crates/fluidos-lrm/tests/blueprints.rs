@@ -87,8 +87,8 @@ fn mq_type_data() -> Value {
 #[tokio::test]
 async fn upstream_samples_publish_the_reference_flavors() {
     let Some(reference) = fluidos_testenv::shared_reference_dir() else {
-        eprintln!(
-            "SKIPPED: ../shared/reference is absent, the upstream blueprint samples are not available"
+        fluidos_testenv::skip::unavailable(
+            "../shared/reference is absent, the upstream blueprint samples are not available",
         );
         return;
     };

@@ -154,7 +154,7 @@ async fn bench(runs: usize, networking: bool) {
 
 fn main() {
     if let Some(reason) = skip_reason() {
-        println!("peering bench SKIPPED: {reason}");
+        fluidos_testenv::skip::unavailable(format!("peering bench: {reason}"));
         return;
     }
     let runs = std::env::var("FLUIDOS_BENCH_RUNS")

@@ -199,12 +199,14 @@ async fn bench(runs: usize, prerequisites: Prerequisites, reference: std::path::
 }
 
 fn main() {
+    // Says why itself where something is missing.
     let Some(prerequisites) = real_cluster::prerequisites() else {
-        println!("real peering bench SKIPPED (see above)");
         return;
     };
     let Some(reference) = fluidos_testenv::shared_reference_dir() else {
-        println!("real peering bench SKIPPED: ../shared/reference is absent (the Solver sample)");
+        fluidos_testenv::skip::unavailable(
+            "real peering bench: ../shared/reference is absent (the Solver sample)",
+        );
         return;
     };
     let runs = std::env::var("FLUIDOS_BENCH_RUNS")

@@ -241,7 +241,7 @@ async fn bench(runs: usize) {
 
 fn main() {
     if let Some(reason) = skip_reason() {
-        println!("service bench SKIPPED: {reason}");
+        fluidos_testenv::skip::unavailable(format!("service bench: {reason}"));
         return;
     }
     let runs = std::env::var("FLUIDOS_BENCH_RUNS")

@@ -791,8 +791,8 @@ async fn chart_rbac_suffices_for_a_full_sale_and_refuses_the_rest() {
             sol
         });
     if service_solver.is_none() {
-        eprintln!(
-            "SKIP (Service sale): ../shared/reference is absent; the blueprint sample comes from there"
+        fluidos_testenv::skip::unavailable(
+            "the Service sale: ../shared/reference is absent; the blueprint sample comes from there",
         );
     }
     let dir = tempfile::tempdir().unwrap();
@@ -1082,7 +1082,9 @@ async fn chart_rbac_suffices_for_the_go_peering_grant() {
         .map(|d| d.join("liqo-v1.0.0-crds"))
         .filter(|d| d.is_dir())
     else {
-        eprintln!("SKIP: ../shared/reference/liqo-v1.0.0-crds is absent (Liqo's CRDs)");
+        fluidos_testenv::skip::unavailable(
+            "../shared/reference/liqo-v1.0.0-crds is absent (Liqo's CRDs)",
+        );
         return;
     };
     let provider = ControlPlane::start(ControlPlaneOptions {

@@ -24,7 +24,8 @@
 //!
 //! Needs `FLUIDOS_HELM_BIN_DIR`, `FLUIDOS_LIQO_BIN_DIR`,
 //! `FLUIDOS_CP_BIN_DIR` and `../shared/reference`; without them the test
-//! prints `SKIP: ...` and passes (without helm in CI it fails).
+//! prints `SKIP: ...` and passes, except in CI, where it fails
+//! (`fluidos_testenv::skip`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // in tests a panic is the failure report
 
@@ -45,7 +46,7 @@ mod support;
 use support::helm::{self, Access, Grant, Running};
 use support::peering::{
     CONSUMER_ID, PROVIDER_ID, Phases, TwoClusters, dynamic, exists, new_contract,
-    ready_virtual_node, say, skip_reason, unpeer, until, wait_active, wait_authenticated,
+    ready_virtual_node, skip_reason, unpeer, until, wait_active, wait_authenticated,
 };
 use support::{NS, NodeProcess};
 
@@ -400,7 +401,7 @@ async fn end_on_provider(
 async fn chart_rbac_suffices_for_a_k8slice_peering_and_its_teardown() {
     let Some(bin) = helm::helm_bin() else { return };
     if let Some(reason) = skip_reason() {
-        say(&format!("SKIP: {reason}"));
+        fluidos_testenv::skip::unavailable(reason);
         return;
     }
     let mut phases = Phases::new();
@@ -654,12 +655,14 @@ async fn chart_rbac_suffices_for_a_service_delivered_by_liqo() {
     use fluidos_api::ServiceBlueprint;
     let Some(bin) = helm::helm_bin() else { return };
     if let Some(reason) = skip_reason() {
-        say(&format!("SKIP: {reason}"));
+        fluidos_testenv::skip::unavailable(reason);
         return;
     }
     let Some(samples) = fluidos_testenv::shared_reference_dir().map(|d| d.join("fluidos-samples"))
     else {
-        say("SKIP: ../shared/reference is absent (blueprint and Solver samples come from there)");
+        fluidos_testenv::skip::unavailable(
+            "../shared/reference is absent (blueprint and Solver samples come from there)",
+        );
         return;
     };
     let read = |file: &str| std::fs::read_to_string(samples.join(file)).unwrap();

@@ -207,8 +207,8 @@ async fn k8slice_and_service_solvers_buy_across_two_clusters() {
             .await
             .unwrap();
     } else {
-        eprintln!(
-            "SKIP (Service part): ../shared/reference is absent; the blueprint sample comes from there"
+        fluidos_testenv::skip::unavailable(
+            "the Service part: ../shared/reference is absent; the blueprint sample comes from there",
         );
     }
 

@@ -210,7 +210,7 @@ async fn over_request_is_refused(
 )]
 async fn solver_with_peering_gets_a_virtual_node_of_the_contracted_size() {
     if let Some(reason) = skip_reason() {
-        say(&format!("SKIP: {reason}"));
+        fluidos_testenv::skip::unavailable(reason);
         return;
     }
     let mut phases = Phases::new();

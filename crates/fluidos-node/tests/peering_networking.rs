@@ -21,7 +21,7 @@ mod support;
 use support::NS;
 use support::peering::{
     CONSUMER_ID, PROVIDER_ID, Phases, TwoClusters, allocation_state, dynamic, new_contract,
-    ready_virtual_node, say, skip_reason, unpeer, until,
+    ready_virtual_node, skip_reason, unpeer, until,
 };
 
 fn networking(client: &kube::Client, kind: &str, plural: &str, ns: &str) -> Api<DynamicObject> {
@@ -58,7 +58,7 @@ async fn network_status(client: &kube::Client, peer: &str) -> Result<String, Str
 )]
 async fn solver_with_peering_connects_the_networks_then_releases_them() {
     if let Some(reason) = skip_reason() {
-        say(&format!("SKIP: {reason}"));
+        fluidos_testenv::skip::unavailable(reason);
         return;
     }
     let mut phases = Phases::new();

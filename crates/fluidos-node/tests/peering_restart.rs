@@ -89,7 +89,7 @@ async fn plant_refused_tenant(provider: &fluidos_testenv::ControlPlane) -> Strin
 )]
 async fn nodes_killed_at_every_peering_step_converge_to_one_peering() {
     if let Some(reason) = skip_reason() {
-        say(&format!("SKIP: {reason}"));
+        fluidos_testenv::skip::unavailable(reason);
         return;
     }
     // Two flavors: one for the first Contract, one for the second. Liqo's

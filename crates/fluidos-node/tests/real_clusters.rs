@@ -13,8 +13,11 @@
 //!
 //! Needs what `tests/image.rs` needs (`FLUIDOS_STATIC_BINARY`, root,
 //! `FLUIDOS_HELM_BIN_DIR`) and the packages of `tools/node-runtime/install.sh`;
-//! without them it prints `SKIP: ...` (`.ci/run` runs this file after the
-//! static build and fails if it skipped).
+//! without them it prints `SKIP: ...`, except in CI, where it fails
+//! (`fluidos_testenv::skip`). Without the binary in CI (the first pass,
+//! `cargo test --workspace`, before the static build) it prints
+//! `DEFERRED: ...` and passes; `.ci/run` runs this file again after the
+//! static build and fails if it did not run then.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 // in tests a panic is the failure report

@@ -9,7 +9,8 @@
 //!
 //! Needs what `tests/real_clusters.rs` needs and the Liqo binaries
 //! (`FLUIDOS_LIQO_BIN_DIR`, including the uninstaller); without them it
-//! prints `SKIP: ...`.
+//! prints `SKIP: ...` (in CI it fails, or without the binary is deferred to
+//! CI's second pass, as `tests/real_clusters.rs` says).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // in tests a panic is the failure report
 
@@ -331,9 +332,10 @@ async fn a_k8slice_bought_between_two_real_clusters_runs_a_real_container() {
         return;
     };
     let Some(reference) = fluidos_testenv::shared_reference_dir() else {
-        return eprintln!(
-            "SKIP: ../shared/reference is absent (the Solver sample comes from there)"
+        fluidos_testenv::skip::unavailable(
+            "../shared/reference is absent (the Solver sample comes from there)",
         );
+        return;
     };
     let liqo = fluidos_testenv::LiqoBinaries::from_env().unwrap();
     let started = Instant::now();
@@ -356,22 +358,9 @@ async fn a_k8slice_bought_between_two_real_clusters_runs_a_real_container() {
         .create(&PostParams::default(), &solver)
         .await
         .unwrap();
-    let virtual_node = tokio::time::timeout(
-        Duration::from_secs(180),
-        real_cluster::first_matching(
-            Api::<Node>::all(consumer.client()),
-            Some("liqo.io/type=virtual-node"),
-            "Ready virtual node on the consumer",
-            Duration::from_secs(3600),
-            |n: &Node| {
-                n.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            },
-        ),
-    )
-    .await;
+    let virtual_node =
+        fluidos_testenv::real_cluster::ready_virtual_node(&consumer, Duration::from_secs(180))
+            .await;
     let Ok(virtual_node) = virtual_node else {
         panic!(
             "no Ready virtual node on the consumer after 180s\n{}\n{}",

@@ -39,8 +39,8 @@ async fn allocation_state(cp: &ControlPlane) -> Option<(AllocationState, Allocat
 )]
 async fn service_solver_gets_working_credentials_without_liqo() {
     let Some(stage) = ServiceStage::start("8", "16Gi").await else {
-        eprintln!(
-            "SKIP: ../shared/reference is absent (blueprint and Solver samples come from there)"
+        fluidos_testenv::skip::unavailable(
+            "../shared/reference is absent (blueprint and Solver samples come from there)",
         );
         return;
     };

@@ -52,13 +52,13 @@ fn state(a: &Allocation) -> Option<AllocationState> {
 /// `../shared/reference`).
 fn samples(blueprint: &str, solver: &str) -> Option<(ServiceBlueprint, Solver)> {
     if let Some(why) = skip_reason() {
-        eprintln!("SKIP: {why}");
+        fluidos_testenv::skip::unavailable(why);
         return None;
     }
     let Some(dir) = fluidos_testenv::shared_reference_dir().map(|d| d.join("fluidos-samples"))
     else {
-        eprintln!(
-            "SKIP: ../shared/reference is absent (blueprint and Solver samples come from there)"
+        fluidos_testenv::skip::unavailable(
+            "../shared/reference is absent (blueprint and Solver samples come from there)",
         );
         return None;
     };

@@ -35,15 +35,6 @@ fn say(line: &str) {
     println!("[peer-guard] {line}");
 }
 
-fn skip_reason() -> Option<String> {
-    let reason = fluidos_testenv::liqo::skip_reason()?;
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI must run the peer guard test: {reason}"
-    );
-    Some(reason)
-}
-
 fn namespace(name: &str, labels: Value, annotations: Value) -> Namespace {
     serde_json::from_value(json!({
         "metadata": {"name": name, "labels": labels, "annotations": annotations}
@@ -194,8 +185,8 @@ where
     reason = "one scenario against one API server, step by step"
 )]
 async fn a_peers_workloads_are_confined_to_the_pod_security_level() {
-    if let Some(reason) = skip_reason() {
-        println!("SKIP: {reason}");
+    if let Some(reason) = fluidos_testenv::liqo::skip_reason() {
+        fluidos_testenv::skip::unavailable(reason);
         return;
     }
     let liqo = LiqoBinaries::from_env().unwrap();

@@ -225,7 +225,7 @@ async fn peered_by_liqoctl(networking: bool) -> Peered {
 )]
 async fn our_peering_objects_are_the_ones_liqoctl_peer_creates() {
     if let Some(reason) = fluidos_testenv::liqo::skip_reason() {
-        say(&format!("SKIP: {reason}"));
+        fluidos_testenv::skip::unavailable(reason);
         return;
     }
     for (object, field, why) in EXPECTED_DIFFERENCES {
@@ -457,7 +457,7 @@ async fn gateway_key(client: &kube::Client, ns: &str, gateway: &str) -> Vec<u8> 
 async fn our_networking_objects_are_the_ones_liqoctl_peer_creates() {
     use fluidos_liqo_api::{Configuration, GatewayClient, GatewayServer, PublicKey};
     if let Some(reason) = fluidos_testenv::liqo::skip_reason() {
-        say(&format!("SKIP: {reason}"));
+        fluidos_testenv::skip::unavailable(reason);
         return;
     }
     let Peered {

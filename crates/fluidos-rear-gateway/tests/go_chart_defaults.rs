@@ -15,7 +15,9 @@ use fluidos_api::flavor::FlavorType;
 #[tokio::test]
 async fn the_upstream_sample_partition_is_sold_under_the_go_charts_steps() {
     let Some(reference) = fluidos_testenv::shared_reference_dir() else {
-        println!("SKIP: ../shared/reference is absent (the sample Reservation comes from there)");
+        fluidos_testenv::skip::unavailable(
+            "../shared/reference is absent (the sample Reservation comes from there)",
+        );
         return;
     };
     let sample: serde_json::Value = serde_yaml::from_str(

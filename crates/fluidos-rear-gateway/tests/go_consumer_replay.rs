@@ -242,8 +242,8 @@ async fn go_consumer_records_sale(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_go_consumers_requests_and_names_work_against_our_gateway() {
     let Some(reference) = fluidos_testenv::shared_reference_dir() else {
-        println!(
-            "SKIP: ../shared/reference is absent (the upstream CRDs and samples come from there)"
+        fluidos_testenv::skip::unavailable(
+            "../shared/reference is absent (the upstream CRDs and samples come from there)",
         );
         return;
     };

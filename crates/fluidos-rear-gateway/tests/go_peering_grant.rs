@@ -96,8 +96,8 @@ async fn a_go_consumer_peers_in_its_own_tenant_namespace_and_nowhere_else() {
         .map(|d| d.join("liqo-v1.0.0-crds"))
         .filter(|d| d.is_dir())
     else {
-        eprintln!(
-            "skipped: ../shared/reference/liqo-v1.0.0-crds is absent (Liqo's CRDs, upstream's files)"
+        fluidos_testenv::skip::unavailable(
+            "../shared/reference/liqo-v1.0.0-crds is absent (Liqo's CRDs, upstream's files)",
         );
         return;
     };

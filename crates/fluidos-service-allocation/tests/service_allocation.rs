@@ -145,7 +145,9 @@ async fn state(api: &Api<Allocation>, name: &str) -> Result<(AllocationState, St
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn database_service_end_to_end_without_liqo() {
     let Some(reference) = fluidos_testenv::shared_reference_dir() else {
-        println!("SKIP: ../shared/reference not found (the upstream database blueprint)");
+        fluidos_testenv::skip::unavailable(
+            "../shared/reference not found (the upstream database blueprint)",
+        );
         return;
     };
     let text = std::fs::read_to_string(reference.join("fluidos-samples/service-blueprint-db.yaml"))

@@ -100,6 +100,7 @@ impl Binaries {
                     NodeBinaries::Real(RealNodeBinaries {
                         kubelet: binaries::require(&dir, KUBELET)?,
                         kube_proxy: binaries::require(&dir, KUBE_PROXY)?,
+                        coredns: binaries::require(&dir, &crate::cluster_dns::binary_name()?)?,
                     })
                 } else {
                     NodeBinaries::Kwok(binaries::require(&dir, KWOK)?)
@@ -585,7 +586,9 @@ async fn start_real_node(
         client,
     };
     bind_kubelet_api_admin(client).await?;
-    RealNode::start(slot, binaries, access, images).await
+    let node = RealNode::start(slot, binaries, access, images).await?;
+    crate::cluster_dns::deploy(client).await?;
+    Ok(node)
 }
 
 /// Lets kube-apiserver's kubelet client certificate use the kubelet API

@@ -9,7 +9,7 @@
 //! With [`ControlPlaneOptions::real_node`] the cluster gets one [`RealNode`]
 //! instead of kwok: a kubelet with containerd, runc, the bridge CNI and
 //! kube-proxy in a network namespace of its own, running real containers
-//! from images built here ([`ImageSpec`]).
+//! from images built here ([`ImageSpec`]), with CoreDNS as the cluster DNS.
 //!
 //! [`Liqo`] adds the real Liqo controllers to a control plane (binaries from
 //! `FLUIDOS_LIQO_BIN_DIR`, built by `tools/liqo/build.sh`), and
@@ -19,6 +19,7 @@
 
 mod binaries;
 mod certs;
+mod cluster_dns;
 mod control_plane;
 mod crds;
 pub mod fixtures;
@@ -34,6 +35,7 @@ mod process;
 pub mod rabbitmq;
 pub mod real_cluster;
 mod real_node;
+pub mod skip;
 #[cfg(test)]
 mod versions;
 

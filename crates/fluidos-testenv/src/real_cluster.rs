@@ -22,4 +22,4 @@ pub use install::{
 pub use node_image::{
     ImageLayout, NodeImage, REAL_IMAGE_REPOSITORY, REAL_IMAGE_TAG, has_interpreter, image_layout,
 };
-pub use watch::{first_matching, offload_namespace, running};
+pub use watch::{first_matching, offload_namespace, ready_virtual_node, running};

@@ -41,12 +41,14 @@ const KUBELET_PORT: u16 = 10250;
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
 const SOCKET_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Debian's containerd, runc and CNI plugins, and the kubelet and kube-proxy
-/// of `tools/control-plane/build.sh`.
+/// Debian's containerd, runc and CNI plugins, and the kubelet, kube-proxy
+/// and CoreDNS of `tools/control-plane/build.sh`.
 #[derive(Debug, Clone)]
 pub(crate) struct RealNodeBinaries {
     pub(crate) kubelet: PathBuf,
     pub(crate) kube_proxy: PathBuf,
+    /// The cluster DNS (`crate::cluster_dns`).
+    pub(crate) coredns: PathBuf,
 }
 
 /// What the node needs from its control plane.
@@ -129,17 +131,7 @@ impl RealNode {
         )?);
         node.wait_for_containerd(&socket).await?;
 
-        let mut all_images = vec![pause_image(), busybox_image()];
-        all_images.extend(images.iter().cloned());
-        for image in &all_images {
-            let archive =
-                sub("images").join(format!("{}.tar", image.name().replace(['/', ':'], "_")));
-            image.write_archive(&archive)?;
-            ctr(
-                &socket,
-                &["images", "import", &archive.display().to_string()],
-            )?;
-        }
+        import_images(&socket, &sub("images"), binaries, images)?;
 
         let kubelet_kubeconfig = sub("kubelet.kubeconfig");
         write(&kubelet_kubeconfig, &access.kubelet_kubeconfig_yaml)?;
@@ -305,6 +297,31 @@ impl std::fmt::Debug for RealNode {
     }
 }
 
+/// Imports the images every real node has (pause, busybox, CoreDNS) and
+/// `images` into the node's containerd, from archives written to `dir`.
+fn import_images(
+    socket: &Path,
+    dir: &Path,
+    binaries: &RealNodeBinaries,
+    images: &[ImageSpec],
+) -> Result<(), Error> {
+    let mut all_images = vec![
+        pause_image(),
+        busybox_image(),
+        crate::cluster_dns::image(&binaries.coredns)?,
+    ];
+    all_images.extend(images.iter().cloned());
+    for image in &all_images {
+        let archive = dir.join(format!("{}.tar", image.name().replace(['/', ':'], "_")));
+        image.write_archive(&archive)?;
+        ctr(
+            socket,
+            &["images", "import", &archive.display().to_string()],
+        )?;
+    }
+    Ok(())
+}
+
 /// The pause image: busybox sleeping, as the sandbox only holds namespaces.
 fn pause_image() -> ImageSpec {
     ImageSpec::new(PAUSE_IMAGE)
@@ -354,6 +371,21 @@ fn check_host_tools() -> Result<(), Error> {
         if which(tool).is_none() {
             return Err(missing(tool, package));
         }
+    }
+    // A pod reaching another pod on the same bridge through a Service (the
+    // cluster DNS) gets its answer translated back only if bridged traffic
+    // goes through iptables.
+    let bridge_nf = "/proc/sys/net/bridge/bridge-nf-call-iptables";
+    if std::fs::read_to_string(bridge_nf)
+        .ok()
+        .as_deref()
+        .map(str::trim)
+        != Some("1")
+    {
+        return Err(Error::RealNode(format!(
+            "{bridge_nf} is not 1: load br_netfilter and turn it on (modprobe br_netfilter; \
+             sysctl -w net.bridge.bridge-nf-call-iptables=1; tools/node-runtime/install.sh does both)"
+        )));
     }
     if !Path::new(CNI_BIN_DIR).join("bridge").is_file() {
         return Err(missing(
@@ -520,7 +552,8 @@ evictionHard: {{}}
 serializeImagePulls: false
 localStorageCapacityIsolation: false
 podLogsDir: {pod_logs}
-",
+{cluster_dns}",
+        cluster_dns = crate::cluster_dns::kubelet_config_lines(),
         pod_logs = pod_logs.display(),
         socket = socket.display(),
         node_ip = slot.node_ip(),

@@ -175,7 +175,7 @@ fn expect_condition(
 #[allow(clippy::too_many_lines)] // One scenario, phase by phase; splitting it hides the order.
 async fn liqoctl_peer_between_two_control_planes_offloads_a_pod() {
     if let Some(reason) = fluidos_testenv::liqo::skip_reason() {
-        say(&format!("SKIP: {reason}"));
+        fluidos_testenv::skip::unavailable(reason);
         return;
     }
     let binaries = LiqoBinaries::from_env().unwrap();

@@ -35,7 +35,7 @@ fn network_status(fc: &DynamicObject) -> Option<String> {
 )]
 async fn liqoctl_peer_with_networking_establishes_the_connection() {
     if let Some(reason) = liqo::skip_reason() {
-        eprintln!("SKIP: {reason}");
+        fluidos_testenv::skip::unavailable(reason);
         return;
     }
     let start = || async {

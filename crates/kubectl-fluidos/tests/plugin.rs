@@ -277,9 +277,8 @@ async fn wait_for<T, Fut: Future<Output = Option<T>>>(
 async fn kubectl_fluidos_solves_reports_and_releases() {
     let kubectl = match built_kubectl() {
         Ok(k) => k,
-        Err(why) if std::env::var_os("CI").is_some() => panic!("{why}"),
         Err(why) => {
-            println!("SKIP: {why}");
+            fluidos_testenv::skip::unavailable(why);
             return;
         }
     };

@@ -46,20 +46,14 @@ pub struct Prerequisites {
 }
 
 /// The static binary, root and the real-node packages, and helm; `None`
-/// after printing `SKIP: ...` where one is missing (outside CI for the
-/// packages and helm; the binary is built only for CI's second run, which
-/// `.ci/run` checks did not skip).
+/// after saying why where one is missing. Without the binary the test is
+/// deferred in CI (it is built only for CI's second pass, which `.ci/run`
+/// checks ran the test; [`static_binary`]); any other missing one skips,
+/// or fails in CI (`fluidos_testenv::skip`).
 pub fn prerequisites() -> Option<Prerequisites> {
-    let bin = match static_binary() {
-        Ok(bin) => bin,
-        Err(why) => {
-            eprintln!("SKIP: {why}");
-            return None;
-        }
-    };
+    let bin = static_binary()?;
     if let Err(e) = fluidos_testenv::real_node_prerequisites() {
-        assert!(std::env::var_os("CI").is_none(), "{e}");
-        eprintln!("SKIP: {e}");
+        fluidos_testenv::skip::unavailable(e);
         return None;
     }
     let helm_bin = helm::helm_bin()?;

@@ -54,6 +54,19 @@ impl Helm {
         &self.bin
     }
 
+    /// [`Helm::run`] on a blocking thread, so that other tasks (another
+    /// cluster's install) go on meanwhile.
+    pub async fn run_off_runtime(&self, args: &[&str]) -> Result<String, Error> {
+        let helm = self.clone();
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            helm.run(&args)
+        })
+        .await
+        .map_err(|e| Error::Spawner(format!("helm's thread: {e}")))?
+    }
+
     /// Runs `helm args...` with its config and caches in a temporary home
     /// (and no `KUBECONFIG`: callers name the cluster); its stdout, or
     /// [`Error::Helm`] with both outputs.

@@ -139,7 +139,7 @@ pub async fn install_fluidos(
     for set in &sets {
         install.extend(["--set", set.as_str()]);
     }
-    helm.run(&install)?;
+    helm.run_off_runtime(&install).await?;
     wait_all_rolled_out(cp, NS).await
 }
 
@@ -230,7 +230,7 @@ pub async fn install_liqo(
     for set in &sets {
         install.extend(["--set", set.as_str()]);
     }
-    helm.run(&install)?;
+    helm.run_off_runtime(&install).await?;
     wait_all_rolled_out(cp, "liqo").await?;
     liqo_webhook_serving(cp).await
 }
@@ -251,18 +251,23 @@ async fn liqo_webhook_serving(cp: &ControlPlane) -> Result<(), Error> {
         dry_run: true,
         ..Default::default()
     };
+    let started = std::time::Instant::now();
     let mut last = String::new();
     for _ in 0..120 {
         match slices.create(&dry_run, &probe).await {
             Ok(_) => return Ok(()),
-            Err(e) if !e.to_string().contains("failed calling webhook") => return Ok(()),
+            // The webhook's verdict: an API answer that is not
+            // kube-apiserver failing to call it.
+            Err(kube::Error::Api(e)) if !e.message.contains("failed calling webhook") => {
+                return Ok(());
+            }
             Err(e) => last = e.to_string(),
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     Err(Error::Timeout {
         what: "Liqo's webhooks answering kube-apiserver".into(),
-        waited: Duration::from_secs(30),
+        waited: started.elapsed(),
         last_error: last,
         log_tail: String::new(),
     })

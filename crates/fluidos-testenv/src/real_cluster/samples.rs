@@ -27,8 +27,9 @@ fn restricted_pod() -> Value {
 /// at least 1 CPU and 1 GiB on amd64, with `establishPeering: true`)
 /// without its `podsFilter: Match 110`, which holds only where a flavor's
 /// pods are the node's allocatable pods whatever runs there (the Go LRM's
-/// bug); this LRM subtracts the pods bound to the node, and a real node
-/// always runs some.
+/// bug; this LRM subtracts the pods bound to the node, and a real node
+/// always runs some), and without its memory maximum of 100Gi, which a
+/// real node of a larger host would exceed.
 pub fn k8slice_solver(namespace: &str, name: &str) -> Result<Solver, Error> {
     from_json(
         "K8Slice Solver",
@@ -42,7 +43,7 @@ pub fn k8slice_solver(namespace: &str, name: &str) -> Result<Solver, Error> {
                     "filters": {
                         "architectureFilter": {"name": "Match", "data": {"value": "amd64"}},
                         "cpuFilter": {"name": "Range", "data": {"min": "1000m"}},
-                        "memoryFilter": {"name": "Range", "data": {"min": "1Gi", "max": "100Gi"}}
+                        "memoryFilter": {"name": "Range", "data": {"min": "1Gi"}}
                     }
                 },
                 "intentID": "intent-sample",

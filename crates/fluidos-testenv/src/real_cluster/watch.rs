@@ -36,6 +36,7 @@ where
     let mut last_error = String::from("none matched");
     let mut matching = Box::pin(
         kube::runtime::watcher(api, config)
+            .default_backoff()
             .applied_objects()
             .filter_map(|object| {
                 let object = match object {
@@ -112,4 +113,26 @@ pub async fn offload_namespace(consumer: &ControlPlane, name: &str) -> Result<St
                 "NamespaceOffloading {name}/offloading names no remote namespace"
             ))
         })
+}
+
+/// Waits (watching) for the first virtual node Liqo makes on `consumer` to
+/// be Ready, for at most `timeout`.
+pub async fn ready_virtual_node(
+    consumer: &ControlPlane,
+    timeout: Duration,
+) -> Result<k8s_openapi::api::core::v1::Node, Error> {
+    use k8s_openapi::api::core::v1::Node;
+    first_matching(
+        Api::<Node>::all(consumer.client()),
+        Some("liqo.io/type=virtual-node"),
+        "a Ready virtual node on the consumer",
+        timeout,
+        |n: &Node| {
+            n.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        },
+    )
+    .await
 }
