@@ -132,7 +132,7 @@ pub async fn run(keep: bool) -> anyhow::Result<()> {
     let t0 = Instant::now();
     let node = node_binary()?;
     println!(
-        "starting two control planes (provider and consumer; the first run builds Kubernetes, ~13 min) ..."
+        "starting two control planes (provider and consumer; the first run builds Kubernetes, about 12 minutes) ..."
     );
     let (provider, consumer) = tokio::join!(
         ControlPlane::start(ControlPlaneOptions {

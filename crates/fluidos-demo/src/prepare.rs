@@ -33,7 +33,7 @@ struct Step {
 const CONTROL_PLANE: Step = Step {
     env: "FLUIDOS_CP_BIN_DIR",
     script: "tools/control-plane/build.sh",
-    what: "Kubernetes (etcd, kube-apiserver, controller-manager, scheduler, kubelet, kube-proxy, kubectl)",
+    what: "Kubernetes (etcd, kube-apiserver, controller-manager, scheduler, kubelet, kube-proxy, kubectl, kwok) and CoreDNS",
     first_time: "about 12 minutes",
 };
 const LIQO: Step = Step {
