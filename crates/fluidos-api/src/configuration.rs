@@ -73,6 +73,45 @@ impl Configuration {
         }
     }
 
+    /// The same configuration with a K8Slice's quantities (`cpu`, `memory`,
+    /// `pods`, `storage`, `gpu.cores`, `gpu.memory`) in their canonical
+    /// Kubernetes spelling: `" 1"` and `1000m` are `1`, `0.5` is `500m`,
+    /// `1024Mi` is `1Gi`. What a peer sends is then stored as one value
+    /// whatever its spelling, and two requests for the same amount compare
+    /// equal. Other types and other fields are kept as sent; a quantity that
+    /// does not parse is refused naming it (`field` is where this
+    /// configuration sits).
+    pub fn with_canonical_quantities(mut self, field: &str) -> Result<Self, DecodeError> {
+        if FlavorTypeIdentifier::from_crd(&self.type_) != Some(FlavorTypeIdentifier::K8Slice) {
+            return Ok(self);
+        }
+        let canonical = |value: &mut RawObject, at: String| -> Result<(), DecodeError> {
+            let text = match value {
+                RawObject::String(s) => s.clone(),
+                RawObject::Number(n) => n.to_string(),
+                // Not a quantity: `parse` names what is wrong with it.
+                _ => return Ok(()),
+            };
+            let amount = Amount::parse(&text).map_err(|e| DecodeError::new(at, e.to_string()))?;
+            *value = RawObject::String(amount.to_string());
+            Ok(())
+        };
+        let data_field = format!("{field}.data");
+        for key in ["cpu", "memory", "pods", "storage"] {
+            if let Some(value) = self.data.get_mut(key) {
+                canonical(value, format!("{data_field}.{key}"))?;
+            }
+        }
+        if let Some(gpu) = self.data.get_mut("gpu") {
+            for key in ["cores", "memory"] {
+                if let Some(value) = gpu.get_mut(key) {
+                    canonical(value, format!("{data_field}.gpu.{key}"))?;
+                }
+            }
+        }
+        Ok(self)
+    }
+
     /// Decodes `data` by `type`; `field` is where this configuration sits (e.g. `spec.configuration`).
     pub fn parse(&self, field: &str) -> Result<ConfigurationData, DecodeError> {
         let data_field = format!("{field}.data");
@@ -122,6 +161,46 @@ mod tests {
             panic!()
         };
         assert_eq!(k.memory.0, "1Gi");
+    }
+
+    #[test]
+    fn k8slice_quantities_are_stored_in_their_canonical_spelling() {
+        let c = Configuration {
+            type_: "K8Slice".into(),
+            data: serde_json::json!({
+                "cpu": " 1000m", "memory": "1024Mi", "pods": 3, "storage": "0.5",
+                "gpu": {"model": "x", "cores": "1", "memory": "2048Mi"},
+                "extra": " 1"
+            }),
+        }
+        .with_canonical_quantities("configuration")
+        .unwrap();
+        assert_eq!(
+            c.data,
+            serde_json::json!({
+                "cpu": "1", "memory": "1Gi", "pods": "3", "storage": "500m",
+                "gpu": {"model": "x", "cores": "1", "memory": "2Gi"},
+                "extra": " 1"
+            })
+        );
+        let bad = Configuration {
+            type_: "K8Slice".into(),
+            data: serde_json::json!({"cpu": "1", "memory": "lots", "pods": "1"}),
+        };
+        assert_eq!(
+            bad.with_canonical_quantities("configuration")
+                .unwrap_err()
+                .field,
+            "configuration.data.memory"
+        );
+        let service = Configuration {
+            type_: "Service".into(),
+            data: serde_json::json!({"configurationData": {"size": " 1"}}),
+        };
+        assert_eq!(
+            service.clone().with_canonical_quantities("c").unwrap(),
+            service
+        );
     }
 
     #[test]

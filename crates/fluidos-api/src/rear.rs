@@ -747,7 +747,8 @@ impl WireConfiguration {
         let crd = Configuration {
             type_: t.as_str().to_owned(),
             data: self.data.to_raw(),
-        };
+        }
+        .with_canonical_quantities("configuration")?;
         let parsed = crd.parse("configuration")?;
         Ok((crd, parsed))
     }
@@ -1160,18 +1161,32 @@ mod tests {
     #[test]
     fn payloads_the_typed_form_would_alter_are_kept_as_sent() {
         // A number where Go writes a string, and a key this node does not
-        // model: typing them would rewrite or drop something.
-        for data in [
-            serde_json::json!({"cpu": 1, "memory": "1Gi", "pods": "1"}),
-            serde_json::json!({"cpu": "1", "memory": "1Gi", "pods": "1", "newField": "x"}),
+        // model: typing them would rewrite or drop something. The stored
+        // (CRD) form keeps the key and spells the quantities canonically.
+        let stored = serde_json::json!({"cpu": "1", "memory": "1Gi", "pods": "1"});
+        for (data, crd) in [
+            (
+                serde_json::json!({"cpu": 1, "memory": "1Gi", "pods": "1"}),
+                stored.clone(),
+            ),
+            (
+                serde_json::json!({"cpu": "1", "memory": "1Gi", "pods": "1", "newField": "x"}),
+                serde_json::json!({"cpu": "1", "memory": "1Gi", "pods": "1", "newField": "x"}),
+            ),
         ] {
             let c: WireConfiguration =
                 serde_json::from_value(serde_json::json!({"type": "k8slice", "data": data}))
                     .unwrap();
             assert_eq!(c.data, WireConfigurationData::Raw(data.clone()));
-            assert_eq!(c.to_crd().unwrap().0.data, data);
+            assert_eq!(c.to_crd().unwrap().0.data, crd);
             assert_eq!(serde_json::to_value(&c).unwrap()["data"], data);
         }
+        // Typed (nothing lost), forwarded as sent, stored canonically.
+        let data = serde_json::json!({"cpu": " 1000m", "memory": "1024Mi", "pods": "1"});
+        let c: WireConfiguration =
+            serde_json::from_value(serde_json::json!({"type": "k8slice", "data": data})).unwrap();
+        assert_eq!(c.to_crd().unwrap().0.data, stored);
+        assert_eq!(serde_json::to_value(&c).unwrap()["data"], data);
     }
 
     #[test]

@@ -245,10 +245,27 @@ async fn a_buyer_cannot_hog_capacity_or_renew_a_hold_forever() {
         v["error"].as_str().unwrap().contains("already holds 3"),
         "{body}"
     );
-    // Renewing a hold it has is not a new hold.
+    // Renewing a hold it has is not a new hold, however the same amounts
+    // are spelled: what is stored is their canonical spelling.
     let (s, body) = post(&c, &reserve, &k8s_reserve("f-0", "hog", "1", "1Gi", "1")).await;
     assert_eq!(s, 200, "{body}");
     assert_eq!(json(&body)["transactionID"], txs[0].as_str());
+    let respelled = k8s_reserve("f-0", "hog", " 1000m", "1024Mi", "1");
+    let (s, body) = post(&c, &reserve, &respelled).await;
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(json(&body)["transactionID"], txs[0].as_str());
+    let stored = Api::<fluidos_api::Transaction>::namespaced(client.clone(), NS)
+        .get(&txs[0])
+        .await
+        .unwrap()
+        .spec
+        .configuration
+        .unwrap()
+        .data;
+    assert_eq!(
+        stored,
+        serde_json::json!({"cpu": "1", "memory": "1Gi", "pods": "1"})
+    );
     // Other buyers are not affected.
     let (s, body) = post(&c, &reserve, &k8s_reserve("f-3", "fair", "1", "1Gi", "1")).await;
     assert_eq!(s, 200, "{body}");
