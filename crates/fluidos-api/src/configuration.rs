@@ -76,9 +76,11 @@ impl Configuration {
     /// The same configuration with a K8Slice's quantities (`cpu`, `memory`,
     /// `pods`, `storage`, `gpu.cores`, `gpu.memory`) in their canonical
     /// Kubernetes spelling: `" 1"` and `1000m` are `1`, `0.5` is `500m`,
-    /// `1024Mi` is `1Gi`. What a peer sends is then stored as one value
-    /// whatever its spelling, and two requests for the same amount compare
-    /// equal. Other types and other fields are kept as sent; a quantity that
+    /// `1024Mi` is `1Gi`, as Kubernetes canonicalizes (each in the notation
+    /// the peer used: decimal, binary or exponent). What a peer sends is
+    /// then stored as one value for one spelling's variants, and two
+    /// requests for the same amount in the same notation compare equal.
+    /// Other types and other fields are kept as sent; a quantity that
     /// does not parse is refused naming it (`field` is where this
     /// configuration sits).
     pub fn with_canonical_quantities(mut self, field: &str) -> Result<Self, DecodeError> {

@@ -124,7 +124,9 @@ impl Amount {
                 .ok_or_else(overflow)?;
         } else {
             let div = 10i128.checked_pow((-shift) as u32).ok_or_else(overflow)?;
-            value = (value + div - 1) / div;
+            // Rounded up without `value + div - 1`, which overflows for a
+            // mantissa near i128's limit (`value` is never negative here).
+            value = value / div + i128::from(value % div != 0);
         }
         if value > i128::from(i64::MAX) * NANO {
             return Err(overflow());
@@ -317,6 +319,17 @@ mod tests {
         for bad in ["", "abc", "1.2.3", "1Qi", "1e", "--1", ".", "1e99"] {
             assert!(Amount::parse(bad).is_err(), "{bad} accepted");
         }
+    }
+
+    #[test]
+    fn a_mantissa_near_the_limit_is_rounded_without_overflow() {
+        // 27 digits (2^87 - 1) times 2^40: adding the divisor before
+        // dividing overflowed i128 (a panic in debug, a sign flip in release).
+        let a = Amount::parse("0.154742504910672534362390527Ti").unwrap();
+        assert!(a.nanos > 0, "{a:?}");
+        let exact = (((1i128 << 87) - 1) << 40) / 10i128.pow(18);
+        assert!(a.nanos == exact || a.nanos == exact + 1, "{a:?}");
+        assert_eq!(Amount::parse(&a.to_string()).unwrap().nanos, a.nanos);
     }
 
     #[test]

@@ -519,7 +519,14 @@ fn refuse_other_configuration(
     asked: Option<&Configuration>,
     tx_id: &str,
 ) -> Result<(), ApiError> {
-    if held == asked {
+    // What is asked is stored with canonical quantities; a hold written
+    // before that (or by hand) is compared in the same spelling.
+    let canonical = |c: &Configuration| {
+        c.clone()
+            .with_canonical_quantities("configuration")
+            .unwrap_or_else(|_| c.clone())
+    };
+    if held.map(canonical) == asked.map(canonical) {
         return Ok(());
     }
     Err(ApiError::conflict(format!(
@@ -1197,6 +1204,11 @@ mod tests {
         };
         assert!(refuse_other_configuration(None, None, "t").is_ok());
         assert!(refuse_other_configuration(Some(&config("1")), Some(&config("1")), "t").is_ok());
+        // A hold stored as sent before quantities were stored canonically
+        // renews with the same request, now canonical.
+        assert!(
+            refuse_other_configuration(Some(&config("1000m")), Some(&config("1")), "t").is_ok()
+        );
         for (held, asked) in [
             (Some(config("1")), Some(config("2"))),
             (None, Some(config("1"))),
