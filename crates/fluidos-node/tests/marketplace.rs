@@ -248,7 +248,9 @@ async fn k8slice_and_service_solvers_buy_across_two_clusters() {
     assert_eq!(cc[0].spec.seller.node_id, "provider01");
     assert_eq!(cc[0].spec.buyer_cluster_id, "liqo-consumer");
     let bought = cc[0].spec.configuration.as_ref().unwrap();
-    assert_eq!(bought.data["cpu"], "1000m");
+    // Asked as 1000m; the provider stores (and the Contract carries) the
+    // canonical spelling.
+    assert_eq!(bought.data["cpu"], "1");
     assert_eq!(bought.data["memory"], "1Gi");
     // Transactions are spent on both sides.
     let logs = [&m.provider_node, &m.consumer_node];
