@@ -5,7 +5,9 @@
 //! Slot `N` is held by an exclusive lock on `/run/fluidos-testenv/slot-N.lock`
 //! for as long as the node lives, so concurrent tests (and test binaries) never
 //! share one. Its names and addresses follow from `N` alone, which is what lets
-//! the next holder remove a crashed run's leftovers before it starts:
+//! the next holder remove a crashed run's leftovers before it starts (and any
+//! acquire sweeps the other free slots, so leftovers in a slot no later run
+//! reaches go too):
 //!
 //! | what | value |
 //! |---|---|
@@ -45,10 +47,14 @@ pub(crate) struct NodeSlot {
 
 impl NodeSlot {
     /// Takes the first free slot, removes whatever an earlier holder left, and
-    /// creates its network namespace, veth pair and routes.
+    /// creates its network namespace, veth pair and routes. The other free
+    /// slots that hold a killed run's leftovers are cleaned on the way (a
+    /// test that no later test's slot number reaches would otherwise keep its
+    /// namespace, veth and mounts until the machine restarts).
     pub(crate) fn acquire() -> Result<NodeSlot, Error> {
         std::fs::create_dir_all(LOCK_DIR)
             .map_err(|e| Error::io(format!("creating {LOCK_DIR}"), e))?;
+        let mut taken = None;
         for index in 0..SLOTS {
             let path = Path::new(LOCK_DIR).join(format!("slot-{index}.lock"));
             let lock = File::create(&path)
@@ -61,13 +67,19 @@ impl NodeSlot {
                 _lock: lock,
                 dir: Path::new(SCRATCH_ROOT).join(format!("node-{index}")),
             };
-            slot.clean_up()?;
-            slot.create()?;
-            return Ok(slot);
+            if taken.is_none() {
+                slot.clean_up()?;
+                slot.create()?;
+                taken = Some(slot);
+            }
+            // Any other free slot: dropping it cleans up what a killed run
+            // left (nothing, usually: the clean-up is idempotent) and unlocks.
         }
-        Err(Error::RealNode(format!(
-            "all {SLOTS} real-node slots under {LOCK_DIR} are held by other tests"
-        )))
+        taken.ok_or_else(|| {
+            Error::RealNode(format!(
+                "all {SLOTS} real-node slots under {LOCK_DIR} are held by other tests"
+            ))
+        })
     }
 
     /// The network namespace's name (under `/run/netns`).
@@ -179,8 +191,14 @@ impl NodeSlot {
         if self.netns_path().exists() {
             ip(&["netns", "del", &self.netns()])?;
         }
-        if Path::new("/sys/class/net").join(self.host_link()).exists() {
-            ip(&["link", "del", &self.host_link()])?;
+        // Deleting the namespace deletes the veth's other end, and the host
+        // end goes with it a moment later: one gone by then is not an error.
+        let host_link = Path::new("/sys/class/net").join(self.host_link());
+        if host_link.exists()
+            && let Err(e) = ip(&["link", "del", &self.host_link()])
+            && host_link.exists()
+        {
+            return Err(e);
         }
         match std::fs::remove_dir_all(&self.dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {

@@ -206,6 +206,13 @@ impl RealNode {
         self.slot.netns_path()
     }
 
+    /// This node's scratch directory (containerd's root and state, the
+    /// kubelet's root, logs): nothing is mounted under it once the cluster
+    /// has stopped.
+    pub fn scratch_dir(&self) -> &std::path::Path {
+        self.slot.dir()
+    }
+
     /// The last lines of the kubelet's, containerd's and kube-proxy's logs.
     pub fn log_tail(&self) -> String {
         self.processes
