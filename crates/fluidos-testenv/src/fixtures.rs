@@ -69,14 +69,10 @@ pub async fn worker_node(
     Ok(())
 }
 
-/// A free loopback port (released before returning: a later bind may race,
-/// but the window is tiny and a clash fails loudly).
+/// A free loopback port that no other caller in this process has received
+/// ([`crate::ports`]): two nodes of one test asking in turn once got the
+/// same one, and the second failed to bind its health probes. Another
+/// process may still take it before the caller binds it.
 pub fn free_port() -> Result<u16, Error> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|source| Error::Io {
-            context: "picking a free port".into(),
-            source,
-        })
+    crate::ports::free_port()
 }
