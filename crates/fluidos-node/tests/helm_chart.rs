@@ -1315,9 +1315,8 @@ async fn sar_allows(
     reason = "install, grant, check, revoke, refuse: the scenario reads top to bottom"
 )]
 async fn chart_rbac_lets_the_gateway_grant_the_cidrs_in_liqo() {
-    use fluidos_rear_gateway::credentials::{
-        Credentials, CredentialsConfig, PLAIN_HTTP_OWNER, PeeringGrant,
-    };
+    use fluidos_peer_access::credentials::{Credentials, CredentialsConfig};
+    use fluidos_peer_access::grant::{PLAIN_HTTP_OWNER, PeeringGrant};
     use k8s_openapi::api::core::v1::ServiceAccount;
     use k8s_openapi::api::rbac::v1::RoleBinding;
 
@@ -1585,7 +1584,8 @@ fn chart_service_delivery_by_liqo_adds_the_committed_rights() {
     reason = "install, issue, use, refuse: the scenario reads top to bottom"
 )]
 async fn chart_rbac_lets_the_manager_issue_a_sellers_credentials() {
-    use fluidos_rear_gateway::credentials::{Credentials, CredentialsConfig, PeeringGrant};
+    use fluidos_peer_access::credentials::{Credentials, CredentialsConfig};
+    use fluidos_peer_access::grant::PeeringGrant;
     use k8s_openapi::api::rbac::v1::RoleBinding;
 
     let Some(bin) = helm::helm_bin() else { return };

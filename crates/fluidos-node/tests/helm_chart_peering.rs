@@ -33,7 +33,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use fluidos_api::{Allocation, Contract, Phase, Solver};
-use fluidos_rear_gateway::credentials::{MANAGED_LABEL, service_account_name};
+use fluidos_peer_access::grant::{MANAGED_LABEL, service_account_name};
 use fluidos_testenv::{ControlPlane, Liqo};
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::RoleBinding;

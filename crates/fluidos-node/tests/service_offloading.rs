@@ -471,7 +471,7 @@ async fn a_service_bought_is_delivered_by_liqo_offloading_and_taken_down_with_it
             .map(String::as_str),
         Some(fluidos_api::service_delivery::ENDED)
     );
-    let account = fluidos_rear_gateway::credentials::service_account_name("provider01");
+    let account = fluidos_peer_access::grant::service_account_name("provider01");
     until(
         "the seller's account on the buyer revoked",
         &nodes,

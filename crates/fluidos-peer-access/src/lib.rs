@@ -17,6 +17,16 @@
 //!   namespaces Liqo makes for a peer to the names Liqo derives for it;
 //! - [`remote_namespace`]: which namespaces are a peer's, and the labels
 //!   they must carry (pure);
+//! - [`grant`]: what a buyer is granted, as objects (pure): its
+//!   ServiceAccount's name and marks, the rules of its Roles, the Roles and
+//!   bindings a grant applies, and whether the watch caches see it already;
+//! - [`go_grant`]: the compatibility grant for unmodified Go consumers
+//!   (pure): its ClusterRole, Role, admission policy, claims and adoption;
+//! - [`credentials`]: the executor of those grants: a buyer's ServiceAccount
+//!   claimed and applied, its Roles bound, a bound token minted, cached and
+//!   handed out as a kubeconfig, and revoked in two phases (the REAR
+//!   gateway issues for its buyers, the rear-manager for the sellers of
+//!   Services delivered by Liqo);
 //! - [`effective_grant`]: waiting until a grant just written is in force
 //!   (the RBAC authorizer lags behind the API server's store);
 //! - [`guard`]: the executor that applies the policies, puts them back as
@@ -27,7 +37,10 @@
 //! delivered by Liqo is Liqo's provider for its seller, and keeps the same
 //! guard.
 
+pub mod credentials;
 pub mod effective_grant;
+pub mod go_grant;
+pub mod grant;
 pub mod guard;
 pub mod pod_security;
 pub mod remote_namespace;

@@ -26,6 +26,10 @@ pub const MANAGED_BY_ANNOTATION: &str = "liqo.io/managed-by-namespace-map";
 pub const ORIGINAL_NAME_ANNOTATION: &str = "liqo.io/original-name";
 /// Prefix of a peer's Liqo tenant namespace (`liqo-tenant-<cluster ID>`).
 pub const TENANT_PREFIX: &str = "liqo-tenant-";
+/// Liqo's namespace: where its controllers and its IPAM Networks live, the
+/// name Liqo's chart is installed in by default and the one an unmodified
+/// Go consumer assumes.
+pub const LIQO_NAMESPACE: &str = "liqo";
 
 /// Whether a peer with cluster ID `id` may have namespaces made for it
 /// here: Liqo names them `<its namespace>-<id>`, and the peer chooses both

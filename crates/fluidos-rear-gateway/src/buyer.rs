@@ -171,11 +171,11 @@ impl SaleOwner {
     }
 
     /// Who peering credentials issued to this owner belong to
-    /// ([`crate::credentials::OWNER_ANNOTATION`]).
+    /// ([`fluidos_peer_access::grant::OWNER_ANNOTATION`]).
     pub(crate) fn credentials_owner(self) -> String {
         match self {
             SaleOwner::Key(fp) => fp.to_string(),
-            SaleOwner::PlainHttp(_) => crate::credentials::PLAIN_HTTP_OWNER.to_owned(),
+            SaleOwner::PlainHttp(_) => fluidos_peer_access::grant::PLAIN_HTTP_OWNER.to_owned(),
         }
     }
 

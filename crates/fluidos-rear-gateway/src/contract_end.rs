@@ -32,11 +32,11 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Api, ResourceExt};
 
 use crate::book::Decision;
-use crate::credentials::{
-    BUYER_ANNOTATION, MANAGED_LABEL, REVOKING_ANNOTATION, service_account_name,
-};
 use crate::{State, labels, time};
 use fluidos_controller::api_error::{self, ApiErrorKind, is_not_found};
+use fluidos_peer_access::grant::{
+    BUYER_ANNOTATION, MANAGED_LABEL, REVOKING_ANNOTATION, service_account_name,
+};
 
 /// Every how many sweeps expired Contracts are looked for.
 const EXPIRY_EVERY: u64 = 10;
@@ -352,7 +352,7 @@ impl State {
                         revoking_since: sa.annotations().get(REVOKING_ANNOTATION).cloned(),
                         owner: sa
                             .annotations()
-                            .get(crate::credentials::OWNER_ANNOTATION)
+                            .get(fluidos_peer_access::grant::OWNER_ANNOTATION)
                             .cloned(),
                     },
                 ))
@@ -781,7 +781,7 @@ mod tests {
         assert!(
             tx_key(
                 &t,
-                &owned_by(Some(crate::credentials::PLAIN_HTTP_OWNER.into()))
+                &owned_by(Some(fluidos_peer_access::grant::PLAIN_HTTP_OWNER.into()))
             )
             .by_account_owner
         );

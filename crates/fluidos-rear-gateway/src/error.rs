@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use fluidos_controller::api_error::ApiErrorKind;
 
-use crate::credentials::CredentialsError;
+use fluidos_peer_access::credentials::CredentialsError;
 
 /// Why the gateway could not start or stopped.
 #[derive(Debug, thiserror::Error)]

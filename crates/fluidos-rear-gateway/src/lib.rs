@@ -22,7 +22,6 @@ mod book;
 pub mod buyer;
 mod catalog;
 mod contract_end;
-pub mod credentials;
 pub mod decode;
 mod error;
 pub mod go_peering;
@@ -64,7 +63,7 @@ pub use sale_policy::K8SliceBuyers;
 
 use crate::book::Book;
 use crate::catalog::Catalog;
-use crate::credentials::{Credentials, CredentialsConfig};
+use fluidos_peer_access::credentials::{Credentials, CredentialsConfig};
 
 /// Labels and annotations the gateway puts on what it creates.
 pub mod labels {
@@ -77,7 +76,7 @@ pub mod labels {
     /// Contract annotation: the sold flavor's creation time (the wire `timestamp`).
     pub const FLAVOR_TIMESTAMP: &str = "fluidos.eu/flavor-timestamp";
     /// Contract (and peer ServiceAccount) annotation: the buyer's node ID.
-    pub const BUYER: &str = "fluidos.eu/buyer-id";
+    pub const BUYER: &str = fluidos_peer_access::grant::BUYER_ANNOTATION;
     /// Transaction and Contract annotation: the fingerprint of the key the
     /// buyer reserved with over TLS (`sha256:<hex>`); absent on a sale made
     /// over plain HTTP. Only that key may buy, renew or read the sale.

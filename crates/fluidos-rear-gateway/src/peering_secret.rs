@@ -26,10 +26,10 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::{DeleteParams, PostParams};
 
-use crate::credentials::MANAGED_LABEL;
-use crate::credentials::PeeringGrant;
 use crate::error::ApiError;
 use crate::{State, labels};
+use fluidos_peer_access::grant::MANAGED_LABEL;
+use fluidos_peer_access::grant::PeeringGrant;
 
 /// Why the credentials Secret of a Contract could not be built.
 #[derive(Debug, thiserror::Error)]

@@ -37,8 +37,8 @@ use kube::api::{ObjectMeta, PostParams};
 use crate::book::Decision;
 use crate::buyer::{SaleOwner, check_owner};
 use crate::catalog::creation_timestamp;
-use crate::credentials::PeeringGrant;
 use fluidos_controller::api_error::{is_already_exists, is_not_found};
+use fluidos_peer_access::grant::PeeringGrant;
 
 use crate::error::ApiError;
 use crate::reserve::flavor_data;
@@ -438,7 +438,7 @@ impl State {
             && self.cfg.service_delivery == ServiceDelivery::Liqo
             && !c.kubeconfig.is_empty()
             && c.cluster_id == tx.spec.cluster_id
-            && crate::credentials::valid_cluster_id(&c.cluster_id)
+            && fluidos_peer_access::grant::valid_cluster_id(&c.cluster_id)
             && crate::peering_secret::buyer_kubeconfig_is_readable(&c.kubeconfig))
         .then_some(c.kubeconfig.as_str())
     }

@@ -134,9 +134,7 @@ async fn peering_tokens_live_in_secrets_owned_by_their_contracts() {
     // The token names the buyer's account by UID: the gateway checks that
     // UID against the account the sale checked (credentials.rs, `mint`).
     let account = Api::<ServiceAccount>::namespaced(client.clone(), ns)
-        .get(&fluidos_rear_gateway::credentials::service_account_name(
-            "buyer-a",
-        ))
+        .get(&fluidos_peer_access::grant::service_account_name("buyer-a"))
         .await
         .unwrap();
     assert_eq!(Some(account_uid_of(&token)), account.metadata.uid);

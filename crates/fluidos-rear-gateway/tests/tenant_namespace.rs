@@ -254,7 +254,7 @@ async fn own_secrets_only(
 
     // An earlier version's Role, as Liqo's peering user: listing works...
     let roles: Api<Role> = Api::namespaced(client.clone(), tenant);
-    let wide = fluidos_rear_gateway::credentials::liqo_peering_user_rules();
+    let wide = fluidos_peer_access::grant::liqo_peering_user_rules();
     let patch = serde_json::json!({"rules": wide});
     roles
         .patch(
@@ -265,7 +265,7 @@ async fn own_secrets_only(
         .await
         .unwrap();
     // ... until a gateway starts, which narrows it again.
-    let narrowed = fluidos_rear_gateway::credentials::peer_rules("liqo-a");
+    let narrowed = fluidos_peer_access::grant::peer_rules("liqo-a");
     let cfg = config(cp, ns);
     let restarted = serve(client, cfg).await;
     tokio::time::timeout(

@@ -44,7 +44,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
             peer_accounts: format!(
                 "system:serviceaccount:{}:{}",
                 cfg.namespace,
-                fluidos_rear_gateway::credentials::SERVICE_ACCOUNT_PREFIX
+                fluidos_peer_access::grant::SERVICE_ACCOUNT_PREFIX
             ),
         },
     });

@@ -10,8 +10,9 @@ use fluidos_consumer::{
     ConsumerConfig, Context as ConsumerContext, OffloadingGrant, OffloadingIssuer,
 };
 use fluidos_controller::readiness::ReadinessGate;
+use fluidos_peer_access::credentials::{Credentials, CredentialsConfig};
+use fluidos_peer_access::grant::PeeringGrant;
 use fluidos_rear_client::{ADDRESS_FORM, ClientConfig, ProviderAddress};
-use fluidos_rear_gateway::credentials::{Credentials, CredentialsConfig, PeeringGrant};
 use tokio_util::sync::CancellationToken;
 
 use super::Error;

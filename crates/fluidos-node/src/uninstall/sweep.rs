@@ -26,7 +26,7 @@ use serde::de::DeserializeOwned;
 /// The `app.kubernetes.io/managed-by` values of this node's components.
 pub const MANAGERS: [&str; 4] = [
     "fluidos-node",
-    fluidos_rear_gateway::credentials::MANAGED_LABEL.1,
+    fluidos_peer_access::grant::MANAGED_LABEL.1,
     fluidos_peering::objects::MANAGED_BY.1,
     fluidos_consumer::MANAGER,
 ];

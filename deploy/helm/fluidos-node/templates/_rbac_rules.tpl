@@ -170,7 +170,7 @@ cluster:
     verbs: [get, patch]
   {{- end }}
   {{- if ne (.Values.rearController.goPeeringGrant | default "off") "off" }}
-  # credentials.rs, go_peering.rs (rearController.goPeeringGrant, off by
+  # credentials/go_consumer.rs, go_grant.rs (rearController.goPeeringGrant, off by
   # default): unmodified Go consumers' rights. The ClusterRole and the Role
   # `fluidos-go-peer` (in Liqo's namespace) are written with rules the
   # gateway does not hold (`escalate`) and bound to each Go consumer's
@@ -310,7 +310,7 @@ namespace:
   {{- include "fluidos-node.rules.leases" (dict "root" . "component" "rear-gateway") | nindent 2 }}
 liqo:
   {{- if .Values.peering.enabled }}
-  # credentials.rs `grant_liqo_networks`: a K8Slice buyer may read this
+  # credentials/tenant.rs `grant_liqo_networks`: a K8Slice buyer may read this
   # cluster's CIDRs (the Role `fluidos-peer-network`, for the consumer's
   # Liqo networking phase); the gateway holds what it grants (no
   # `escalate` needed for that Role).
