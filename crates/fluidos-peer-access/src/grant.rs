@@ -71,6 +71,35 @@ pub const ACCOUNT_UID_ANNOTATION: &str = "fluidos.eu/service-account-uid";
 /// issued credentials since.
 pub const REVOKING_ANNOTATION: &str = "fluidos.eu/revoking-since";
 
+/// Where a peer ServiceAccount is in its revocation ([`REVOKING_ANNOTATION`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AccountPhase {
+    /// It exists and no revocation is pending: its tokens may be reused.
+    Live,
+    /// A revocation is pending since this time (RFC 3339, as written): no
+    /// replica reuses its tokens; a sale clears the mark, a sweep past the
+    /// grace period deletes it.
+    Revoking {
+        /// When the mark was set.
+        since: String,
+    },
+    /// There is no such account (never made, or revoked).
+    Gone,
+}
+
+impl AccountPhase {
+    /// The phase of `account` as observed (`None`: not there).
+    pub fn of(account: Option<&ServiceAccount>) -> AccountPhase {
+        match account.map(|a| a.annotations().get(REVOKING_ANNOTATION)) {
+            None => AccountPhase::Gone,
+            Some(None) => AccountPhase::Live,
+            Some(Some(since)) => AccountPhase::Revoking {
+                since: since.clone(),
+            },
+        }
+    }
+}
+
 /// What a K8Slice sale grants the buyer in Liqo's objects on this cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PeeringGrant<'a> {
@@ -421,7 +450,7 @@ pub fn peer_network_role() -> Role {
 /// Who a binding of the grant is for: the buyer's ServiceAccount `name` of
 /// `namespace` (UID `uid`), issued for `buyer_id`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PeerAccount<'a> {
+pub struct Grantee<'a> {
     /// The ServiceAccount's name ([`service_account_name`]).
     pub name: &'a str,
     /// Its namespace (the node's).
@@ -433,7 +462,7 @@ pub struct PeerAccount<'a> {
     pub buyer_id: &'a str,
 }
 
-impl PeerAccount<'_> {
+impl Grantee<'_> {
     /// The binding's metadata, named after the account, in `namespace`
     /// (`None`: a cluster-scoped binding).
     fn binding_meta(&self, namespace: Option<&str>) -> ObjectMeta {
@@ -783,7 +812,7 @@ mod tests {
 
     #[test]
     fn the_objects_a_grant_applies_are_what_its_check_takes_for_it() {
-        let account = PeerAccount {
+        let account = Grantee {
             name: "fluidos-peer-b",
             namespace: "fluidos",
             uid: "uid-1",
@@ -1008,5 +1037,25 @@ mod tests {
                 "{verb} {group}/{resource} {name:?} must be refused"
             );
         }
+    }
+
+    #[test]
+    fn an_accounts_phase_is_read_from_its_mark() {
+        let mut sa = ServiceAccount::default();
+        assert_eq!(AccountPhase::of(None), AccountPhase::Gone);
+        assert_eq!(AccountPhase::of(Some(&sa)), AccountPhase::Live);
+        sa.metadata.annotations = Some(
+            [(
+                REVOKING_ANNOTATION.to_owned(),
+                "2026-01-01T00:00:00Z".to_owned(),
+            )]
+            .into(),
+        );
+        assert_eq!(
+            AccountPhase::of(Some(&sa)),
+            AccountPhase::Revoking {
+                since: "2026-01-01T00:00:00Z".to_owned()
+            }
+        );
     }
 }

@@ -35,7 +35,7 @@ use crate::book::Decision;
 use crate::{State, labels, time};
 use fluidos_controller::api_error::{self, ApiErrorKind, is_not_found};
 use fluidos_peer_access::grant::{
-    BUYER_ANNOTATION, MANAGED_LABEL, REVOKING_ANNOTATION, service_account_name,
+    AccountPhase, BUYER_ANNOTATION, MANAGED_LABEL, service_account_name,
 };
 
 /// Every how many sweeps expired Contracts are looked for.
@@ -49,8 +49,9 @@ type SoldEntries = BTreeMap<String, BTreeMap<String, String>>;
 pub(crate) struct PeerAccount {
     pub uid: String,
     pub resource_version: String,
-    /// When a revocation was marked pending, if it was.
-    pub revoking_since: Option<String>,
+    /// Live, or marked for revocation since when (never `Gone`: it was
+    /// listed).
+    pub phase: AccountPhase,
     /// Whom its credentials belong to (`OWNER_ANNOTATION`), if recorded.
     pub owner: Option<String>,
 }
@@ -86,7 +87,7 @@ pub(crate) struct Endings {
     pub unused: BTreeSet<String>,
 }
 
-/// What to do with a peer account this sweep (see [`REVOKING_ANNOTATION`]).
+/// What to do with a peer account this sweep (see [`AccountPhase`]).
 #[derive(Debug, PartialEq)]
 pub(crate) enum Revocation {
     /// Unused and unmarked: mark the revocation pending.
@@ -113,10 +114,10 @@ pub(crate) fn revocations(
     accounts
         .iter()
         .filter_map(|(buyer, account)| {
-            let step = match (&account.revoking_since, unused.contains(buyer)) {
-                (None, true) => Revocation::Mark,
-                (Some(_), false) => Revocation::Unmark,
-                (Some(since), true) if grace_over(since) => Revocation::Delete,
+            let step = match (&account.phase, unused.contains(buyer)) {
+                (AccountPhase::Live, true) => Revocation::Mark,
+                (AccountPhase::Revoking { .. }, false) => Revocation::Unmark,
+                (AccountPhase::Revoking { since }, true) if grace_over(since) => Revocation::Delete,
                 _ => return None,
             };
             Some((buyer.clone(), step))
@@ -349,7 +350,7 @@ impl State {
                     PeerAccount {
                         uid: sa.uid()?,
                         resource_version: sa.resource_version()?,
-                        revoking_since: sa.annotations().get(REVOKING_ANNOTATION).cloned(),
+                        phase: AccountPhase::of(Some(sa)),
                         owner: sa
                             .annotations()
                             .get(fluidos_peer_access::grant::OWNER_ANNOTATION)
@@ -679,7 +680,9 @@ mod tests {
         PeerAccount {
             uid: s("u"),
             resource_version: s("7"),
-            revoking_since: since.map(s),
+            phase: since.map_or(AccountPhase::Live, |since| AccountPhase::Revoking {
+                since: s(since),
+            }),
             owner: None,
         }
     }

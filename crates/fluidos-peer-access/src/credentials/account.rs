@@ -4,7 +4,7 @@
 
 use crate::go_grant;
 use crate::grant::{
-    BUYER_ANNOTATION, OWNER_ANNOTATION, REVOKING_ANNOTATION, liqo_peering_user_rules,
+    AccountPhase, BUYER_ANNOTATION, OWNER_ANNOTATION, REVOKING_ANNOTATION, liqo_peering_user_rules,
     managed_labels, owned_by_another, service_account_name, with_type,
 };
 use fluidos_controller::api_error;
@@ -81,7 +81,7 @@ impl Credentials {
             .get(&ObjectRef::new(name).within(&self.cfg.namespace))
             .is_some_and(|sa| {
                 sa.uid().as_deref() == Some(uid)
-                    && !sa.annotations().contains_key(REVOKING_ANNOTATION)
+                    && AccountPhase::of(Some(&sa)) == AccountPhase::Live
             })
     }
 
@@ -159,7 +159,7 @@ impl Credentials {
             self.bind_peer_rules(extra, liqo_peering_user_rules(), sa, &uid, buyer_id)
                 .await?;
         }
-        if applied.annotations().contains_key(REVOKING_ANNOTATION) {
+        if let AccountPhase::Revoking { .. } = AccountPhase::of(Some(&applied)) {
             // Issuing cancels a pending revocation; the write also changes
             // the resourceVersion the revoker's delete is conditioned on.
             // The UID again: the revoker may have won meanwhile.

@@ -4,7 +4,7 @@
 //! in force before it is handed out.
 
 use crate::grant::{
-    BUYER_ANNOTATION, MANAGED_LABEL, OWNER_ANNOTATION, PEER_NETWORK_ROLE, PEER_ROLE, PeerAccount,
+    BUYER_ANNOTATION, Grantee, MANAGED_LABEL, OWNER_ANNOTATION, PEER_NETWORK_ROLE, PEER_ROLE,
     binds, namespace_buyer, network_grant_is_current, peer_network_role, peer_role, peer_rules,
     service_account_name, tenant_grant_is_current, valid_cluster_id, with_type,
 };
@@ -379,7 +379,7 @@ impl Credentials {
         sa_uid: &str,
         buyer_id: &str,
     ) -> Result<(), CredentialsError> {
-        let account = PeerAccount {
+        let account = Grantee {
             name: sa,
             namespace: &self.cfg.namespace,
             uid: sa_uid,
