@@ -83,11 +83,36 @@ impl Configuration {
     /// Other types and other fields are kept as sent; a quantity that
     /// does not parse is refused naming it (`field` is where this
     /// configuration sits).
-    pub fn with_canonical_quantities(mut self, field: &str) -> Result<Self, DecodeError> {
+    pub fn with_canonical_quantities(self, field: &str) -> Result<Self, DecodeError> {
+        self.map_quantities(field, |amount| amount.to_string())
+    }
+
+    /// Whether `self` and `other` ask for the same: the same type and data,
+    /// with a K8Slice's quantities compared by value, so that `1Gi` and
+    /// `1073741824` (which canonical spelling keeps apart, each in its own
+    /// notation) are one request. A quantity that does not parse compares
+    /// as written.
+    pub fn same_request(&self, other: &Configuration) -> bool {
+        let by_value = |c: &Configuration| {
+            c.clone()
+                .map_quantities("configuration", |amount| format!("{}n", amount.nanos))
+                .unwrap_or_else(|_| c.clone())
+        };
+        by_value(self) == by_value(other)
+    }
+
+    /// The same configuration with each K8Slice quantity replaced by
+    /// `spell(its amount)`; other types and fields kept; a quantity that
+    /// does not parse refused naming it.
+    fn map_quantities(
+        mut self,
+        field: &str,
+        spell: impl Fn(Amount) -> String,
+    ) -> Result<Self, DecodeError> {
         if FlavorTypeIdentifier::from_crd(&self.type_) != Some(FlavorTypeIdentifier::K8Slice) {
             return Ok(self);
         }
-        let canonical = |value: &mut RawObject, at: String| -> Result<(), DecodeError> {
+        let respell = |value: &mut RawObject, at: String| -> Result<(), DecodeError> {
             let text = match value {
                 RawObject::String(s) => s.clone(),
                 RawObject::Number(n) => n.to_string(),
@@ -95,19 +120,19 @@ impl Configuration {
                 _ => return Ok(()),
             };
             let amount = Amount::parse(&text).map_err(|e| DecodeError::new(at, e.to_string()))?;
-            *value = RawObject::String(amount.to_string());
+            *value = RawObject::String(spell(amount));
             Ok(())
         };
         let data_field = format!("{field}.data");
         for key in ["cpu", "memory", "pods", "storage"] {
             if let Some(value) = self.data.get_mut(key) {
-                canonical(value, format!("{data_field}.{key}"))?;
+                respell(value, format!("{data_field}.{key}"))?;
             }
         }
         if let Some(gpu) = self.data.get_mut("gpu") {
             for key in ["cores", "memory"] {
                 if let Some(value) = gpu.get_mut(key) {
-                    canonical(value, format!("{data_field}.gpu.{key}"))?;
+                    respell(value, format!("{data_field}.gpu.{key}"))?;
                 }
             }
         }
@@ -120,9 +145,13 @@ impl Configuration {
         match FlavorTypeIdentifier::from_crd(&self.type_) {
             Some(FlavorTypeIdentifier::K8Slice) => {
                 let c: K8SliceConfiguration = raw::decode(&data_field, &self.data)?;
+                let gpu = c.gpu.as_ref().map_or(Vec::new(), |g| {
+                    vec![("gpu.cores", &g.cores), ("gpu.memory", &g.memory)]
+                });
                 for (key, q) in [("cpu", &c.cpu), ("memory", &c.memory), ("pods", &c.pods)]
                     .into_iter()
                     .chain(c.storage.as_ref().map(|s| ("storage", s)))
+                    .chain(gpu)
                 {
                     let a = Amount::of(q).map_err(|e| {
                         DecodeError::new(format!("{data_field}.{key}"), e.to_string())
@@ -206,6 +235,26 @@ mod tests {
     }
 
     #[test]
+    fn the_same_amount_in_another_notation_is_the_same_request() {
+        let k8s = |cpu: &str, memory: &str| Configuration {
+            type_: "K8Slice".into(),
+            data: serde_json::json!({"cpu": cpu, "memory": memory, "pods": "1"}),
+        };
+        assert!(k8s("1", "1Gi").same_request(&k8s("1000m", "1073741824")));
+        assert!(k8s("0.5", "1024Mi").same_request(&k8s("500m", "1Gi")));
+        assert!(!k8s("1", "1Gi").same_request(&k8s("1", "1G")));
+        assert!(!k8s("1", "1Gi").same_request(&k8s("2", "1Gi")));
+        // Unparsable amounts compare as written.
+        assert!(k8s("x", "1Gi").same_request(&k8s("x", "1Gi")));
+        assert!(!k8s("x", "1Gi").same_request(&k8s("y", "1Gi")));
+        let service = |size: &str| Configuration {
+            type_: "Service".into(),
+            data: serde_json::json!({"configurationData": {"size": size}}),
+        };
+        assert!(!service("1").same_request(&service("1000m")));
+    }
+
+    #[test]
     fn errors_name_the_field() {
         let c = Configuration {
             type_: "K8Slice".into(),
@@ -230,6 +279,15 @@ mod tests {
             c.parse("spec.configuration").unwrap_err().field,
             "spec.configuration.type"
         );
+        // A negative GPU amount is refused like any other.
+        let c = Configuration {
+            type_: "K8Slice".into(),
+            data: serde_json::json!({"cpu": "1", "memory": "1Gi", "pods": "1",
+                "gpu": {"model": "x", "cores": "-1", "memory": "1Gi"}}),
+        };
+        let err = c.parse("spec.configuration").unwrap_err();
+        assert_eq!(err.field, "spec.configuration.data.gpu.cores");
+        assert!(err.message.contains("negative"), "{err}");
     }
 
     #[test]

@@ -519,14 +519,15 @@ fn refuse_other_configuration(
     asked: Option<&Configuration>,
     tx_id: &str,
 ) -> Result<(), ApiError> {
-    // What is asked is stored with canonical quantities; a hold written
-    // before that (or by hand) is compared in the same spelling.
-    let canonical = |c: &Configuration| {
-        c.clone()
-            .with_canonical_quantities("configuration")
-            .unwrap_or_else(|_| c.clone())
+    // Amounts by value: a hold written in another spelling or notation
+    // (before quantities were stored canonically, or by hand) is the same
+    // request.
+    let same = match (held, asked) {
+        (None, None) => true,
+        (Some(held), Some(asked)) => held.same_request(asked),
+        _ => false,
     };
-    if held.map(canonical) == asked.map(canonical) {
+    if same {
         return Ok(());
     }
     Err(ApiError::conflict(format!(
@@ -670,7 +671,13 @@ impl State {
                     return Ok(WireTransaction {
                         transaction_id: tx_id,
                         flavor_id: req.flavor_id.clone(),
-                        configuration: req.configuration.clone(),
+                        // As held (quantities canonical), as a renewal and
+                        // the Contract answer it: one spelling throughout.
+                        configuration: crd_config
+                            .as_ref()
+                            .map(WireConfiguration::from_crd)
+                            .transpose()
+                            .map_err(|e| ApiError::internal(e.to_string()))?,
                         buyer: req.buyer.clone(),
                         cluster_id: liqo_id,
                         expiration_time: expiration,

@@ -254,6 +254,11 @@ async fn a_buyer_cannot_hog_capacity_or_renew_a_hold_forever() {
     let (s, body) = post(&c, &reserve, &respelled).await;
     assert_eq!(s, 200, "{body}");
     assert_eq!(json(&body)["transactionID"], txs[0].as_str());
+    // The same amount in another notation (bytes for 1Gi) is the same too.
+    let in_bytes = k8s_reserve("f-0", "hog", "1", "1073741824", "1");
+    let (s, body) = post(&c, &reserve, &in_bytes).await;
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(json(&body)["transactionID"], txs[0].as_str());
     let stored = Api::<fluidos_api::Transaction>::namespaced(client.clone(), NS)
         .get(&txs[0])
         .await
@@ -266,9 +271,19 @@ async fn a_buyer_cannot_hog_capacity_or_renew_a_hold_forever() {
         stored,
         serde_json::json!({"cpu": "1", "memory": "1Gi", "pods": "1"})
     );
-    // Other buyers are not affected.
-    let (s, body) = post(&c, &reserve, &k8s_reserve("f-3", "fair", "1", "1Gi", "1")).await;
+    // Other buyers are not affected; a new hold is answered as it is
+    // stored too, whatever the spelling it was asked in.
+    let (s, body) = post(
+        &c,
+        &reserve,
+        &k8s_reserve("f-3", "fair", "1000m", "1024Mi", "1"),
+    )
+    .await;
     assert_eq!(s, 200, "{body}");
+    assert_eq!(
+        json(&body)["configuration"]["data"],
+        serde_json::json!({"cpu": "1", "memory": "1Gi", "pods": "1"})
+    );
     // Buying one frees a slot.
     let (s, body) = post(
         &c,
