@@ -1234,7 +1234,7 @@ async fn chart_rbac_suffices_for_the_go_peering_grant() {
 
     let grants: Vec<Grant> = helm::grants(&objects);
     // The policy's enforcement probe: a dry-run Secret creation the policy
-    // refuses (go_peering.rs PROBE_SECRET), which the chart grants.
+    // refuses (peer-access go_grant.rs PROBE_SECRET), which the chart grants.
     let probe = helm::Access {
         scope: NS.into(),
         group: String::new(),

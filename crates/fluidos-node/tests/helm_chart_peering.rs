@@ -78,7 +78,7 @@ fn render(bin: &Path, node_id: &str, rear_port: u16, extra: &[&str]) -> Vec<Valu
 /// handled without a word in the log, by the code that makes it):
 fn refused_by_design(component: &str, a: &Access) -> bool {
     match component {
-        // credentials.rs `unbind_go_consumer`: revoking a buyer's
+        // peer-access credentials/go_consumer.rs `unbind_go_consumer`: revoking a buyer's
         // credentials also looks for the ClusterRoleBinding of the Go
         // consumers' grant, which the chart lets the gateway read only with
         // `rearController.goPeeringGrant` on (off here: nothing to unbind).

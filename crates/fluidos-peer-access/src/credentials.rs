@@ -10,19 +10,19 @@
 //! long-lived token Secret). The account has no rights of its own: a K8Slice
 //! sale binds it, by a RoleBinding to the namespaced Role `fluidos-peer`
 //! carrying only what Liqo 1.0's own minimal "peering user" needs (see
-//! [`peer_rules`]), in the buyer's Liqo tenant namespace and nowhere else
+//! [`peer_rules`](crate::grant::peer_rules)), in the buyer's Liqo tenant namespace and nowhere else
 //! (unless a compatibility namespace is configured), plus, by a RoleBinding
-//! to the Role [`PEER_NETWORK_ROLE`] in Liqo's namespace, the reading of this
+//! to the Role [`PEER_NETWORK_ROLE`](crate::grant::PEER_NETWORK_ROLE) in Liqo's namespace, the reading of this
 //! cluster's pod and external CIDRs there
 //! ([`crate::grant::peer_network_rules`]) that Liqo's
 //! networking phase needs. Revoking a buyer is deleting its ServiceAccount
 //! and its RoleBindings.
 //!
-//! One job per file: [`token`] mints, caches and hands out the kubeconfig;
-//! [`account`] claims a buyer's ServiceAccount for its owner and applies
-//! it; [`tenant`] claims the tenant namespace and binds the peer Roles
-//! there and in Liqo's namespace; [`go_consumer`] is the Go consumer's
-//! grant; [`revocation`] the two-phase revocation. This file holds the
+//! One job per file: `token` mints, caches and hands out the kubeconfig;
+//! `account` claims a buyer's ServiceAccount for its owner and applies
+//! it; `tenant` claims the tenant namespace and binds the peer Roles
+//! there and in Liqo's namespace; `go_consumer` is the Go consumer's
+//! grant; `revocation` the two-phase revocation. This file holds the
 //! shared state, the watch caches, and the mending of earlier versions'
 //! grants at start.
 
@@ -78,7 +78,7 @@ pub enum CredentialsError {
         source: serde_json::Error,
     },
     /// The Liqo tenant namespace of the cluster ID the buyer stated exists
-    /// and was not made by this gateway for this buyer: another buyer (or
+    /// and was not made by this node for this buyer: another buyer (or
     /// a peering made outside FLUIDOS) owns it.
     #[error(
         "the Liqo tenant namespace {namespace} belongs to another peer; a buyer must state its own Liqo cluster ID"
@@ -119,7 +119,7 @@ pub enum CredentialsError {
 pub struct CredentialsConfig {
     /// Namespace of the ServiceAccounts.
     pub namespace: String,
-    /// A namespace where peers are granted [`liqo_peering_user_rules`] besides their
+    /// A namespace where peers are granted [`liqo_peering_user_rules`](crate::grant::liqo_peering_user_rules) besides their
     /// Liqo tenant namespace, for consumers that act elsewhere; none by
     /// default (least privilege: nothing in the node's own namespace).
     pub role_namespace: Option<String>,
@@ -131,7 +131,7 @@ pub struct CredentialsConfig {
     /// it granted decides when a cached kubeconfig is renewed).
     pub token_ttl: Duration,
     /// Whether unmodified Go consumers may be granted peering rights
-    /// ([`go_grant`]); its cluster-wide objects are applied then.
+    /// ([`crate::go_grant`]); its cluster-wide objects are applied then.
     pub go_peering: bool,
     /// Whether to mend, at start, the peer grants of earlier versions:
     /// remove those made in the node's namespace (without
@@ -157,7 +157,7 @@ pub struct Credentials {
     /// while its account still exists, so a revocation by another replica is
     /// seen here within the watch's latency.
     accounts: Store<ServiceAccount>,
-    /// Watch caches of the peer Roles and RoleBindings this gateway made, in
+    /// Watch caches of the peer Roles and RoleBindings this node made, in
     /// every namespace: a buyer's tenant grant is written once, then only
     /// checked against these (three API calls less on each K8Slice sale).
     roles: Store<Role>,
@@ -242,7 +242,7 @@ async fn narrow_peer_roles(client: &kube::Client, skip: Option<&str>) {
     }
 }
 
-/// Deletes the peer Role and RoleBindings this gateway made in `ns`
+/// Deletes the peer Role and RoleBindings this node made in `ns`
 /// (best effort: logged).
 async fn remove_grants_in(client: &kube::Client, ns: &str) {
     let selector = format!("{}={}", MANAGED_LABEL.0, MANAGED_LABEL.1);

@@ -3,7 +3,7 @@
 //!
 //! A FLUIDOS-rs consumer peers as `liqoctl peer` does, inside the tenant
 //! namespace this provider prepares and binds at the sale
-//! (`Credentials::grant_tenant_namespace` in `fluidos-rear-gateway`). An
+//! ([`crate::credentials::Credentials::grant_tenant_namespace`]). An
 //! unmodified Go consumer cannot: it creates Liqo's objects on the provider
 //! itself (`fluidos-node.md` §4.3–4.4), starting with its tenant namespace
 //! `liqo-tenant-<its cluster ID>`, whose creation fails when the namespace
@@ -32,7 +32,8 @@
 //!   comes 5 s after it creates the namespace (its polling tick).
 //!
 //! This module is the grant's objects and decisions (pure); the setting of
-//! who gets it (`GoPeeringGrant`) and its executor are the gateway's.
+//! who gets it is the gateway's (`GoPeeringGrant`), its executor
+//! [`crate::credentials`].
 //!
 //! Applies only to plain-HTTP buyers (the Go client speaks only `http://`)
 //! and only to K8Slice sales; a TLS buyer is a FLUIDOS-rs node and never
@@ -637,5 +638,64 @@ mod tests {
             patch["metadata"]["annotations"][OWNER_ANNOTATION],
             PLAIN_HTTP_OWNER
         );
+    }
+
+    /// Every grant of an unmodified Go consumer the gateway's integration
+    /// tests check with a SubjectAccessReview (`tests/go_peering_grant.rs`),
+    /// against all the rules bound where the request is made: its
+    /// ClusterRole everywhere, plus Liqo's peering user in the tenant
+    /// namespace it made (once adopted) and [`liqo_role`] in Liqo's.
+    #[test]
+    fn what_the_go_grant_permits_and_refuses() {
+        use crate::grant::{liqo_peering_user_rules, permits};
+        use k8s_openapi::api::rbac::v1::PolicyRule;
+        let cluster = cluster_role().rules.unwrap();
+        let tenant = [liqo_peering_user_rules(), cluster.clone()].concat();
+        let liqo = [liqo_role().rules.unwrap(), cluster.clone()].concat();
+        let permitted: &[(&[PolicyRule], &str, &str, &str)] = &[
+            (&tenant, "list", "", "secrets"),
+            (&tenant, "get", "networking.liqo.io", "gatewayservers"),
+            (&liqo, "list", "", "configmaps"),
+            (&liqo, "list", "ipam.liqo.io", "networks"),
+            (&cluster, "create", "", "namespaces"),
+            (&cluster, "create", "", "secrets"),
+            (&cluster, "create", "authentication.liqo.io", "tenants"),
+            (&cluster, "list", "networking.liqo.io", "connections"),
+        ];
+        for (rules, verb, group, resource) in permitted {
+            assert!(
+                permits(rules, verb, group, resource, ""),
+                "{verb} {group}/{resource} must be granted"
+            );
+        }
+        let refused: &[(&[PolicyRule], &str, &str, &str)] = &[
+            // It reads nothing cluster-wide, changes nothing it did not
+            // make, and reads no Secrets in Liqo's namespace.
+            (&liqo, "list", "", "secrets"),
+            (&liqo, "get", "", "secrets"),
+            (&cluster, "update", "", "namespaces"),
+            (&cluster, "delete", "", "namespaces"),
+            (&cluster, "list", "authentication.liqo.io", "tenants"),
+            (&cluster, "get", "", "secrets"),
+            (
+                &cluster,
+                "create",
+                "rbac.authorization.k8s.io",
+                "rolebindings",
+            ),
+            (&tenant, "patch", "", "secrets"),
+            (
+                &tenant,
+                "create",
+                "rbac.authorization.k8s.io",
+                "rolebindings",
+            ),
+        ];
+        for (rules, verb, group, resource) in refused {
+            assert!(
+                !permits(rules, verb, group, resource, ""),
+                "{verb} {group}/{resource} must be refused"
+            );
+        }
     }
 }

@@ -10,8 +10,9 @@
 //! the Role [`PEER_NETWORK_ROLE`] in Liqo's namespace
 //! ([`peer_network_rules`]); an unmodified Go consumer's adopted namespace
 //! gets Liqo's own peering-user rules ([`liqo_peering_user_rules`],
-//! [`peer_role_rules_for`]). The gateway's executor (`credentials` in
-//! `fluidos-rear-gateway`) applies these objects and mints the tokens.
+//! [`peer_role_rules_for`]). The executor [`crate::credentials`] applies
+//! these objects and mints the tokens: the REAR gateway's for its buyers,
+//! the rear-manager's for the sellers of Services delivered by Liqo.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -40,7 +41,9 @@ pub const LIQO_NONCE_SECRET: &str = "liqo-nonce";
 /// cluster's pod and external CIDRs ([`peer_network_rules`]).
 pub const PEER_NETWORK_ROLE: &str = "fluidos-peer-network";
 
-/// Label on everything this module creates.
+/// Label on every object a grant makes (whichever component applies it:
+/// the value names the REAR gateway, which made them first, and stays so
+/// that objects made by earlier versions are still this node's).
 pub const MANAGED_LABEL: (&str, &str) = ("app.kubernetes.io/managed-by", "fluidos-rear-gateway");
 
 /// ServiceAccount annotation naming the buyer it was issued for (names may
@@ -127,7 +130,7 @@ pub fn valid_cluster_id(id: &str) -> bool {
 /// namespace) already grant [`peer_rules`] to the ServiceAccount `sa` of
 /// `sa_namespace`, bound for `buyer_id`. A binding of ours exists in a tenant
 /// namespace only after the namespace was claimed for that same buyer
-/// (`Credentials::grant_tenant_namespace` (the gateway)), and goes away with it.
+/// ([`crate::credentials::Credentials::grant_tenant_namespace`]), and goes away with it.
 pub fn tenant_grant_is_current(
     (role, rules): (Option<&Role>, &[PolicyRule]),
     binding: Option<&RoleBinding>,
@@ -157,17 +160,17 @@ pub fn network_grant_is_current(
 }
 
 /// True when `role` exists, is not being deleted and carries exactly `rules`.
-pub fn role_has(role: Option<&Role>, rules: &[PolicyRule]) -> bool {
+pub(crate) fn role_has(role: Option<&Role>, rules: &[PolicyRule]) -> bool {
     role.is_some_and(|r| {
         r.metadata.deletion_timestamp.is_none() && r.rules.as_deref() == Some(rules)
     })
 }
 
 /// True when `binding` binds the Role `role` to the ServiceAccount `sa` of
-/// `sa_namespace` alone, made by this gateway for `buyer_id` and for the
+/// `sa_namespace` alone, made by this node for `buyer_id` and for the
 /// account of UID `sa_uid` (not an earlier one of the same name), and is
 /// not being deleted.
-pub fn binds(
+pub(crate) fn binds(
     binding: &RoleBinding,
     role: &str,
     buyer_id: &str,
@@ -197,7 +200,7 @@ pub fn binds(
 }
 
 /// A rule of `verbs` on `resources` of the API `groups`.
-pub fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
+pub(crate) fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
     PolicyRule {
         api_groups: Some(groups.iter().map(|s| (*s).to_owned()).collect()),
         resources: Some(resources.iter().map(|s| (*s).to_owned()).collect()),
@@ -248,7 +251,7 @@ pub fn peer_rules(cluster_id: &str) -> Vec<PolicyRule> {
 }
 
 /// Liqo 1.0's peering user's rules, Secrets listed: what an unmodified Go
-/// consumer gets in the tenant namespace it made and this gateway adopted
+/// consumer gets in the tenant namespace it made and this node adopted
 /// (`--rear-go-peering-grant`), since Liqo's library finds its nonce by
 /// listing Secrets (`GetNonceSecretByClusterID`), and what every peer gets
 /// in the gateway's compatibility namespace (`CredentialsConfig::role_namespace`). A Go consumer's namespace
@@ -330,7 +333,7 @@ pub fn peer_role_rules_for(ns: &Namespace) -> Option<Vec<PolicyRule>> {
 /// (its JWT's `kubernetes.io.serviceaccount.uid` claim); `None` when the
 /// token carries none. The token comes from our API server: its signature
 /// is that server's business, only its claims are read.
-pub fn token_account_uid(token: &str) -> Option<String> {
+pub(crate) fn token_account_uid(token: &str) -> Option<String> {
     use base64::Engine as _;
     let payload = token.split('.').nth(1)?;
     let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
@@ -363,21 +366,21 @@ pub fn service_account_name(buyer_id: &str) -> String {
 }
 
 /// The labels of everything the grant makes ([`MANAGED_LABEL`]).
-pub fn managed_labels() -> Option<BTreeMap<String, String>> {
+pub(crate) fn managed_labels() -> Option<BTreeMap<String, String>> {
     Some([(MANAGED_LABEL.0.to_owned(), MANAGED_LABEL.1.to_owned())].into())
 }
 
 /// True when `account` records an owner other than `owner` (an account
 /// without one, made by an earlier version, goes to the first that asks).
-pub fn owned_by_another(account: Option<&ServiceAccount>, owner: &str) -> bool {
+pub(crate) fn owned_by_another(account: Option<&ServiceAccount>, owner: &str) -> bool {
     account
         .and_then(|a| a.annotations().get(OWNER_ANNOTATION))
         .is_some_and(|recorded| recorded != owner)
 }
 
-/// The buyer this gateway made (or adopted) the namespace `ns` for: its
+/// The buyer this node made (or adopted) the namespace `ns` for: its
 /// label and buyer annotation; `None` for a namespace it does not manage.
-pub fn namespace_buyer(ns: &Namespace) -> Option<&str> {
+pub(crate) fn namespace_buyer(ns: &Namespace) -> Option<&str> {
     let managed = ns
         .metadata
         .labels
@@ -397,7 +400,7 @@ pub fn namespace_buyer(ns: &Namespace) -> Option<&str> {
 /// (`--service-account-extend-token-expiration`); half of `requested` when
 /// the timestamp is missing or does not parse. A token already expired by
 /// our clock is not reused at all.
-pub fn reuse_for(
+pub(crate) fn reuse_for(
     issued: jiff::Timestamp,
     expiration: Option<&str>,
     requested: Duration,
@@ -411,7 +414,11 @@ pub fn reuse_for(
 }
 
 /// The object as JSON with `apiVersion`/`kind`, which server-side apply requires.
-pub fn with_type<T: serde::Serialize>(obj: &T, api_version: &str, kind: &str) -> serde_json::Value {
+pub(crate) fn with_type<T: serde::Serialize>(
+    obj: &T,
+    api_version: &str,
+    kind: &str,
+) -> serde_json::Value {
     let mut v = serde_json::to_value(obj).unwrap_or_default();
     if let Some(m) = v.as_object_mut() {
         m.insert("apiVersion".into(), api_version.into());
@@ -515,6 +522,34 @@ fn role_ref(kind: &str, name: &str) -> RoleRef {
         kind: kind.into(),
         name: name.into(),
     }
+}
+
+/// The RBAC authorizer's answer for one request under `rules` (for the
+/// rows the tests check: no aggregation, no subresource wildcards, no
+/// non-resource URLs): what a SubjectAccessReview answers for an account
+/// bound to them alone. An empty `resourceNames` list matches every name,
+/// as in Kubernetes.
+#[cfg(test)]
+pub(crate) fn permits(
+    rules: &[PolicyRule],
+    verb: &str,
+    group: &str,
+    resource: &str,
+    name: &str,
+) -> bool {
+    let any = |items: &Option<Vec<String>>, want: &str| {
+        items
+            .as_deref()
+            .is_some_and(|i| i.iter().any(|x| x == want || x == "*"))
+    };
+    rules.iter().any(|r| {
+        r.verbs.iter().any(|v| v == verb || v == "*")
+            && any(&r.api_groups, group)
+            && any(&r.resources, resource)
+            && r.resource_names
+                .as_deref()
+                .is_none_or(|names| names.is_empty() || names.iter().any(|n| n == name))
+    })
 }
 
 #[cfg(test)]
@@ -853,63 +888,19 @@ mod tests {
         assert_eq!(cluster.subjects, binding.subjects);
     }
 
-    /// The RBAC authorizer's answer for one request under `rules` (no
-    /// aggregation, no non-resource URLs): what a SubjectAccessReview
-    /// answers for an account bound to them alone.
-    fn permits(rules: &[PolicyRule], verb: &str, group: &str, resource: &str, name: &str) -> bool {
-        let any = |items: &Option<Vec<String>>, want: &str| {
-            items
-                .as_deref()
-                .is_some_and(|i| i.iter().any(|x| x == want || x == "*"))
-        };
-        rules.iter().any(|r| {
-            r.verbs.iter().any(|v| v == verb || v == "*")
-                && any(&r.api_groups, group)
-                && any(&r.resources, resource)
-                && r.resource_names
-                    .as_deref()
-                    .is_none_or(|names| names.iter().any(|n| n == name))
-        })
-    }
-
-    /// The rules of each grant, by where they are bound: a FLUIDOS-rs
-    /// buyer's in its tenant namespace (cluster ID `liqo-a`) and in Liqo's;
-    /// a Go consumer's in the namespace it made, in Liqo's, cluster-wide.
-    struct Grants {
-        tenant: Vec<PolicyRule>,
-        networks: Vec<PolicyRule>,
-        go_tenant: Vec<PolicyRule>,
-        go_liqo: Vec<PolicyRule>,
-        go_cluster: Vec<PolicyRule>,
-    }
-
-    fn grants() -> Grants {
-        Grants {
-            tenant: peer_rules("liqo-a"),
-            networks: peer_network_rules(),
-            go_tenant: liqo_peering_user_rules(),
-            go_liqo: crate::go_grant::liqo_role().rules.unwrap(),
-            go_cluster: crate::go_grant::cluster_role().rules.unwrap(),
-        }
-    }
-
-    /// Every grant the gateway's integration tests check with a
-    /// SubjectAccessReview on a real API server (`tests/tenant_namespace.rs`,
-    /// `tests/go_peering_grant.rs`), stated against the rules themselves; a
-    /// request where no rules are bound is refused by there being no
-    /// binding there, which the integration tests check.
+    /// Every grant of a FLUIDOS-rs buyer the gateway's integration tests
+    /// check with a SubjectAccessReview on a real API server
+    /// (`tests/tenant_namespace.rs`), stated against the rules bound in each
+    /// namespace: its tenant namespace and Liqo's (nothing is bound
+    /// cluster-wide, and a request where nothing is bound is refused, which
+    /// the integration tests check). The Go consumer's are `go_grant`'s.
     #[test]
-    fn what_each_grant_permits() {
-        let Grants {
-            tenant,
-            networks,
-            go_tenant,
-            go_liqo,
-            go_cluster,
-        } = grants();
-        let allowed: &[(&[PolicyRule], &str, &str, &str, &str)] = &[
-            // A FLUIDOS-rs buyer in its tenant namespace: Liqo's peering
-            // user, its own Secrets by name.
+    fn what_a_buyers_grant_permits_and_refuses() {
+        let tenant = peer_rules("liqo-a");
+        let liqo = peer_network_rules();
+        let permitted: &[(&[PolicyRule], &str, &str, &str, &str)] = &[
+            // Liqo's peering user in its tenant namespace, its own Secrets
+            // by name ...
             (&tenant, "create", "authentication.liqo.io", "tenants", ""),
             (&tenant, "create", "", "secrets", ""),
             (&tenant, "list", "", "configmaps", ""),
@@ -920,49 +911,15 @@ mod tests {
             (&tenant, "create", "networking.liqo.io", "publickeies", ""),
             (&tenant, "update", "ipam.liqo.io", "ips", ""),
             // ... and this cluster's CIDRs in Liqo's namespace.
-            (&networks, "list", "ipam.liqo.io", "networks", ""),
-            (&networks, "get", "ipam.liqo.io", "networks", ""),
-            // A Go consumer: Liqo's full peering user in the namespace it
-            // made, its reads in Liqo's, its confined creations anywhere.
-            (&go_tenant, "list", "", "secrets", ""),
-            (
-                &go_tenant,
-                "get",
-                "networking.liqo.io",
-                "gatewayservers",
-                "",
-            ),
-            (&go_liqo, "list", "", "configmaps", ""),
-            (&go_liqo, "list", "ipam.liqo.io", "networks", ""),
-            (&go_cluster, "create", "", "namespaces", ""),
-            (&go_cluster, "create", "", "secrets", ""),
-            (
-                &go_cluster,
-                "create",
-                "authentication.liqo.io",
-                "tenants",
-                "",
-            ),
-            (&go_cluster, "list", "networking.liqo.io", "connections", ""),
+            (&liqo, "list", "ipam.liqo.io", "networks", ""),
+            (&liqo, "get", "ipam.liqo.io", "networks", ""),
         ];
-        for (rules, verb, group, resource, name) in allowed {
+        for (rules, verb, group, resource, name) in permitted {
             assert!(
                 permits(rules, verb, group, resource, name),
                 "{verb} {group}/{resource} {name:?} must be granted"
             );
         }
-    }
-
-    /// What the same grants refuse (the other half of the checks).
-    #[test]
-    fn what_each_grant_refuses() {
-        let Grants {
-            tenant,
-            networks,
-            go_tenant,
-            go_liqo,
-            go_cluster,
-        } = grants();
         let refused: &[(&[PolicyRule], &str, &str, &str, &str)] = &[
             // Secrets of its tenant namespace by name only: not this node's
             // own Liqo credentials kept there when it buys from that peer.
@@ -994,42 +951,19 @@ mod tests {
             ),
             (&tenant, "create", "", "namespaces", ""),
             // In Liqo's namespace the Networks only, and only read.
-            (&networks, "list", "", "secrets", ""),
-            (&networks, "get", "", "secrets", ""),
-            (&networks, "list", "", "configmaps", ""),
+            (&liqo, "list", "", "secrets", ""),
+            (&liqo, "get", "", "secrets", ""),
+            (&liqo, "list", "", "configmaps", ""),
             (
-                &networks,
+                &liqo,
                 "list",
                 "networking.liqo.io",
                 "wggatewayservertemplates",
                 "",
             ),
-            (&networks, "watch", "ipam.liqo.io", "networks", ""),
-            (&networks, "create", "ipam.liqo.io", "networks", ""),
-            (&networks, "update", "ipam.liqo.io", "networks", ""),
-            // The Go consumer reads nothing cluster-wide, changes nothing
-            // it did not make, and reads no Secrets in Liqo's namespace.
-            (&go_liqo, "list", "", "secrets", ""),
-            (&go_liqo, "get", "", "secrets", ""),
-            (&go_cluster, "update", "", "namespaces", ""),
-            (&go_cluster, "delete", "", "namespaces", ""),
-            (&go_cluster, "list", "authentication.liqo.io", "tenants", ""),
-            (&go_cluster, "get", "", "secrets", ""),
-            (
-                &go_cluster,
-                "create",
-                "rbac.authorization.k8s.io",
-                "rolebindings",
-                "",
-            ),
-            (&go_tenant, "patch", "", "secrets", ""),
-            (
-                &go_tenant,
-                "create",
-                "rbac.authorization.k8s.io",
-                "rolebindings",
-                "",
-            ),
+            (&liqo, "watch", "ipam.liqo.io", "networks", ""),
+            (&liqo, "create", "ipam.liqo.io", "networks", ""),
+            (&liqo, "update", "ipam.liqo.io", "networks", ""),
         ];
         for (rules, verb, group, resource, name) in refused {
             assert!(

@@ -132,7 +132,7 @@ async fn peering_tokens_live_in_secrets_owned_by_their_contracts() {
     let secret_name = format!("peering-credentials-{name}");
 
     // The token names the buyer's account by UID: the gateway checks that
-    // UID against the account the sale checked (credentials.rs, `mint`).
+    // UID against the account the sale checked (peer-access credentials/token.rs, `mint`).
     let account = Api::<ServiceAccount>::namespaced(client.clone(), ns)
         .get(&fluidos_peer_access::grant::service_account_name("buyer-a"))
         .await

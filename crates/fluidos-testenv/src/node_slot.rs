@@ -192,11 +192,13 @@ impl NodeSlot {
             ip(&["netns", "del", &self.netns()])?;
         }
         // Deleting the namespace deletes the veth's other end, and the host
-        // end goes with it a moment later: one gone by then is not an error.
+        // end goes with it a moment later: one gone by then is not an error
+        // (ip may say so while its /sys entry is still there).
         let host_link = Path::new("/sys/class/net").join(self.host_link());
         if host_link.exists()
             && let Err(e) = ip(&["link", "del", &self.host_link()])
             && host_link.exists()
+            && !e.to_string().contains("Cannot find device")
         {
             return Err(e);
         }

@@ -88,7 +88,7 @@ impl Credentials {
     /// ([`go_grant`]): the cluster-wide ClusterRole and the Role in
     /// Liqo's namespace, and, if it made its tenant namespace already, the
     /// namespace and the peer Role there. Its account must carry the claim
-    /// ([`Credentials::ensure_rbac`]) and the admission policy must be in
+    /// (`Credentials::ensure_rbac`) and the admission policy must be in
     /// place: without it, nothing is granted.
     pub async fn grant_go_consumer(
         &self,
@@ -394,7 +394,7 @@ impl Credentials {
     }
 
     /// Deletes the Go peer ClusterRoleBinding of the account `sa` (UID
-    /// `uid`), if this gateway made it for that account.
+    /// `uid`), if this node made it for that account.
     pub(super) async fn unbind_go_consumer(
         &self,
         sa: &str,

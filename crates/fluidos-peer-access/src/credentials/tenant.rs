@@ -20,7 +20,7 @@ use super::step::Step;
 use super::{Credentials, CredentialsError, FIELD_MANAGER, apply_rbac};
 
 impl Credentials {
-    /// Creates `ns` for `buyer_id`, or accepts it when this gateway already
+    /// Creates `ns` for `buyer_id`, or accepts it when this node already
     /// made it for that buyer. The cluster ID is the buyer's word: without
     /// this check, a buyer naming another peer's cluster ID would be bound
     /// into that peer's tenant namespace (and would take over its labels).
@@ -120,7 +120,7 @@ impl Credentials {
     /// (`liqo-tenant-<id>`, labelled as Liqo finds it; a peering user may not
     /// create namespaces) and binds the peer rules ([`peer_rules`]) there, in
     /// that one namespace only; and lets it read this cluster's CIDRs in
-    /// Liqo's namespace ([`Credentials::grant_liqo_networks`]). Idempotent.
+    /// Liqo's namespace (`Credentials::grant_liqo_networks`). Idempotent.
     pub async fn grant_tenant_namespace(
         &self,
         buyer_id: &str,
@@ -290,7 +290,7 @@ impl Credentials {
     }
 
     /// False when the namespace `ns` does not exist or is being deleted;
-    /// true when it does, or when this gateway may not read it (the write
+    /// true when it does, or when this node may not read it (the write
     /// that follows says).
     pub(super) async fn namespace_may_exist(&self, ns: &str) -> Result<bool, CredentialsError> {
         match Api::<Namespace>::all(self.client.clone()).get_opt(ns).await {
@@ -303,14 +303,14 @@ impl Credentials {
         }
     }
 
-    /// Deletes this gateway's binding named `sa` to [`PEER_NETWORK_ROLE`] in
+    /// Deletes this node's binding named `sa` to [`PEER_NETWORK_ROLE`] in
     /// Liqo's namespace, if the watch cache shows one (of this account or
     /// of an earlier one of the same name): an unmodified Go consumer's
     /// binding there has the same name and another role, which a
     /// RoleBinding cannot change.
     pub(super) async fn unbind_network_role(&self, sa: &str) -> Result<(), CredentialsError> {
         let ns = go_grant::LIQO_NAMESPACE;
-        // The cache holds only bindings with this gateway's label.
+        // The cache holds only bindings with this node's label.
         let Some(binding) = self.bindings.get(&ObjectRef::new(sa).within(ns)) else {
             return Ok(());
         };

@@ -26,11 +26,10 @@ pub(super) fn cache_key(buyer_id: &str, owner: &str, provider_liqo_id: &str) -> 
 
 /// A kubeconfig YAML with cluster, user and context named `name`, keys in
 /// client-go's (alphabetical) order. Every value is a double-quoted
-/// scalar written as a JSON string, which YAML reads as the same string
-/// whatever it holds (the server URL and the name come from settings and
-/// a peer's word).
+/// scalar ([`yaml_quoted`]), which YAML reads as the same string whatever
+/// it holds.
 pub fn kubeconfig_yaml(name: &str, server: &str, ca_pem: Option<&str>, token: &str) -> String {
-    let quoted = |s: &str| serde_json::Value::from(s).to_string();
+    let quoted = yaml_quoted;
     let name = quoted(name);
     let ca = ca_pem.map_or_else(String::new, |pem| {
         let data = base64::engine::general_purpose::STANDARD.encode(pem.as_bytes());
@@ -59,7 +58,23 @@ pub fn kubeconfig_yaml(name: &str, server: &str, ca_pem: Option<&str>, token: &s
     )
 }
 
-/// The part of a TokenRequest answer's `status` this gateway reads; both
+/// `s` as a YAML double-quoted scalar: a JSON string (whose escapes YAML's
+/// double-quoted style shares), with the characters YAML readers refuse or
+/// fold (DEL, the C1 controls, NEL among them, the line and paragraph
+/// separators, the byte-order mark) escaped too, which JSON leaves as
+/// they are.
+fn yaml_quoted(s: &str) -> String {
+    serde_json::Value::from(s)
+        .to_string()
+        .chars()
+        .map(|c| match u32::from(c) {
+            0x7f..=0x9f | 0x2028 | 0x2029 | 0xfeff => format!("\\u{:04X}", u32::from(c)),
+            _ => c.to_string(),
+        })
+        .collect()
+}
+
+/// The part of a TokenRequest answer's `status` this node reads; both
 /// optional, so that a missing timestamp falls back instead of failing.
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -298,6 +313,12 @@ mod tests {
         let v = serde_json::to_value(&parsed).unwrap();
         assert_eq!(v["users"][0]["user"]["token"], "t: u");
         assert!(v["clusters"][0]["cluster"]["certificate-authority-data"].is_null());
+        // What JSON leaves as is but YAML refuses (DEL, C1) or folds (NEL).
+        let controls = "a\u{7f}b\u{85}c\u{9f}d\u{2028}e\u{feff}";
+        let y = kubeconfig_yaml(controls, "https://h:6443", None, "t");
+        assert!(y.is_ascii(), "{y}");
+        let parsed = kube::config::Kubeconfig::from_yaml(&y).unwrap();
+        assert_eq!(parsed.current_context.as_deref(), Some(controls));
     }
 
     #[test]

@@ -122,24 +122,24 @@ default:
   {{- include "fluidos-node.rules.events" . | nindent 2 }}
 {{- end -}}
 
-{{/* rear-gateway: crates/fluidos-rear-gateway and the provider half of crates/fluidos-service-allocation. */}}
+{{/* rear-gateway: crates/fluidos-rear-gateway, the credentials executor of crates/fluidos-peer-access (src/credentials/, "credentials" below) and the provider half of crates/fluidos-service-allocation. */}}
 {{- define "fluidos-node.rules.rear-gateway" -}}
 cluster:
-  # credentials.rs: a K8Slice buyer's Liqo tenant namespace is created (or
+  # credentials/: a K8Slice buyer's Liqo tenant namespace is created (or
   # claimed) by the gateway; service-allocation provider.rs creates one
   # namespace per sold service (server-side apply), watches the labelled
   # ones and deletes them when the contract ends.
   - apiGroups: [""]
     resources: [namespaces]
     verbs: [get, list, watch, create, patch, delete]
-  # credentials.rs: the peer Role `fluidos-peer` and its RoleBindings in the
+  # credentials/: the peer Role `fluidos-peer` and its RoleBindings in the
   # buyers' tenant namespaces, and the Role `fluidos-peer-network` and its
   # RoleBindings in the Liqo namespace (server-side apply), watched
   # everywhere; revocation deletes the bindings.
   - apiGroups: [rbac.authorization.k8s.io]
     resources: [roles, rolebindings]
     verbs: [list, watch, create, patch, delete]
-  # credentials.rs: granting the peer rules without holding them. `escalate`
+  # credentials/: granting the peer rules without holding them. `escalate`
   # lets it write the Role `fluidos-peer` (and only that name) with rules it
   # does not hold, `bind` lets it bind that Role. The alternative, holding
   # the peer rules itself in every namespace, would mean cluster-wide
@@ -284,7 +284,7 @@ namespace:
     resources: [knownclusters]
     verbs: [list, watch]
   {{- end }}
-  # credentials.rs: one ServiceAccount per buyer (`fluidos-peer-<buyer>`),
+  # credentials/: one ServiceAccount per buyer (`fluidos-peer-<buyer>`),
   # created with its owner on a buyer ID's first sale (claim_account), then
   # applied; a bounded token for it (TokenRequest), revocation;
   # contract_end.rs lists them.
@@ -300,7 +300,7 @@ namespace:
   - apiGroups: [""]
     resources: [secrets]
     verbs: [get, create, delete]
-  # credentials.rs: removes the peer grants earlier versions made in the
+  # credentials/: removes the peer grants earlier versions made in the
   # node's namespace (label-selected).
   - apiGroups: [rbac.authorization.k8s.io]
     resources: [roles, rolebindings]
@@ -411,7 +411,7 @@ cluster:
   {{- end }}
   {{- if eq (include "fluidos-node.serviceDelivery" .) "liqo" }}
   # rear_manager.rs `offloading_issuer` (serviceDelivery liqo), with the
-  # gateway's credentials.rs: the seller of a Service delivered by Liqo gets
+  # peer-access credentials/: the seller of a Service delivered by Liqo gets
   # Liqo's peering-user rights in its tenant namespace here, as a K8Slice
   # buyer gets them from the gateway: the Role `fluidos-peer` (written
   # without holding its rules: escalate) and its binding (bind), watched
@@ -510,7 +510,7 @@ liqo:
   {{- if or .Values.peering.networking (eq (include "fluidos-node.serviceDelivery" .) "liqo") }}
   # peering allocation.rs: Liqo's networking phase: this cluster's pod and
   # external CIDRs (IPAM Networks, listed by label) for the Configuration
-  # made on the provider. With serviceDelivery liqo, credentials.rs also
+  # made on the provider. With serviceDelivery liqo, credentials/ also
   # grants a seller their reading (the Role `fluidos-peer-network`, which
   # it holds).
   - apiGroups: [ipam.liqo.io]
