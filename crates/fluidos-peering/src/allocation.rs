@@ -53,6 +53,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tokio::sync::Mutex;
 
+use crate::network_objects::GatewayServiceType;
 use crate::objects::{self, BuildError, ClusterKeys, TenantGrant};
 use crate::slice_class;
 use machine::{
@@ -92,17 +93,6 @@ pub struct PeeringConfig {
 pub struct NetworkingConfig {
     /// Service type of the GatewayServer the consumer creates on the provider.
     pub server_service_type: GatewayServiceType,
-}
-
-/// Service type of a Liqo GatewayServer (`spec.endpoint.serviceType`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GatewayServiceType {
-    /// `NodePort` (the Go node's choice).
-    NodePort,
-    /// `LoadBalancer` (liqoctl's default).
-    LoadBalancer,
-    /// `ClusterIP`.
-    ClusterIp,
 }
 
 /// One reconcile's failure: one variant per step, keeping the source.

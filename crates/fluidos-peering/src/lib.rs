@@ -16,4 +16,5 @@ pub mod objects;
 pub mod slice_class;
 pub mod tenant_cleanup;
 
-pub use allocation::{GatewayServiceType, NetworkingConfig, PeeringConfig, run};
+pub use allocation::{NetworkingConfig, PeeringConfig, run};
+pub use network_objects::GatewayServiceType;

@@ -30,7 +30,6 @@ use fluidos_liqo_api::{
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::ObjectMeta;
 
-use crate::allocation::GatewayServiceType;
 use crate::objects::{LIQO_NAMESPACE, REMOTE_CLUSTER_ID, tenant_namespace};
 
 /// Liqo's `DefaultMTU`, the Go node's too.
@@ -113,6 +112,17 @@ fn template_ref(kind: &str, name: &str) -> ObjectReference {
         namespace: Some(LIQO_NAMESPACE.to_owned()),
         ..Default::default()
     }
+}
+
+/// Service type of a Liqo GatewayServer (`spec.endpoint.serviceType`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GatewayServiceType {
+    /// `NodePort` (the Go node's choice).
+    NodePort,
+    /// `LoadBalancer` (liqoctl's default).
+    LoadBalancer,
+    /// `ClusterIP`.
+    ClusterIp,
 }
 
 /// The GatewayServer the consumer `consumer` creates on the provider: name

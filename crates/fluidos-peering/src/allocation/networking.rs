@@ -243,9 +243,10 @@ pub(super) async fn apply(
         .await
         .map_err(remote("create_configuration"))?,
         Effect::CreateGatewayServer => {
-            let service_type = cfg.map_or(super::GatewayServiceType::NodePort, |n| {
-                n.server_service_type
-            });
+            let service_type = cfg
+                .map_or(crate::network_objects::GatewayServiceType::NodePort, |n| {
+                    n.server_service_type
+                });
             create(
                 &Api::<GatewayServer>::namespaced(provider_client()?, &there),
                 &network_objects::gateway_server(me, service_type),
