@@ -59,6 +59,16 @@ pub const OWNER_ANNOTATION: &str = "fluidos.eu/buyer-owner";
 /// [`OWNER_ANNOTATION`] of accounts bought over plain HTTP.
 pub const PLAIN_HTTP_OWNER: &str = "plain-http";
 
+/// The annotations that say whom a grant's objects are for: the buyer ID
+/// ([`BUYER_ANNOTATION`]) and the peer it belongs to ([`OWNER_ANNOTATION`]).
+pub fn buyer_marks(buyer_id: &str, owner: &str) -> BTreeMap<String, String> {
+    [
+        (BUYER_ANNOTATION.to_owned(), buyer_id.to_owned()),
+        (OWNER_ANNOTATION.to_owned(), owner.to_owned()),
+    ]
+    .into()
+}
+
 /// RoleBinding annotation: the UID of the ServiceAccount it was made for. A
 /// binding of an earlier account of the same name (revoked since) does not
 /// count as a grant of the new one.

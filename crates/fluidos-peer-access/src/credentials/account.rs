@@ -4,7 +4,7 @@
 
 use crate::go_grant;
 use crate::grant::{
-    AccountPhase, BUYER_ANNOTATION, OWNER_ANNOTATION, REVOKING_ANNOTATION, liqo_peering_user_rules,
+    AccountPhase, OWNER_ANNOTATION, REVOKING_ANNOTATION, buyer_marks, liqo_peering_user_rules,
     managed_labels, owned_by_another, service_account_name, with_type,
 };
 use fluidos_controller::api_error;
@@ -101,11 +101,7 @@ impl Credentials {
         uid: &str,
     ) -> Result<String, CredentialsError> {
         let pp = PatchParams::apply(FIELD_MANAGER).force();
-        let mut annotations: std::collections::BTreeMap<String, String> = [
-            (BUYER_ANNOTATION.to_owned(), buyer_id.to_owned()),
-            (OWNER_ANNOTATION.to_owned(), owner.to_owned()),
-        ]
-        .into();
+        let mut annotations = buyer_marks(buyer_id, owner);
         // A claim stays with the account until it is revoked: a sale of
         // another kind (a service) to the same Go consumer keeps it, as does
         // its first time, with which adoption compares namespaces' creation.
@@ -262,13 +258,7 @@ impl Credentials {
                 name: Some(name.clone()),
                 namespace: Some(self.cfg.namespace.clone()),
                 labels: managed_labels(),
-                annotations: Some(
-                    [
-                        (BUYER_ANNOTATION.to_owned(), buyer_id.to_owned()),
-                        (OWNER_ANNOTATION.to_owned(), owner.to_owned()),
-                    ]
-                    .into(),
-                ),
+                annotations: Some(buyer_marks(buyer_id, owner)),
                 ..Default::default()
             },
             ..Default::default()

@@ -4,8 +4,8 @@
 //! in force before it is handed out.
 
 use crate::grant::{
-    BUYER_ANNOTATION, Grantee, MANAGED_LABEL, OWNER_ANNOTATION, PEER_NETWORK_ROLE, PEER_ROLE,
-    binds, namespace_buyer, network_grant_is_current, peer_network_role, peer_role, peer_rules,
+    Grantee, MANAGED_LABEL, OWNER_ANNOTATION, PEER_NETWORK_ROLE, PEER_ROLE, binds, buyer_marks,
+    namespace_buyer, network_grant_is_current, peer_network_role, peer_role, peer_rules,
     service_account_name, tenant_grant_is_current, valid_cluster_id, with_type,
 };
 use crate::{effective_grant, go_grant};
@@ -83,13 +83,7 @@ impl Credentials {
                 // The owner too: this node, buying from the cluster of that
                 // ID itself, peers in this namespace only if its seller is
                 // that owner (fluidos-peering checks it).
-                annotations: Some(
-                    [
-                        (BUYER_ANNOTATION.to_owned(), buyer_id.to_owned()),
-                        (OWNER_ANNOTATION.to_owned(), owner.to_owned()),
-                    ]
-                    .into(),
-                ),
+                annotations: Some(buyer_marks(buyer_id, owner)),
                 ..Default::default()
             },
             ..Default::default()
