@@ -379,9 +379,21 @@ async fn one_replica_leads_and_the_other_takes_over_when_it_dies() {
     )
     .await;
     assert_eq!(standby.metric("fluidos_leader").await, 0.0);
-    // The standby's REAR gateway answers other nodes.
-    let (code, _) = Node::get(standby.rear, "/api/v2/flavors").await.unwrap();
-    assert_eq!(code, 200, "{}", standby.log());
+    // The standby's REAR gateway answers other nodes with the flavors the
+    // leader publishes. Being ready means its Flavor cache has synced, not
+    // that it has seen a Flavor the leader wrote a moment before (a 204,
+    // nothing for sale, until its watch delivers it).
+    eventually(
+        "the standby's REAR gateway to list the leader's flavors",
+        Duration::from_secs(30),
+        &[&*standby],
+        || async {
+            Node::get(standby.rear, "/api/v2/flavors")
+                .await
+                .filter(|(code, _)| *code == 200)
+        },
+    )
+    .await;
     // The provider publishes before the first Solver.
     let provider_flavors: Api<Flavor> = Api::namespaced(cp.client(), PROVIDER_NS);
     eventually(
