@@ -179,6 +179,16 @@ pub struct Args {
     #[arg(long, env = "FLUIDOS_PEER_POD_SECURITY_ALLOW_PRIVILEGED", default_value_t = false, action = clap::ArgAction::Set)]
     pub peer_pod_security_allow_privileged: bool,
 
+    /// The ways peers' workloads here may be reached from outside this
+    /// cluster, comma-separated: `node-port`, `load-balancer`,
+    /// `external-name` (Service types besides ClusterIP, as Liqo reflects
+    /// them from the peer) and `ingress` (Ingresses that name their hosts).
+    /// None by default: a peer's NodePort would open its port on every node
+    /// here, and its Ingress claim host names on this cluster's ingress
+    /// controllers (docs/peer-workloads.md).
+    #[arg(long, env = "FLUIDOS_PEER_EXPOSURE", value_delimiter = ',')]
+    pub peer_exposure: Vec<fluidos_peer_access::PeerExposure>,
+
     /// Whether the consumer's peering includes Liqo's networking phase
     /// (Configurations, a GatewayServer on the provider, a GatewayClient
     /// here, PublicKeys, Connections), as `liqoctl peer` does by default and
@@ -597,6 +607,8 @@ mod tests {
             fluidos_peer_access::PodSecurityLevel::Restricted
         );
         assert!(!a.peer_pod_security_allow_privileged);
+        // And may not expose them outside this cluster.
+        assert!(a.peer_exposure.is_empty());
         let f = &a.flavor;
         assert!(f.enable_auto_discovery);
         assert_eq!(f.node_resource_label, "node-role.fluidos.eu/resources");
@@ -866,8 +878,24 @@ mod tests {
             &["--health-probe-bind-address", "localhost"],
             &["--http-port", "70000"],
             &["--log-format", "xml"],
+            &["--peer-exposure", "node-port,hostport"],
         ] {
             assert!(parse(bad).is_err(), "{bad:?} was accepted");
         }
+    }
+
+    #[test]
+    fn peer_exposure_is_a_comma_separated_list() {
+        if !in_child() {
+            return run_in_child("cli::tests::peer_exposure_is_a_comma_separated_list", &[]);
+        }
+        let a = parse(&["--peer-exposure", "node-port,ingress"]).unwrap();
+        assert_eq!(
+            a.peer_exposure,
+            [
+                fluidos_peer_access::PeerExposure::NodePort,
+                fluidos_peer_access::PeerExposure::Ingress
+            ]
+        );
     }
 }

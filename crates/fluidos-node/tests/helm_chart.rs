@@ -1806,6 +1806,38 @@ async fn chart_rbac_lets_the_manager_issue_a_sellers_credentials() {
     );
 }
 
+/// `peering.exposure` reaches the rear-gateway as `--peer-exposure` (none
+/// by default), and a kind the node does not know refuses to render.
+#[test]
+fn chart_peer_exposure_is_the_gateways_and_none_by_default() {
+    let Some(bin) = helm::helm_bin() else { return };
+    let exposure_of = |sets: &[&str]| {
+        let sets: Vec<String> = sets.iter().map(|s| (*s).to_owned()).collect();
+        let objects = helm::template(&bin, &sets, &[]);
+        assert_args_parse(&objects);
+        let args = args_of(&objects, "rear-gateway");
+        let argv = std::iter::once("fluidos-node".to_owned()).chain(args.iter().cloned());
+        fluidos_node::cli::Args::parse_invocation(argv)
+            .unwrap()
+            .peer_exposure
+    };
+    use fluidos_peer_access::PeerExposure as E;
+    assert!(exposure_of(&[]).is_empty());
+    assert_eq!(
+        exposure_of(&["peering.exposure={node-port,ingress}"]),
+        [E::NodePort, E::Ingress]
+    );
+    let refused = std::panic::catch_unwind(|| {
+        helm::template(&bin, &["peering.exposure={host-port}".to_owned()], &[])
+    })
+    .expect_err("the chart rendered");
+    let message = refused
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(message.contains("peering.exposure"), "{message}");
+}
+
 /// `peering.podSecurity` reaches the rear-gateway as `--peer-pod-security`
 /// (default `restricted`), `privileged` renders only with its opt-in (and
 /// passes it on), and a value that is no level refuses to render.
@@ -1862,5 +1894,34 @@ fn chart_peer_pod_security_is_the_gateways_level_and_privileged_needs_its_opt_in
             .cloned()
             .unwrap_or_default();
         assert!(message.contains(why), "{sets:?}: {message}");
+    }
+}
+
+/// The gateway may write every admission policy and binding its peer guard
+/// keeps (the chart names them one by one): a policy added to the guard
+/// but not to the chart leaves a node that never becomes ready.
+#[test]
+fn chart_lets_the_gateway_keep_every_peer_guard_policy() {
+    let grants = std::fs::read_to_string(grants_file()).unwrap();
+    for resource in [
+        "validatingadmissionpolicies",
+        "validatingadmissionpolicybindings",
+    ] {
+        for verb in ["get", "patch"] {
+            let prefix = format!(
+                "rear-gateway cluster admissionregistration.k8s.io {resource} {verb} names="
+            );
+            let line = grants
+                .lines()
+                .find(|l| l.starts_with(&prefix))
+                .unwrap_or_else(|| panic!("no grant {prefix}"));
+            let names: Vec<&str> = line[prefix.len()..].split(',').collect();
+            for policy in fluidos_peer_access::workload_policy::NAMES {
+                assert!(
+                    names.contains(&policy),
+                    "{resource} {verb}: {policy} missing from {line}"
+                );
+            }
+        }
     }
 }

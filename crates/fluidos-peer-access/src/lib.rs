@@ -12,9 +12,14 @@
 //! - [`workload_policy`]: a pure planner of the ValidatingAdmissionPolicies
 //!   that refuse, naming the field, a peer's ShadowPods and the Pods made
 //!   from them when they ask for more than a `restricted` (or `baseline`)
-//!   pod may, refuse a peer's Services that claim external IPs and its
-//!   claims that would bind an existing PersistentVolume, and confine the
-//!   namespaces Liqo makes for a peer to the names Liqo derives for it;
+//!   pod may, refuse a peer's Services that claim external IPs or a load
+//!   balancer's address, Services and Ingresses that expose it outside
+//!   this cluster unless allowed, endpoints that point at what only this
+//!   cluster's nodes reach, and claims that would bind an existing
+//!   PersistentVolume, and confine the namespaces Liqo makes for a peer to
+//!   the names Liqo derives for it;
+//! - [`peer_exposure`]: the ways of exposure an operator may allow a peer
+//!   (`NodePort`, `LoadBalancer`, `ExternalName`, Ingress; none by default);
 //! - [`remote_namespace`]: which namespaces are a peer's, and the labels
 //!   they must carry (pure);
 //! - [`grant`]: what a buyer is granted, as objects (pure): its
@@ -42,9 +47,11 @@ pub mod effective_grant;
 pub mod go_grant;
 pub mod grant;
 pub mod guard;
+pub mod peer_exposure;
 pub mod pod_security;
 pub mod remote_namespace;
 pub mod workload_policy;
 
 pub use guard::{GuardConfig, run};
+pub use peer_exposure::PeerExposure;
 pub use pod_security::PodSecurityLevel;

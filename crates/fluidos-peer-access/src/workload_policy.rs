@@ -1,15 +1,17 @@
 //! The admission policies that confine what peers run here (pure).
 //!
-//! Six ValidatingAdmissionPolicies, each with a binding of the same name:
+//! Eight ValidatingAdmissionPolicies, each with a binding of the same name:
 //!
 //! | policy | matches | refuses |
 //! |---|---|---|
 //! | [`SHADOWPODS`] | ShadowPods (create, update) in peer namespaces | what a pod of the level may not do, naming the field under `spec.pod` |
 //! | [`PODS`] | Pods (create, ephemeral containers) in peer namespaces | the same under `spec`, and any pod before the namespace enforces the level |
-//! | [`SERVICES`] | Services (create, update) in peer namespaces | `spec.externalIPs` |
+//! | [`SERVICES`] | Services (create, update) in peer namespaces | `spec.externalIPs`, `spec.loadBalancerIP`, a `spec.type` not allowed ([`crate::peer_exposure`]) |
 //! | [`VOLUME_CLAIMS`] | PersistentVolumeClaims (create, update) in peer namespaces | `spec.volumeName` (but from the volume controller), `spec.selector`, `storageClassName: ""` |
 //! | [`NAMESPACES`] | Namespaces made by a NamespaceMap (create) | names Liqo does not derive for that tenant |
 //! | [`PEER_SECRETS`] | Secrets (create, update) by the accounts this node issues to peers | ones Liqo would sign with this cluster's key (`liqo.io/signed-nonce`), ServiceAccount tokens |
+//! | [`INGRESSES`] | Ingresses (create, update) in peer namespaces | all, unless allowed; then a `spec.defaultBackend` or a rule without a host |
+//! | [`ENDPOINT_SLICES`] | ShadowEndpointSlices (create, update) in peer namespaces | `FQDN` endpoints, addresses that are not global unicast (loopback, link-local such as 169.254.169.254) |
 //!
 //! The ShadowPod policy answers the peer itself: its virtual kubelet (or a
 //! hostile peer with the same credentials) is told which field it may not
@@ -20,10 +22,24 @@
 //! the ones Liqo labels with the peer's cluster ID, minus tenant
 //! namespaces (Liqo's own objects, and its networking pods).
 //!
-//! The Service policy closes the other way a peer's objects reach beyond
-//! its namespace: a Service with `externalIPs` makes every node here route
-//! traffic for those addresses to the peer's pods (CVE-2020-8554); Liqo's
-//! own reflection never sets them.
+//! The Service and Ingress policies close the other ways a peer's objects
+//! reach beyond its namespace: a Service with `externalIPs` makes every
+//! node here route traffic for those addresses to the peer's pods
+//! (CVE-2020-8554), and one with `loadBalancerIP` takes an address this
+//! cluster's admin may have set aside (Liqo's reflection sets neither). A
+//! `NodePort`, `LoadBalancer` or `ExternalName` Service, and any Ingress,
+//! are refused unless the operator allows that kind of exposure
+//! ([`crate::peer_exposure`]); an allowed Ingress must name its hosts and
+//! may not be the default backend of this cluster's ingress controller.
+//!
+//! The endpoint policy keeps a peer's Services pointing at its own pods:
+//! Liqo turns a peer's ShadowEndpointSlice into an EndpointSlice here, so a
+//! peer could otherwise point its Service at addresses only this cluster's
+//! nodes reach (their loopback, a cloud's metadata service at
+//! 169.254.169.254), as CVE-2021-25740 describes for endpoint writers.
+//! Liqo's reflection sends IP addresses of the peer's pods (remapped into
+//! its pod or external CIDR), which are global unicast. Confining them to
+//! the CIDRs Liqo's networking remapped for that peer is not done.
 //!
 //! The claim policy keeps a peer's storage to what is provisioned for it:
 //! a claim that names a volume (`volumeName`) or selects volumes by label
@@ -49,9 +65,12 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
     ValidatingAdmissionPolicySpec, Validation, Variable,
 };
+use std::collections::BTreeSet;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::api::ObjectMeta;
 
+use crate::peer_exposure::{self, PeerExposure};
 use crate::pod_security::{ENFORCE_LABEL, PodSecurityLevel};
 use crate::remote_namespace::{
     MANAGED_BY_ANNOTATION, ORIGINAL_NAME_ANNOTATION, REMOTE_CLUSTER_ID_LABEL,
@@ -70,14 +89,20 @@ pub const VOLUME_CLAIMS: &str = "fluidos-peer-volume-claims";
 pub const NAMESPACES: &str = "fluidos-peer-namespaces";
 /// The peer accounts' Secret policy's name (and its binding's).
 pub const PEER_SECRETS: &str = "fluidos-peer-secrets";
+/// The Ingress policy's name (and its binding's).
+pub const INGRESSES: &str = "fluidos-peer-ingresses";
+/// The ShadowEndpointSlice policy's name (and its binding's).
+pub const ENDPOINT_SLICES: &str = "fluidos-peer-endpoint-slices";
 /// Every policy this crate keeps, in the order they are applied.
-pub const NAMES: [&str; 6] = [
+pub const NAMES: [&str; 8] = [
     SHADOWPODS,
     PODS,
     SERVICES,
     VOLUME_CLAIMS,
     NAMESPACES,
     PEER_SECRETS,
+    INGRESSES,
+    ENDPOINT_SLICES,
 ];
 /// Label Liqo's nonce signer looks for: it signs the `nonce` of every such
 /// Secret in a tenant namespace with this cluster's Liqo private key.
@@ -98,6 +123,9 @@ pub struct PolicyInputs {
     /// The user name prefix of the accounts this node issues to peers
     /// (`system:serviceaccount:<namespace>:fluidos-peer-`).
     pub peer_accounts: String,
+    /// The ways a peer's workloads may be reached from outside this
+    /// cluster (none by default).
+    pub exposure: BTreeSet<PeerExposure>,
 }
 
 /// One policy and its binding.
@@ -146,13 +174,8 @@ pub fn plan(inputs: PolicyInputs) -> Vec<Guarded> {
             name: SERVICES,
             rules: vec![rule("", "services", &["CREATE", "UPDATE"])],
             variables: Vec::new(),
-            only_if: None,
-            validations: vec![deny(
-                "size(object.spec.?externalIPs.orValue([])) == 0".to_owned(),
-                "spec.externalIPs: a peer's Service may not claim external IPs \
-                 (every node here would send it the traffic for them), FLUIDOS peer guard"
-                    .to_owned(),
-            )],
+            only_if: Some(SPEC_CHANGED.to_owned()),
+            validations: service_validations(&inputs.exposure),
             namespaces: Some(peer_namespaces()),
         }),
         guarded(Parts {
@@ -190,6 +213,134 @@ pub fn plan(inputs: PolicyInputs) -> Vec<Guarded> {
             validations: peer_secret_validations(),
             namespaces: None,
         }),
+        guarded(Parts {
+            name: INGRESSES,
+            rules: vec![rule(
+                "networking.k8s.io",
+                "ingresses",
+                &["CREATE", "UPDATE"],
+            )],
+            variables: Vec::new(),
+            only_if: Some(SPEC_CHANGED.to_owned()),
+            validations: ingress_validations(inputs.exposure.contains(&PeerExposure::Ingress)),
+            namespaces: Some(peer_namespaces()),
+        }),
+        guarded(Parts {
+            name: ENDPOINT_SLICES,
+            rules: vec![rule(
+                "offloading.liqo.io",
+                "shadowendpointslices",
+                &["CREATE", "UPDATE"],
+            )],
+            variables: Vec::new(),
+            only_if: Some(SPEC_CHANGED.to_owned()),
+            validations: endpoint_slice_validations(),
+            namespaces: Some(peer_namespaces()),
+        }),
+    ]
+}
+
+/// A match condition: a creation, or an update that changes `spec`. An
+/// update that leaves it as it was (labels, a finalizer removed at
+/// deletion, such as the service controller's on a load balancer) is let
+/// through, so an object made before the guard can still go.
+const SPEC_CHANGED: &str =
+    "request.operation == 'CREATE' || !has(oldObject.spec) || oldObject.spec != object.spec";
+
+/// The checks on a peer's Service: no addresses of its choosing, and only
+/// the types `exposure` allows besides `ClusterIP`.
+fn service_validations(exposure: &BTreeSet<PeerExposure>) -> Vec<Validation> {
+    let types = peer_exposure::service_types(exposure);
+    let listed = types
+        .iter()
+        .map(|t| format!("'{t}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let not_allowed = PeerExposure::ALL
+        .into_iter()
+        .filter(|e| e.service_type().is_some() && !exposure.contains(e))
+        .map(PeerExposure::as_str)
+        .collect::<Vec<_>>();
+    let opt_in = if not_allowed.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; this node's --peer-exposure may allow {}",
+            not_allowed.join(", ")
+        )
+    };
+    vec![
+        deny(
+            "size(object.spec.?externalIPs.orValue([])) == 0".to_owned(),
+            "spec.externalIPs: a peer's Service may not claim external IPs \
+             (every node here would send it the traffic for them), FLUIDOS peer guard"
+                .to_owned(),
+        ),
+        deny(
+            "object.spec.?loadBalancerIP.orValue('') == ''".to_owned(),
+            "spec.loadBalancerIP: a peer's Service may not choose its load balancer's address \
+             (it could take one this cluster's admin set aside), FLUIDOS peer guard"
+                .to_owned(),
+        ),
+        deny(
+            format!("object.spec.?type.orValue('ClusterIP') in [{listed}]"),
+            format!(
+                "spec.type: a peer's Service here may be {} only (a NodePort opens its port on \
+                 every node here, a LoadBalancer asks this cluster for an address, an ExternalName \
+                 puts the peer's name into this cluster's DNS){opt_in}, FLUIDOS peer guard",
+                types.join(" or ")
+            ),
+        ),
+    ]
+}
+
+/// The checks on a peer's Ingress: none at all unless `allowed`; then it
+/// names its hosts and is never the controller's default backend.
+fn ingress_validations(allowed: bool) -> Vec<Validation> {
+    if !allowed {
+        return vec![deny(
+            "false".to_owned(),
+            "a peer may not make Ingresses here: they claim host names and paths on this \
+             cluster's ingress controllers; this node's --peer-exposure may allow ingress, \
+             FLUIDOS peer guard"
+                .to_owned(),
+        )];
+    }
+    vec![
+        deny(
+            "!has(object.spec.defaultBackend)".to_owned(),
+            "spec.defaultBackend: a peer's Ingress may not take the traffic no other rule \
+             matches, FLUIDOS peer guard"
+                .to_owned(),
+        ),
+        deny(
+            "object.spec.?rules.orValue([]).all(r, r.?host.orValue('') != '')".to_owned(),
+            "spec.rules[*].host: a peer's Ingress names the host of each rule (a rule without \
+             one matches every name here), FLUIDOS peer guard"
+                .to_owned(),
+        ),
+    ]
+}
+
+/// The checks on a peer's ShadowEndpointSlice: IP endpoints at global
+/// unicast addresses only, as Liqo's reflection makes them.
+fn endpoint_slice_validations() -> Vec<Validation> {
+    vec![
+        deny(
+            "object.spec.?template.?addressType.orValue('') != 'FQDN'".to_owned(),
+            "spec.template.addressType: a peer's endpoints are IP addresses (Liqo reflects no \
+             FQDN endpoints), FLUIDOS peer guard"
+                .to_owned(),
+        ),
+        deny(
+            "object.spec.?template.?endpoints.orValue([]).all(e, \
+             e.?addresses.orValue([]).all(a, isIP(a) && ip(a).isGlobalUnicast()))"
+                .to_owned(),
+            "spec.template.endpoints[*].addresses: a peer's endpoints are unicast addresses of \
+             its pods, never loopback, link-local (a cloud's metadata service at 169.254.169.254), \
+             multicast or unspecified ones, which only this cluster's nodes reach, FLUIDOS peer guard"
+                .to_owned(),
+        ),
     ]
 }
 
@@ -639,6 +790,7 @@ mod tests {
             level,
             service_namespaces: false,
             peer_accounts: "system:serviceaccount:fluidos:fluidos-peer-".to_owned(),
+            exposure: BTreeSet::new(),
         }
     }
 
@@ -656,7 +808,7 @@ mod tests {
     }
 
     #[test]
-    fn six_policies_each_with_its_binding_and_label() {
+    fn eight_policies_each_with_its_binding_and_label() {
         let plan = plan(inputs(PodSecurityLevel::Restricted));
         let names: Vec<_> = plan
             .iter()
@@ -856,6 +1008,105 @@ mod tests {
         assert!(
             expr.contains("object.metadata.name == variables.original &&"),
             "{expr}"
+        );
+    }
+
+    fn expressions(g: &Guarded) -> Vec<String> {
+        g.policy
+            .spec
+            .as_ref()
+            .unwrap()
+            .validations
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|v| v.expression.clone())
+            .collect()
+    }
+
+    #[test]
+    fn services_are_cluster_ip_unless_exposure_is_allowed() {
+        let none = plan(inputs(PodSecurityLevel::Restricted));
+        let msgs = messages(&none[2]);
+        assert!(msgs[1].starts_with("spec.loadBalancerIP"), "{msgs:?}");
+        assert!(msgs[2].starts_with("spec.type"), "{msgs:?}");
+        assert!(
+            msgs[2].contains("ClusterIP only")
+                && msgs[2].contains("may allow node-port, load-balancer, external-name"),
+            "{msgs:?}"
+        );
+        assert_eq!(
+            expressions(&none[2])[2],
+            "object.spec.?type.orValue('ClusterIP') in ['ClusterIP']"
+        );
+        let some = plan(PolicyInputs {
+            exposure: BTreeSet::from([PeerExposure::NodePort, PeerExposure::Ingress]),
+            ..inputs(PodSecurityLevel::Restricted)
+        });
+        assert_eq!(
+            expressions(&some[2])[2],
+            "object.spec.?type.orValue('ClusterIP') in ['ClusterIP', 'NodePort']"
+        );
+        assert!(messages(&some[2])[2].contains("may allow load-balancer, external-name"));
+        // Updates that leave the spec alone (a finalizer removed) pass.
+        let only = &none[2]
+            .policy
+            .spec
+            .as_ref()
+            .unwrap()
+            .match_conditions
+            .as_ref()
+            .unwrap()[0];
+        assert_eq!(only.expression, SPEC_CHANGED);
+    }
+
+    #[test]
+    fn ingresses_are_refused_unless_allowed_and_then_name_their_hosts() {
+        let none = plan(inputs(PodSecurityLevel::Restricted));
+        assert_eq!(none[6].policy.metadata.name.as_deref(), Some(INGRESSES));
+        assert_eq!(expressions(&none[6]), ["false"]);
+        assert!(messages(&none[6])[0].contains("--peer-exposure may allow ingress"));
+        let allowed = plan(PolicyInputs {
+            exposure: BTreeSet::from([PeerExposure::Ingress]),
+            ..inputs(PodSecurityLevel::Restricted)
+        });
+        let msgs = messages(&allowed[6]);
+        assert!(msgs[0].starts_with("spec.defaultBackend"), "{msgs:?}");
+        assert!(msgs[1].starts_with("spec.rules[*].host"), "{msgs:?}");
+        assert!(
+            allowed[6]
+                .binding
+                .spec
+                .as_ref()
+                .unwrap()
+                .match_resources
+                .as_ref()
+                .is_some_and(|m| m.namespace_selector.is_some())
+        );
+    }
+
+    #[test]
+    fn endpoint_slices_point_at_global_unicast_addresses_only() {
+        let g = &plan(inputs(PodSecurityLevel::Restricted))[7];
+        assert_eq!(g.policy.metadata.name.as_deref(), Some(ENDPOINT_SLICES));
+        let msgs = messages(g);
+        assert!(msgs[0].starts_with("spec.template.addressType"), "{msgs:?}");
+        assert!(msgs[1].contains("169.254.169.254"), "{msgs:?}");
+        assert!(expressions(g)[1].contains("isIP(a) && ip(a).isGlobalUnicast()"));
+        let rule = &g
+            .policy
+            .spec
+            .as_ref()
+            .unwrap()
+            .match_constraints
+            .as_ref()
+            .unwrap()
+            .resource_rules
+            .as_ref()
+            .unwrap()[0];
+        assert_eq!(
+            rule.api_groups.as_deref(),
+            Some(&["offloading.liqo.io".to_owned()][..])
         );
     }
 

@@ -9,17 +9,19 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // in tests a panic is the failure report
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use fluidos_controller::Metrics;
 use fluidos_controller::readiness::ReadinessGate;
 use fluidos_peer_access::workload_policy::{self, PolicyInputs};
-use fluidos_peer_access::{GuardConfig, PodSecurityLevel};
+use fluidos_peer_access::{GuardConfig, PeerExposure, PodSecurityLevel};
 use fluidos_testenv::{ControlPlane, ControlPlaneOptions, LiqoBinaries};
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
@@ -211,6 +213,7 @@ async fn a_peers_workloads_are_confined_to_the_pod_security_level() {
                         peer_accounts: format!(
                             "system:serviceaccount:{PEER_ACCOUNT_NS}:fluidos-peer-"
                         ),
+                        exposure: BTreeSet::new(),
                     },
                 },
                 &Metrics::new(),
@@ -730,6 +733,342 @@ async fn a_peers_workloads_are_confined_to_the_pod_security_level() {
     }
     let msg = refused_again.expect("the edited policy put back");
     say(&format!("edited policy put back: {msg}"));
+    guard.abort();
+    cp.stop().await;
+}
+
+/// A control plane with Liqo's CRDs and a guard allowing `exposure`, and
+/// a peer namespace `svc-<PEER>` in it.
+async fn guarded_plane(
+    exposure: BTreeSet<PeerExposure>,
+) -> (ControlPlane, tokio::task::JoinHandle<()>, String) {
+    let liqo = LiqoBinaries::from_env().unwrap();
+    let cp = ControlPlane::start(ControlPlaneOptions {
+        workloads: false,
+        crd_dirs: vec![liqo.crds_dir()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let client = cp.client();
+    let ready = ReadinessGate::new();
+    let guard = tokio::spawn({
+        let (client, ready) = (client.clone(), ready.clone());
+        async move {
+            fluidos_peer_access::run(
+                client,
+                GuardConfig {
+                    inputs: PolicyInputs {
+                        level: PodSecurityLevel::Restricted,
+                        service_namespaces: false,
+                        peer_accounts: format!(
+                            "system:serviceaccount:{PEER_ACCOUNT_NS}:fluidos-peer-"
+                        ),
+                        exposure,
+                    },
+                },
+                &Metrics::new(),
+                ready,
+                std::future::pending(),
+            )
+            .await;
+        }
+    });
+    tokio::time::timeout(WAIT, ready.wait())
+        .await
+        .expect("the API server enforcing the guard's policies");
+    let ns = format!("svc-{PEER}");
+    Api::<Namespace>::all(client)
+        .create(&PostParams::default(), &liqo_namespace(&ns, "svc", PEER))
+        .await
+        .unwrap();
+    (cp, guard, ns)
+}
+
+fn service(name: &str, spec: Value) -> Service {
+    serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
+}
+
+fn ingress(name: &str, spec: Value) -> Ingress {
+    serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
+}
+
+fn backend() -> Value {
+    json!({"service": {"name": "web", "port": {"number": 80}}})
+}
+
+fn ingress_with_host(host: &str) -> Value {
+    json!({"rules": [{"host": host, "http": {"paths": [
+        {"path": "/", "pathType": "Prefix", "backend": backend()}]}}]})
+}
+
+fn shadow_endpoint_slice(name: &str, address_type: &str, addresses: &[&str]) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "offloading.liqo.io/v1beta1",
+        "kind": "ShadowEndpointSlice",
+        "metadata": {"name": name, "labels": {"kubernetes.io/service-name": "web"}},
+        "spec": {"template": {
+            "addressType": address_type,
+            "endpoints": [{"addresses": addresses, "conditions": {"ready": true}}],
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        }},
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario against one API server, step by step"
+)]
+async fn by_default_a_peers_workloads_are_reached_only_inside_this_cluster() {
+    if let Some(reason) = fluidos_testenv::liqo::skip_reason() {
+        fluidos_testenv::skip::unavailable(reason);
+        return;
+    }
+    let (cp, guard, ns) = guarded_plane(BTreeSet::new()).await;
+    let client = cp.client();
+    let services = Api::<Service>::namespaced(client.clone(), &ns);
+    // Every way out of the cluster, and the field each refusal names.
+    for (what, spec, field) in [
+        (
+            "a NodePort Service",
+            json!({"type": "NodePort", "ports": [{"port": 80}]}),
+            "spec.type",
+        ),
+        (
+            "a NodePort Service with the port chosen",
+            json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": 30080}]}),
+            "spec.type",
+        ),
+        (
+            "a LoadBalancer Service",
+            json!({"type": "LoadBalancer", "ports": [{"port": 80}]}),
+            "spec.type",
+        ),
+        (
+            "an ExternalName Service",
+            json!({"type": "ExternalName", "externalName": "internal.example"}),
+            "spec.type",
+        ),
+        (
+            "a Service choosing its load balancer's address",
+            json!({"loadBalancerIP": "192.0.2.10", "ports": [{"port": 80}]}),
+            "spec.loadBalancerIP",
+        ),
+    ] {
+        let msg = refusal(
+            services
+                .create(&PostParams::default(), &service("out", spec))
+                .await,
+            what,
+        );
+        assert!(
+            msg.contains(field) && msg.contains("FLUIDOS peer guard"),
+            "{what}: {msg}"
+        );
+        say(&format!("{what} refused: {msg}"));
+    }
+    let msg = refusal(
+        services
+            .create(
+                &PostParams::default(),
+                &service("out", json!({"type": "NodePort", "ports": [{"port": 80}]})),
+            )
+            .await,
+        "a NodePort Service",
+    );
+    assert!(msg.contains("--peer-exposure may allow node-port"), "{msg}");
+    // ClusterIP and headless Services are the peer's own business.
+    services
+        .create(
+            &PostParams::default(),
+            &service("web", json!({"ports": [{"port": 80}]})),
+        )
+        .await
+        .unwrap();
+    services
+        .create(
+            &PostParams::default(),
+            &service(
+                "headless",
+                json!({"clusterIP": "None", "ports": [{"port": 80}]}),
+            ),
+        )
+        .await
+        .unwrap();
+    // Turning one into a NodePort later is refused too; a label is not.
+    let msg = refusal(
+        services
+            .patch(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"type": "NodePort"}})),
+            )
+            .await,
+        "a Service turned into a NodePort",
+    );
+    assert!(msg.contains("spec.type"), "{msg}");
+    services
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}})),
+        )
+        .await
+        .unwrap();
+    say("ClusterIP and headless Services accepted");
+
+    let ingresses = Api::<Ingress>::namespaced(client.clone(), &ns);
+    let msg = refusal(
+        ingresses
+            .create(
+                &PostParams::default(),
+                &ingress("site", ingress_with_host("shop.example")),
+            )
+            .await,
+        "an Ingress",
+    );
+    assert!(msg.contains("--peer-exposure may allow ingress"), "{msg}");
+    say(&format!("Ingress refused: {msg}"));
+
+    // Endpoints: at the peer's pods, never at what only our nodes reach.
+    let gvk = GroupVersionKind::gvk("offloading.liqo.io", "v1beta1", "ShadowEndpointSlice");
+    let slices: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns, &ApiResource::from_gvk(&gvk));
+    for (what, address_type, addresses, field) in [
+        (
+            "a cloud's metadata service",
+            "IPv4",
+            &["10.71.0.5", "169.254.169.254"][..],
+            "endpoints[*].addresses",
+        ),
+        (
+            "a node's loopback",
+            "IPv4",
+            &["127.0.0.1"][..],
+            "endpoints[*].addresses",
+        ),
+        (
+            "IPv6 loopback",
+            "IPv6",
+            &["::1"][..],
+            "endpoints[*].addresses",
+        ),
+        (
+            "the unspecified address",
+            "IPv4",
+            &["0.0.0.0"][..],
+            "endpoints[*].addresses",
+        ),
+        (
+            "a name",
+            "FQDN",
+            &["kubernetes.default.svc"][..],
+            "spec.template.addressType",
+        ),
+    ] {
+        let msg = refusal(
+            slices
+                .create(
+                    &PostParams::default(),
+                    &shadow_endpoint_slice("web-x", address_type, addresses),
+                )
+                .await,
+            &format!("a ShadowEndpointSlice at {what}"),
+        );
+        assert!(msg.contains(field), "{what}: {msg}");
+        say(&format!("ShadowEndpointSlice at {what} refused: {msg}"));
+    }
+    // What Liqo's reflection sends: the peer's pods, remapped.
+    slices
+        .create(
+            &PostParams::default(),
+            &shadow_endpoint_slice("web-x", "IPv4", &["10.71.0.5", "10.71.0.6"]),
+        )
+        .await
+        .unwrap();
+    let msg = refusal(
+        slices
+            .patch(
+                "web-x",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"template": {"endpoints": [
+                    {"addresses": ["169.254.169.254"]}]}}})),
+            )
+            .await,
+        "a ShadowEndpointSlice moved to the metadata service",
+    );
+    assert!(msg.contains("endpoints[*].addresses"), "{msg}");
+    say("ShadowEndpointSlice at the peer's pods accepted");
+    guard.abort();
+    cp.stop().await;
+}
+
+#[tokio::test]
+async fn allowed_exposure_is_admitted_and_an_allowed_ingress_names_its_hosts() {
+    if let Some(reason) = fluidos_testenv::liqo::skip_reason() {
+        fluidos_testenv::skip::unavailable(reason);
+        return;
+    }
+    let (cp, guard, ns) = guarded_plane(BTreeSet::from([
+        PeerExposure::NodePort,
+        PeerExposure::Ingress,
+    ]))
+    .await;
+    let client = cp.client();
+    let services = Api::<Service>::namespaced(client.clone(), &ns);
+    services
+        .create(
+            &PostParams::default(),
+            &service("web", json!({"type": "NodePort", "ports": [{"port": 80}]})),
+        )
+        .await
+        .unwrap();
+    let msg = refusal(
+        services
+            .create(
+                &PostParams::default(),
+                &service(
+                    "lb",
+                    json!({"type": "LoadBalancer", "ports": [{"port": 80}]}),
+                ),
+            )
+            .await,
+        "a LoadBalancer Service (not allowed)",
+    );
+    assert!(msg.contains("ClusterIP or NodePort only"), "{msg}");
+    say(&format!("NodePort admitted, LoadBalancer refused: {msg}"));
+    let ingresses = Api::<Ingress>::namespaced(client.clone(), &ns);
+    ingresses
+        .create(
+            &PostParams::default(),
+            &ingress("site", ingress_with_host("shop.example")),
+        )
+        .await
+        .unwrap();
+    for (what, spec, field) in [
+        (
+            "an Ingress taking every host",
+            json!({"rules": [{"http": {"paths": [
+                {"path": "/", "pathType": "Prefix", "backend": backend()}]}}]}),
+            "spec.rules[*].host",
+        ),
+        (
+            "an Ingress as the default backend",
+            json!({"defaultBackend": backend()}),
+            "spec.defaultBackend",
+        ),
+    ] {
+        let msg = refusal(
+            ingresses
+                .create(&PostParams::default(), &ingress("catch-all", spec))
+                .await,
+            what,
+        );
+        assert!(msg.contains(field), "{what}: {msg}");
+        say(&format!("{what} refused: {msg}"));
+    }
     guard.abort();
     cp.stop().await;
 }

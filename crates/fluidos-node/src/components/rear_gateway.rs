@@ -46,6 +46,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
                 cfg.namespace,
                 fluidos_peer_access::grant::SERVICE_ACCOUNT_PREFIX
             ),
+            exposure: ctx.args.peer_exposure.iter().copied().collect(),
         },
     });
     let guard_ready = ReadinessGate::new();

@@ -960,6 +960,57 @@ async fn virtual_kubelet_client(consumer: &ControlPlane) -> kube::Client {
     .unwrap()
 }
 
+/// With a peer's own credentials (its virtual kubelet's), no way out of
+/// the provider's cluster: a NodePort Service (Liqo's virtual kubelet may
+/// create Services there) and a ShadowEndpointSlice at the cloud metadata
+/// address are refused, naming the field.
+async fn a_peer_may_not_reach_beyond_the_cluster(peer: &kube::Client, remote_ns: &str) {
+    let services = Api::<k8s_openapi::api::core::v1::Service>::namespaced(peer.clone(), remote_ns);
+    let node_port: k8s_openapi::api::core::v1::Service =
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "evil-node-port"},
+            "spec": {"type": "NodePort", "ports": [{"port": 80}]},
+        }))
+        .unwrap();
+    match services.create(&PostParams::default(), &node_port).await {
+        Err(kube::Error::Api(s)) if s.message.contains("spec.type") => {
+            say(&format!("a peer's NodePort Service refused: {}", s.message));
+        }
+        other => panic!("a peer's NodePort Service was not refused: {other:?}"),
+    }
+    let slices = dynamic(
+        peer,
+        "offloading.liqo.io",
+        "ShadowEndpointSlice",
+        "shadowendpointslices",
+        remote_ns,
+    );
+    let mut slice = DynamicObject::new(
+        "evil-endpoints",
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "offloading.liqo.io",
+            "v1beta1",
+            "ShadowEndpointSlice",
+        )),
+    );
+    slice.data = serde_json::json!({"spec": {"template": {
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["169.254.169.254"]}],
+        "ports": [{"port": 80, "protocol": "TCP"}],
+    }}});
+    match slices.create(&PostParams::default(), &slice).await {
+        Err(kube::Error::Api(s)) if s.message.contains("endpoints[*].addresses") => {
+            say(&format!(
+                "a peer's ShadowEndpointSlice at 169.254.169.254 refused: {}",
+                s.message
+            ));
+        }
+        other => panic!(
+            "a peer's ShadowEndpointSlice at the metadata address was not refused: {other:?}"
+        ),
+    }
+}
+
 /// The buyer, with the credentials its virtual kubelet has on the provider
 /// (the kubeconfig Liqo issued for its ResourceSlice, read from the
 /// consumer's VirtualNode, used with a client of its own), creates
@@ -968,6 +1019,10 @@ async fn virtual_kubelet_client(consumer: &ControlPlane) -> kube::Client {
 /// refused by the provider's peer guard with a message naming the field.
 /// The namespace Liqo made enforces Pod Security `restricted`; a deleted
 /// guard policy is back within seconds.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario with the peer's credentials, step by step"
+)]
 async fn a_peer_may_run_only_restricted_pods(
     consumer: &ControlPlane,
     provider: &ControlPlane,
@@ -1054,6 +1109,7 @@ async fn a_peer_may_run_only_restricted_pods(
             other => panic!("a peer's ShadowPod with {field} was not refused: {other:?}"),
         }
     }
+    a_peer_may_not_reach_beyond_the_cluster(&peer, remote_ns).await;
     let policies = Api::<ValidatingAdmissionPolicy>::all(provider.client());
     let started = Instant::now();
     policies

@@ -166,7 +166,7 @@ cluster:
     verbs: [list, watch, create]
   - apiGroups: [admissionregistration.k8s.io]
     resources: [validatingadmissionpolicies, validatingadmissionpolicybindings]
-    resourceNames: [fluidos-peer-shadowpods, fluidos-peer-pods, fluidos-peer-services, fluidos-peer-volume-claims, fluidos-peer-namespaces, fluidos-peer-secrets]
+    resourceNames: [fluidos-peer-shadowpods, fluidos-peer-pods, fluidos-peer-services, fluidos-peer-volume-claims, fluidos-peer-namespaces, fluidos-peer-secrets, fluidos-peer-ingresses, fluidos-peer-endpoint-slices]
     verbs: [get, patch]
   {{- end }}
   {{- if ne (.Values.rearController.goPeeringGrant | default "off") "off" }}
