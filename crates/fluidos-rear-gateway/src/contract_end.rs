@@ -10,7 +10,10 @@
 //! 4. releases the Sold entries whose Contract is gone and whose Transaction
 //!    is gone too (a Transaction left means the sale may still be finishing);
 //! 5. revokes, in two phases (see [`revocations`]), the credentials of
-//!    buyers left with neither a Contract nor a Transaction.
+//!    buyers left without a Contract: at once after the grace period when
+//!    they have no Transaction either, after one hold's longest life more
+//!    when they only hold capacity (a hold sells nothing, and an owner who
+//!    reserved anew forever would otherwise keep its credentials forever).
 //!
 //! The order is what makes this safe against purchases in flight: a purchase
 //! keeps its Transaction until its Contract exists, so anything noted in
@@ -85,6 +88,9 @@ pub(crate) struct Endings {
     pub release: BTreeMap<String, BTreeSet<String>>,
     /// Buyers with neither a Transaction nor a live Contract.
     pub unused: BTreeSet<String>,
+    /// Buyers without a live Contract whose account owner holds a
+    /// Transaction (a hold, or a purchase not finished).
+    pub held: BTreeSet<String>,
 }
 
 /// What to do with a peer account this sweep (see [`AccountPhase`]).
@@ -92,14 +98,19 @@ pub(crate) struct Endings {
 pub(crate) enum Revocation {
     /// Unused and unmarked: mark the revocation pending.
     Mark,
-    /// Marked, but busy again: cancel.
+    /// Marked, but bought from again (a live Contract): cancel.
     Unmark,
-    /// Marked, still unused, grace period over: delete the account.
+    /// Marked, still unused, grace period over (or, only held, the grace
+    /// period and a hold's longest life): delete the account.
     Delete,
 }
 
 /// The revocation step of each peer account (pure): `grace_over(since)`
-/// says whether a mark set at `since` is old enough to act on.
+/// says whether a mark set at `since` is old enough to act on for an
+/// unused account, `held_over(since)` for one whose owner only holds
+/// capacity. A hold keeps the account no longer than a purchase that
+/// follows it can take (a hold's longest life), so a purchase under way is
+/// not revoked under it, and an owner reserving anew forever is.
 ///
 /// No re-check is needed before deleting: a purchase that issues credentials
 /// clears the mark, changing the `resourceVersion` the delete is conditioned
@@ -107,17 +118,23 @@ pub(crate) enum Revocation {
 /// made its Contract long before the grace period ends, so this sweep's
 /// listing already shows the buyer busy.
 pub(crate) fn revocations(
-    unused: &BTreeSet<String>,
+    endings: &Endings,
     accounts: &BTreeMap<String, PeerAccount>,
     grace_over: impl Fn(&str) -> bool,
+    held_over: impl Fn(&str) -> bool,
 ) -> Vec<(String, Revocation)> {
     accounts
         .iter()
         .filter_map(|(buyer, account)| {
-            let step = match (&account.phase, unused.contains(buyer)) {
-                (AccountPhase::Live, true) => Revocation::Mark,
-                (AccountPhase::Revoking { .. }, false) => Revocation::Unmark,
-                (AccountPhase::Revoking { since }, true) if grace_over(since) => Revocation::Delete,
+            let unused = endings.unused.contains(buyer);
+            let held = endings.held.contains(buyer);
+            let step = match &account.phase {
+                AccountPhase::Live if unused || held => Revocation::Mark,
+                AccountPhase::Revoking { .. } if !unused && !held => Revocation::Unmark,
+                AccountPhase::Revoking { since } if unused && grace_over(since) => {
+                    Revocation::Delete
+                }
+                AccountPhase::Revoking { since } if held && held_over(since) => Revocation::Delete,
                 _ => return None,
             };
             Some((buyer.clone(), step))
@@ -149,18 +166,19 @@ pub(crate) fn decide(
     let mut out = Endings::default();
     let tx_ids: BTreeSet<&str> = transactions.iter().map(|t| t.id.as_str()).collect();
     let mut live_contracts = BTreeSet::new();
-    let mut busy_buyers: BTreeSet<&str> = transactions
+    let holding: BTreeSet<&str> = transactions
         .iter()
         .filter(|t| t.by_account_owner)
         .map(|t| t.buyer.as_str())
         .collect();
+    let mut buying = BTreeSet::new();
     for c in contracts {
         // A Transaction left means the sale may still be finishing.
         if c.expired && !tx_ids.contains(c.transaction.as_str()) {
             out.expired.push((c.name.clone(), c.transaction.clone()));
         } else {
             live_contracts.insert(c.name.as_str());
-            busy_buyers.insert(c.buyer.as_str());
+            buying.insert(c.buyer.as_str());
         }
     }
     for (flavor, entries) in sold {
@@ -175,11 +193,13 @@ pub(crate) fn decide(
             out.release.insert(flavor.clone(), ended);
         }
     }
-    out.unused = peers
-        .iter()
-        .filter(|b| !busy_buyers.contains(b.as_str()))
-        .cloned()
-        .collect();
+    for b in peers.iter().filter(|b| !buying.contains(b.as_str())) {
+        if holding.contains(b.as_str()) {
+            out.held.insert(b.clone());
+        } else {
+            out.unused.insert(b.clone());
+        }
+    }
     out
 }
 
@@ -234,10 +254,14 @@ impl State {
         // still end and capacity still returns.
         if self.cfg.service_delivery == service_delivery::ServiceDelivery::Liqo {
             match self.offloading_sellers().await {
-                Ok(sellers) => endings.unused.retain(|b| !sellers.contains(b)),
+                Ok(sellers) => {
+                    endings.unused.retain(|b| !sellers.contains(b));
+                    endings.held.retain(|b| !sellers.contains(b));
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "listing the Contracts bought and delivered by Liqo: no revocation this sweep");
                     endings.unused.clear();
+                    endings.held.clear();
                 }
             }
         }
@@ -301,9 +325,13 @@ impl State {
         // revocations of buyers who came back, to be cancelled).
         // The mark has whole-second precision: a second more keeps the grace whole.
         let grace = self.cfg.revoke_grace + Duration::from_secs(1);
-        let steps = revocations(&endings.unused, &accounts, |since| {
-            time::is_past_by(since, grace)
-        });
+        let held_grace = grace + self.cfg.max_hold_age;
+        let steps = revocations(
+            &endings,
+            &accounts,
+            |since| time::is_past_by(since, grace),
+            |since| time::is_past_by(since, held_grace),
+        );
         for (buyer, step) in steps {
             self.revoke(&buyer, &accounts[&buyer], step).await;
         }
@@ -638,6 +666,7 @@ mod tests {
             BTreeMap::from([(s("f"), BTreeSet::from([s("t2")]))])
         );
         assert_eq!(e.unused, BTreeSet::from([s("b2")]));
+        assert_eq!(e.held, BTreeSet::from([s("b3")]));
     }
 
     #[test]
@@ -704,14 +733,45 @@ mod tests {
             (s("back"), account(Some("t-old"))),
             (s("busy"), account(None)),
         ]);
-        let unused = BTreeSet::from([s("new"), s("recent"), s("old")]);
-        let steps = revocations(&unused, &accounts, |since| since == "t-old");
+        let endings = Endings {
+            unused: BTreeSet::from([s("new"), s("recent"), s("old")]),
+            ..Endings::default()
+        };
+        let steps = revocations(&endings, &accounts, |since| since == "t-old", |_| false);
         assert_eq!(
             steps,
             vec![
                 (s("back"), Revocation::Unmark),
                 (s("new"), Revocation::Mark),
                 (s("old"), Revocation::Delete),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_hold_alone_delays_revocation_by_one_holds_life_only() {
+        // An owner with no Contract left that keeps reserving: marked at
+        // once, kept through the grace period and a hold's longest life
+        // (a purchase under way finishes within it), then revoked; bought
+        // from again, unmarked.
+        let accounts = BTreeMap::from([
+            (s("holding"), account(None)),
+            (s("within"), account(Some("t-old"))),
+            (s("past"), account(Some("t-ancient"))),
+            (s("bought"), account(Some("t-ancient"))),
+        ]);
+        let endings = Endings {
+            held: BTreeSet::from([s("holding"), s("within"), s("past")]),
+            ..Endings::default()
+        };
+        let grace_over = |since: &str| since == "t-old" || since == "t-ancient";
+        let held_over = |since: &str| since == "t-ancient";
+        assert_eq!(
+            revocations(&endings, &accounts, grace_over, held_over),
+            vec![
+                (s("bought"), Revocation::Unmark),
+                (s("holding"), Revocation::Mark),
+                (s("past"), Revocation::Delete),
             ]
         );
     }
@@ -743,10 +803,16 @@ mod tests {
     }
 
     #[test]
-    fn a_buyer_mid_reservation_keeps_its_credentials() {
+    fn a_buyer_mid_reservation_is_held_not_unused() {
         let peers = BTreeSet::from([s("b1")]);
         let e = decide(&SoldEntries::new(), &peers, &[tx("t9", "b1", true)], &[]);
-        assert_eq!(e, Endings::default());
+        assert_eq!(
+            e,
+            Endings {
+                held: BTreeSet::from([s("b1")]),
+                ..Endings::default()
+            }
+        );
     }
 
     #[test]

@@ -17,8 +17,8 @@ use fluidos_api::flavor::FlavorType;
 use fluidos_api::{Allocation, Contract, Flavor};
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::api::rbac::v1::RoleBinding;
-use kube::Api;
 use kube::api::DeleteParams;
+use kube::{Api, ResourceExt};
 
 fn json(body: &str) -> serde_json::Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
@@ -416,6 +416,66 @@ async fn deleted_and_expired_contracts_release_capacity_and_credentials() {
             .iter()
             .any(|r| r == "PeerCredentialsRevoked")
     );
+    g.shutdown().await;
+
+    // ---------------- An owner that only reserves, again and again.
+    // Holds keep its account through a hold's longest life past the grace
+    // period (a purchase after a hold is not revoked under it), no longer.
+    let ns = "holding";
+    let mut cfg = market(&cp, ns).await;
+    cfg.revoke_grace = Duration::from_secs(1);
+    cfg.max_hold_age = Duration::from_secs(3);
+    let g = serve(&client, cfg).await;
+    let contracts: Api<Contract> = Api::namespaced(client.clone(), ns);
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    let name = buy(&c, &g, "f", "buyer-five", "1").await;
+    let peer = peer_client(&client, ns, &name).await;
+    wait_token_works(
+        &peer,
+        &tenant("buyer-five"),
+        "buyer-five's credentials to work",
+    )
+    .await;
+    contracts
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut marked = None;
+    loop {
+        let (status, body) = post(
+            &c,
+            &g.url("/api/v2/reservations"),
+            &k8s_reserve("f", "buyer-five", "1", "1Gi", "1"),
+        )
+        .await;
+        assert!(status == 200 || status == 409, "{status} {body}");
+        match sas.get_opt("fluidos-peer-buyer-five").await.unwrap() {
+            None => break,
+            Some(sa) => {
+                if marked.is_none() && sa.annotations().contains_key("fluidos.eu/revoking-since") {
+                    marked = Some(std::time::Instant::now());
+                }
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "an owner that keeps reserving kept its credentials"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let marked = marked.expect("the account marked before it went");
+    assert!(
+        marked.elapsed() >= Duration::from_secs(3),
+        "revoked {:?} after the mark, within a hold's life",
+        marked.elapsed()
+    );
+    wait_until(
+        "buyer-five's token to be refused",
+        Duration::from_secs(10),
+        || async { !token_works(&peer, &tenant("buyer-five")).await },
+    )
+    .await;
     g.shutdown().await;
     cp.stop().await;
 }
