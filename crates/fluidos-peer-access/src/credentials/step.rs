@@ -47,7 +47,7 @@ pub enum Step {
     #[strum(to_string = "creating the buyer's Liqo tenant namespace")]
     CreateTenantNamespace,
     #[strum(
-        to_string = "applying the peer Role in Liqo's namespace (the gateway needs get and list of networks.ipam.liqo.io there)"
+        to_string = "applying the peer Role in Liqo's namespace (this node's account, the REAR gateway's or the rear-manager's, needs get and list of networks.ipam.liqo.io there)"
     )]
     ApplyNetworkRole,
     #[strum(to_string = "reading Liqo's namespace")]
@@ -55,7 +55,7 @@ pub enum Step {
     #[strum(to_string = "deleting the peer's Networks RoleBinding in Liqo's namespace")]
     DeleteNetworkBinding,
     #[strum(
-        to_string = "applying the peer Role (the gateway needs the rules it grants, or `bind`/`escalate`)"
+        to_string = "applying the peer Role (this node's account, the REAR gateway's or the rear-manager's, needs the rules it grants, or `bind`/`escalate`)"
     )]
     ApplyPeerRole,
     #[strum(to_string = "recording the owner of the buyer's Liqo tenant namespace")]
@@ -88,7 +88,8 @@ mod tests {
         unique.dedup();
         assert_eq!(unique.len(), texts.len(), "two steps read alike: {texts:?}");
         // The texts operators (and their alerts) have read in errors since
-        // before they were typed.
+        // before they were typed; the account named since the rear-manager
+        // issues too.
         assert_eq!(
             Step::ApplyAccount.to_string(),
             "applying the peer ServiceAccount"
@@ -99,7 +100,7 @@ mod tests {
         );
         assert_eq!(
             Step::ApplyPeerRole.to_string(),
-            "applying the peer Role (the gateway needs the rules it grants, or `bind`/`escalate`)"
+            "applying the peer Role (this node's account, the REAR gateway's or the rear-manager's, needs the rules it grants, or `bind`/`escalate`)"
         );
     }
 }
