@@ -33,8 +33,9 @@ pub struct Readiness {
     components: Arc<BTreeMap<Component, AtomicU8>>,
     /// What the node as a whole waits for before starting its components.
     waiting: Arc<std::sync::Mutex<Option<String>>>,
-    /// What the node, ready, cannot do (said by `/readyz`, still 200).
-    degraded: Arc<std::sync::Mutex<Option<String>>>,
+    /// What the node, ready, cannot do (said by `/readyz`, still 200), by
+    /// the component that says it.
+    degraded: Arc<std::sync::Mutex<BTreeMap<Component, String>>>,
 }
 
 impl Readiness {
@@ -52,17 +53,26 @@ impl Readiness {
         }
     }
 
-    /// Records what the node cannot do while it serves (`None`: nothing);
-    /// `/readyz` says it and stays 200: the rest works.
-    pub fn set_degraded(&self, reason: Option<String>) {
+    /// Records what `component` cannot do while it serves (`None`:
+    /// nothing); `/readyz` says it and stays 200: the rest works.
+    pub fn set_degraded(&self, component: Component, reason: Option<String>) {
         if let Ok(mut d) = self.degraded.lock() {
-            *d = reason;
+            match reason {
+                Some(why) => d.insert(component, why),
+                None => d.remove(&component),
+            };
         }
     }
 
-    /// What the node cannot do, if anything.
+    /// What the node cannot do, if anything: each component's, named.
     pub fn degraded(&self) -> Option<String> {
-        self.degraded.lock().ok().and_then(|d| d.clone())
+        let d = self.degraded.lock().ok()?;
+        (!d.is_empty()).then(|| {
+            d.iter()
+                .map(|(c, why)| format!("{c}: {why}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
     }
 
     /// Records what the node waits for before its components start (`None`:
@@ -284,15 +294,26 @@ mod tests {
     async fn a_degraded_node_is_ready_and_says_what_it_cannot_do() {
         let r = Readiness::new([Component::RearGateway]);
         r.mark_ready(Component::RearGateway);
-        r.set_degraded(Some("sells no K8Slice: set --api-server-url".into()));
+        r.set_degraded(
+            Component::RearGateway,
+            Some("sells no K8Slice: set --api-server-url".into()),
+        );
         assert_eq!(
             readyz(State(r.clone())).await,
             (
                 StatusCode::OK,
-                "ok (degraded: sells no K8Slice: set --api-server-url)".to_owned()
+                "ok (degraded: rear-gateway: sells no K8Slice: set --api-server-url)".to_owned()
             )
         );
-        r.set_degraded(None);
+        // Each component's own reason: one clears only its own.
+        r.set_degraded(Component::RearManager, Some("no Liqo".into()));
+        assert_eq!(
+            r.degraded().as_deref(),
+            Some("rear-gateway: sells no K8Slice: set --api-server-url; rear-manager: no Liqo")
+        );
+        r.set_degraded(Component::RearGateway, None);
+        assert_eq!(r.degraded().as_deref(), Some("rear-manager: no Liqo"));
+        r.set_degraded(Component::RearManager, None);
         assert_eq!(readyz(State(r)).await, (StatusCode::OK, "ok".to_owned()));
     }
 

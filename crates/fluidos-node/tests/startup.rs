@@ -906,3 +906,96 @@ async fn the_network_manager_is_ready_only_while_its_brokers_are_connected() {
     assert_eq!(status.code(), Some(0), "{}", node.output());
     cp.stop().await;
 }
+
+/// With peering on and no Liqo installed, the node says once per watch of
+/// a Liqo kind that K8Slice peering is not available and why, `/readyz`
+/// says it (still 200: sales and Services go on), and nothing repeats
+/// while the watches back off; once Liqo's CRDs are installed, peering
+/// goes on without a restart and the note is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_liqo_it_says_once_that_peering_is_not_available() {
+    if let Some(reason) = fluidos_testenv::liqo::skip_reason() {
+        fluidos_testenv::skip::unavailable(reason);
+        return;
+    }
+    let liqo = fluidos_testenv::LiqoBinaries::from_env().unwrap();
+    let cp = control_plane(true).await;
+    create_namespace(&cp).await;
+    create_identity(
+        &cp,
+        &[
+            ("domain", "fluidos.eu"),
+            ("nodeID", "abcdefghij"),
+            ("ip", "192.0.2.8"),
+            ("port", "30001"),
+        ],
+    )
+    .await;
+    let mut node = Node::spawn(
+        &cp,
+        &[
+            "--components",
+            "rear-manager",
+            "--liqo-cluster-id",
+            "cluster-1",
+        ],
+    );
+    node.until_ok(node.probes, "/readyz", READY_WITHIN).await;
+    let started = Instant::now();
+    let body = loop {
+        let (code, body) = http_get(node.probes, "/readyz").await.unwrap();
+        assert_eq!(code, 200, "{body}");
+        if body.contains("K8Slice peering is not available") {
+            break body;
+        }
+        assert!(
+            started.elapsed() < READY_WITHIN,
+            "/readyz never said peering is not available: {body}\n{}",
+            node.output()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        body.starts_with("ok (degraded: rear-manager: ")
+            && body.contains("Liqo's ")
+            && body.contains("--peering=false"),
+        "{body}"
+    );
+    // Long enough for the watches' backoff to retry (from 0.8 s, doubling).
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let log = node.output();
+    let said = log
+        .lines()
+        .filter(|l| l.contains("K8Slice peering is not available"))
+        .count();
+    // One per watch of a Liqo kind (Identity, ResourceSlice, ForeignCluster
+    // of the Allocation controller; ResourceSlice, Tenant of the slice class;
+    // Tenant of the cleanup), however often they retried.
+    assert!((1..=6).contains(&said), "said {said} times:\n{log}");
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("watch failed") && l.contains("liqo.io")),
+        "{log}"
+    );
+
+    // Liqo installed: the watches list, the note goes.
+    cp.install_crds(&liqo.crds_dir()).await.unwrap();
+    let started = Instant::now();
+    loop {
+        let (code, body) = http_get(node.probes, "/readyz").await.unwrap();
+        if (code, body.as_str()) == (200, "ok") {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "/readyz still {code} {body} with Liqo's CRDs installed\n{}",
+            node.output()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(node.output().contains("is served now"), "{}", node.output());
+    node.sigterm();
+    let status = node.wait(Duration::from_secs(5)).await;
+    assert_eq!(status.code(), Some(0), "{}", node.output());
+    cp.stop().await;
+}

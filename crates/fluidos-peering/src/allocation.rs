@@ -86,6 +86,8 @@ pub struct PeeringConfig {
     /// Liqo's networking phase before authentication; `None` peers as
     /// `liqoctl peer --networking-disabled`.
     pub networking: Option<NetworkingConfig>,
+    /// Where the watches of Liqo's kinds say which are not served.
+    pub liqo: crate::liqo_watch::LiqoPresence,
 }
 
 /// The consumer's settings for Liqo's networking phase.
@@ -201,6 +203,7 @@ pub async fn run(
         remotes: Mutex::default(),
     });
     let policy = reconciler.clone();
+    let liqo = ctx.cfg.liqo.clone();
     let (a1, a2, a3, a4, a5, a6) = (
         all.clone(),
         all.clone(),
@@ -219,17 +222,15 @@ pub async fn run(
             move |_| a1(),
         )
         .watches_stream(
-            watcher_stream(watcher::watcher(
-                Api::<Identity>::all(client.clone()),
-                watcher::Config::default(),
-            )),
+            liqo_stream("Identity", &liqo, Api::<Identity>::all(client.clone())),
             move |_| a2(),
         )
         .watches_stream(
-            watcher_stream(watcher::watcher(
+            liqo_stream(
+                "ResourceSlice",
+                &liqo,
                 Api::<ResourceSlice>::all(client.clone()),
-                watcher::Config::default(),
-            )),
+            ),
             move |_| a3(),
         )
         .watches_stream(
@@ -240,10 +241,11 @@ pub async fn run(
             move |_| a4(),
         )
         .watches_stream(
-            watcher_stream(watcher::watcher(
+            liqo_stream(
+                "ForeignCluster",
+                &liqo,
                 Api::<ForeignCluster>::all(client.clone()),
-                watcher::Config::default(),
-            )),
+            ),
             move |_| a5(),
         )
         // The gateway creates a sale's Contract and Allocation concurrently:
@@ -362,6 +364,21 @@ where
 {
     use kube::runtime::WatchStreamExt;
     stream.default_backoff().touched_objects()
+}
+
+/// [`watcher_stream`] for a Liqo kind, quiet while Liqo is not installed
+/// ([`crate::liqo_watch`]).
+fn liqo_stream<K>(
+    kind: &'static str,
+    presence: &crate::liqo_watch::LiqoPresence,
+    api: Api<K>,
+) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    use kube::runtime::WatchStreamExt;
+    let events = watcher::watcher(api, watcher::Config::default()).default_backoff();
+    crate::liqo_watch::quiet(kind, presence.clone(), events).touched_objects()
 }
 
 /// True for a Service Contract delivered by Liqo: its peering is the

@@ -9,8 +9,11 @@
 //! reconcile. [`slice_class`] is the provider's ResourceSlice class: a
 //! consumer is granted what its Contract sold, not what its slice asks for.
 //! [`tenant_cleanup`] removes a consumer's Tenant once nothing is sold to it.
+//! [`liqo_watch`] keeps their watches of Liqo's kinds quiet on a cluster
+//! without Liqo, saying once what is missing.
 
 pub mod allocation;
+pub mod liqo_watch;
 pub mod network_objects;
 pub mod objects;
 pub mod slice_class;

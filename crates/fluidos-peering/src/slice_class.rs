@@ -453,6 +453,8 @@ pub struct SliceClassConfig {
     pub identity: NodeIdentity,
     /// The class served ([`FLUIDOS_CLASS`]).
     pub class: String,
+    /// Where the watches of Liqo's kinds say which are not served.
+    pub liqo: crate::liqo_watch::LiqoPresence,
 }
 
 /// One reconcile's failure: one variant per step, keeping the source.
@@ -552,11 +554,15 @@ pub async fn run(
     let stream = {
         use futures::TryStreamExt;
         use kube::runtime::WatchStreamExt;
-        watcher::watcher(
-            slices,
-            watcher::Config::default().labels(&format!("{REPLICATED_LABEL}=true")),
+        crate::liqo_watch::quiet(
+            "ResourceSlice",
+            cfg.liqo.clone(),
+            watcher::watcher(
+                slices,
+                watcher::Config::default().labels(&format!("{REPLICATED_LABEL}=true")),
+            )
+            .default_backoff(),
         )
-        .default_backoff()
         .reflect(writer)
         .inspect_ok(move |event| {
             if matches!(event, watcher::Event::InitDone) {
@@ -584,11 +590,15 @@ pub async fn run(
     // namespace may be granted.
     let tenants = {
         use kube::runtime::WatchStreamExt;
-        watcher::watcher(
-            Api::<Tenant>::all(client.clone()),
-            watcher::Config::default(),
+        crate::liqo_watch::quiet(
+            "Tenant",
+            ctx.cfg.liqo.clone(),
+            watcher::watcher(
+                Api::<Tenant>::all(client.clone()),
+                watcher::Config::default(),
+            )
+            .default_backoff(),
         )
-        .default_backoff()
         .touched_objects()
     };
     let slices_of = cache.clone();

@@ -148,6 +148,8 @@ pub struct TenantCleanupConfig {
     pub namespace: String,
     /// This node's identity: only its own sales keep a Tenant.
     pub identity: NodeIdentity,
+    /// Where the watches of Liqo's kinds say which are not served.
+    pub liqo: crate::liqo_watch::LiqoPresence,
 }
 
 /// One reconcile's failure: one variant per step, keeping the source.
@@ -191,11 +193,15 @@ pub async fn run(
     use kube::runtime::WatchStreamExt;
     let reconciler = Reconciler::new(CONTROLLER, metrics);
     let (cache, writer) = kube::runtime::reflector::store();
-    let tenants = watcher::watcher(
-        Api::<Tenant>::all(client.clone()),
-        watcher::Config::default(),
+    let tenants = crate::liqo_watch::quiet(
+        "Tenant",
+        cfg.liqo.clone(),
+        watcher::watcher(
+            Api::<Tenant>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff(),
     )
-    .default_backoff()
     .reflect(writer)
     .inspect_ok(move |event| {
         if matches!(event, watcher::Event::InitDone) {

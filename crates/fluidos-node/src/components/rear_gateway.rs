@@ -73,7 +73,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
     };
     if let Some(why) = &cfg.k8slice_refusal {
         tracing::warn!(component = %Component::RearGateway, "{why}");
-        ctx.readiness.set_degraded(Some(why.clone()));
+        ctx.readiness
+            .set_degraded(Component::RearGateway, Some(why.clone()));
     }
     tracing::info!(component = %Component::RearGateway, addr = %cfg.bind, "component started");
     let services_shutdown = shutdown.clone();

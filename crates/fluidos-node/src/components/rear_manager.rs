@@ -75,9 +75,11 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
         node_key: ctx.node_key.clone(),
         offloading: offloading.clone(),
     };
-    let peering = peering_config(&ctx);
+    let liqo = fluidos_peering::liqo_watch::LiqoPresence::default();
+    let peering = peering_config(&ctx, &liqo);
     let peering_on = ctx.args.peering;
-    let slice_class_task = peering_on.then(|| spawn_slice_class(&ctx, &shutdown));
+    let slice_class_task = peering_on.then(|| spawn_slice_class(&ctx, &liqo, &shutdown));
+    let liqo_report = peering_on.then(|| tokio::spawn(report_liqo(ctx.clone(), liqo)));
     tracing::info!(component = %Component::RearManager, "component started");
     let peering_shutdown = shutdown.clone();
     let services_shutdown = shutdown.clone();
@@ -112,6 +114,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
         tracing::error!(error = %e, "service allocation controller could not start");
     }
     report.abort();
+    if let Some(task) = liqo_report {
+        task.abort();
+    }
     if let Some(Err(e)) = match slice_class_task {
         Some(task) => Some(task.await),
         None => None,
@@ -123,8 +128,12 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> Result<(), E
 }
 
 /// The Allocation controller's configuration (Liqo peering, both sides).
-fn peering_config(ctx: &Context) -> fluidos_peering::PeeringConfig {
+fn peering_config(
+    ctx: &Context,
+    liqo: &fluidos_peering::liqo_watch::LiqoPresence,
+) -> fluidos_peering::PeeringConfig {
     fluidos_peering::PeeringConfig {
+        liqo: liqo.clone(),
         namespace: ctx.namespace().to_owned(),
         identity: ctx.identity.clone(),
         local_cluster_id: ctx.identity.liqo_id().unwrap_or_default().to_owned(),
@@ -211,20 +220,37 @@ fn parse_peers(peers: &[String]) -> Result<Vec<ProviderAddress>, Error> {
         .collect()
 }
 
+/// Says in `/readyz` (degraded, still 200: sales and Services go on) which
+/// Liqo kinds the peering controllers find not served, for as long as they
+/// are not.
+async fn report_liqo(ctx: Arc<Context>, liqo: fluidos_peering::liqo_watch::LiqoPresence) {
+    let mut missing = liqo.subscribe();
+    loop {
+        let why = fluidos_peering::liqo_watch::unavailable(&missing.borrow_and_update());
+        ctx.readiness.set_degraded(Component::RearManager, why);
+        if missing.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
 /// Starts the provider's ResourceSlice class controller (grants what was
 /// sold) and its Tenant cleanup (a consumer's Tenant goes once nothing is
 /// sold to it). Not part of readiness: on a cluster without Liqo their
 /// watches wait for the CRDs.
 fn spawn_slice_class(
     ctx: &Arc<Context>,
+    liqo: &fluidos_peering::liqo_watch::LiqoPresence,
     shutdown: &CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     let slice_class = fluidos_peering::slice_class::SliceClassConfig {
+        liqo: liqo.clone(),
         namespace: ctx.namespace().to_owned(),
         identity: ctx.identity.clone(),
         class: fluidos_peering::slice_class::FLUIDOS_CLASS.to_owned(),
     };
     let tenant_cleanup = fluidos_peering::tenant_cleanup::TenantCleanupConfig {
+        liqo: liqo.clone(),
         namespace: ctx.namespace().to_owned(),
         identity: ctx.identity.clone(),
     };
