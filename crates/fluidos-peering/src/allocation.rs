@@ -415,7 +415,7 @@ fn tenant_namespace_for(provider: &str, contract: &Contract) -> Namespace {
     if reverse(contract) {
         objects::reverse_tenant_namespace_object(provider, peer_key(contract).map(String::as_str))
     } else {
-        objects::tenant_namespace_object(provider)
+        objects::seller_tenant_namespace_object(provider, peer_key(contract).map(String::as_str))
     }
 }
 
@@ -458,6 +458,38 @@ fn incoming(fc: &ForeignCluster) -> IncomingPeering {
     }
 }
 
+/// Why this node must not peer with `provider` for `contract` through
+/// its tenant namespace `ns` (`identity`: this node's authentication is in
+/// it already), if it must not (pure).
+///
+/// Before this node writes its authentication there (an Identity made
+/// already is left alone: an existing peering is not broken), the
+/// namespace must not be a peer's ([`objects::foreign_tenant_namespace`]).
+/// Not an Error, which is final: the namespace may be mended, or its owner
+/// recorded by the gateway's next sale to that buyer. The reverse peering
+/// (a Service delivered by Liqo) is checked always: another buyer stating
+/// the same cluster ID must not be served through the peering made for
+/// the first. So is another provider's cluster ID
+/// ([`objects::claimed_by_another_seller`]), an Identity made already
+/// included: it is the other provider's.
+fn tenant_namespace_refusal(
+    ns: &Namespace,
+    identity: bool,
+    contract: &Contract,
+    provider: &str,
+) -> Option<String> {
+    let key = peer_key(contract);
+    if (!identity || reverse(contract))
+        && let Some(why) = objects::foreign_tenant_namespace(ns, key, provider)
+    {
+        return Some(why);
+    }
+    if reverse(contract) {
+        return None;
+    }
+    objects::claimed_by_another_seller(ns, key, provider)
+}
+
 async fn consumer(
     ctx: &Context,
     allocations: &Api<Allocation>,
@@ -467,6 +499,13 @@ async fn consumer(
 ) -> Result<Action, Error> {
     let provider = peer_cluster(contract).to_owned();
     let slice_name = contract.name_any();
+    if !provider.is_empty() && provider == ctx.cfg.local_cluster_id {
+        let message = format!(
+            "the peer of Contract {slice_name} states this cluster's own Liqo cluster ID ({provider}): this node does not peer with itself"
+        );
+        write(allocations, a, &plan_error(&message), None).await?;
+        return Ok(Action::await_change());
+    }
     // The first transitions need no observation.
     if !matches!(
         current,
@@ -494,17 +533,9 @@ async fn consumer(
     let ns = objects::tenant_namespace(&provider);
     let c = &ctx.client;
     let (mut view, namespace) = observe_local(c, &ns, &provider, &slice_name).await?;
-    // Before this node writes its authentication there (an Identity made
-    // already is left alone: an existing peering is not broken). Not an
-    // Error, which is final: the namespace may be mended, or its owner
-    // recorded by the gateway's next sale to that buyer.
-    // The reverse peering (a Service delivered by Liqo) is checked always:
-    // another buyer stating the same cluster ID must not be served through
-    // the peering made for the first.
-    if (view.identity.is_none() || reverse(contract))
-        && let Some(why) = namespace
-            .as_ref()
-            .and_then(|n| objects::foreign_tenant_namespace(n, peer_key(contract), &provider))
+    if let Some(why) = namespace
+        .as_ref()
+        .and_then(|n| tenant_namespace_refusal(n, view.identity.is_some(), contract, &provider))
     {
         return still_peering(allocations, a, &why).await;
     }

@@ -173,6 +173,44 @@ pub fn foreign_tenant_namespace(
     ))
 }
 
+/// Annotation on a tenant namespace this node's peering made to buy from a
+/// provider: the key the provider sold with (pinned at discovery). A Liqo
+/// cluster ID is the provider's word: without it, another provider stating
+/// the same ID would be served through the first one's peering.
+pub const SELLER_KEY: &str = "fluidos.eu/seller-key";
+
+/// Why this node must not buy from `provider` with a Contract sold under
+/// `seller_key` through the tenant namespace `ns`, if it must not (pure):
+/// the namespace records that another key peered under that cluster ID
+/// ([`SELLER_KEY`]). A namespace that records no key (made by an earlier
+/// version, or by the gateway for a buyer) is none of this check's
+/// business.
+pub fn claimed_by_another_seller(
+    ns: &Namespace,
+    seller_key: Option<&String>,
+    provider: &str,
+) -> Option<String> {
+    use kube::ResourceExt as _;
+    let recorded = ns.annotations().get(SELLER_KEY)?;
+    (seller_key != Some(recorded)).then(|| {
+        format!(
+            "not peering with cluster {provider}: this node peers with cluster {provider} as the provider of key {recorded} (namespace {}, {SELLER_KEY}), and this Contract's seller {} states the same Liqo cluster ID; a provider may not take another's cluster ID. If {provider} changed its key, end the Contracts bought from it and delete the namespace, then buy again",
+            ns.name_any(),
+            seller_key.map_or("pinned no key".to_owned(), |k| format!("sold with key {k}")),
+        )
+    })
+}
+
+/// [`tenant_namespace_object`] for buying from `peer` with a Contract sold
+/// under `seller_key`, which it records ([`SELLER_KEY`]).
+pub fn seller_tenant_namespace_object(peer: &str, seller_key: Option<&str>) -> Namespace {
+    let mut ns = tenant_namespace_object(peer);
+    if let Some(key) = seller_key {
+        ns.metadata.annotations = Some(BTreeMap::from([(SELLER_KEY.to_owned(), key.to_owned())]));
+    }
+    ns
+}
+
 /// `liqo-tenant-<peer>`, the tenant namespace each side keeps for the other.
 pub fn tenant_namespace(peer: &str) -> String {
     format!("liqo-tenant-{peer}")
@@ -812,5 +850,35 @@ pub(crate) mod tests {
             decode_kubeconfig(&b),
             Err(BuildError::KubeconfigRefused(why)) if why.contains("exec")
         ));
+    }
+
+    #[test]
+    fn a_cluster_id_is_the_first_sellers_key_it_was_bought_under() {
+        let k1 = format!("sha256:{}", "1".repeat(64));
+        let k2 = format!("sha256:{}", "2".repeat(64));
+        let ns = seller_tenant_namespace_object("prov", Some(&k1));
+        assert_eq!(
+            kube::ResourceExt::annotations(&ns).get(SELLER_KEY),
+            Some(&k1)
+        );
+        // The same seller: fine.
+        assert!(claimed_by_another_seller(&ns, Some(&k1), "prov").is_none());
+        // Another key, or none pinned, stating the same cluster ID: refused.
+        let why = claimed_by_another_seller(&ns, Some(&k2), "prov").unwrap();
+        assert!(
+            why.contains(&k1) && why.contains(&k2) && why.contains("another's cluster ID"),
+            "{why}"
+        );
+        assert!(claimed_by_another_seller(&ns, None, "prov").is_some());
+        // No key recorded (an earlier version's, or made for a buyer): not
+        // this check's business.
+        assert!(
+            claimed_by_another_seller(&tenant_namespace_object("prov"), Some(&k2), "prov")
+                .is_none()
+        );
+        assert!(
+            kube::ResourceExt::annotations(&seller_tenant_namespace_object("prov", None))
+                .is_empty()
+        );
     }
 }
