@@ -6,12 +6,12 @@
 //! |---|---|---|
 //! | [`SHADOWPODS`] | ShadowPods (create, update) in peer namespaces | what a pod of the level may not do, naming the field under `spec.pod` |
 //! | [`PODS`] | Pods (create, ephemeral containers) in peer namespaces | the same under `spec`, and any pod before the namespace enforces the level |
-//! | [`SERVICES`] | Services (create, update) in peer namespaces | `spec.externalIPs`, `spec.loadBalancerIP`, a `spec.type` not allowed ([`crate::peer_exposure`]) |
+//! | [`SERVICES`] | Services (create, update) in peer namespaces | `spec.externalIPs`, `spec.loadBalancerIP`, a `spec.type` not allowed ([`crate::peer_exposure`]), a LoadBalancer's address annotations |
 //! | [`VOLUME_CLAIMS`] | PersistentVolumeClaims (create, update) in peer namespaces | `spec.volumeName` (but from the volume controller), `spec.selector`, `storageClassName: ""` |
 //! | [`NAMESPACES`] | Namespaces made by a NamespaceMap (create) | names Liqo does not derive for that tenant |
 //! | [`PEER_SECRETS`] | Secrets (create, update) by the accounts this node issues to peers | ones Liqo would sign with this cluster's key (`liqo.io/signed-nonce`), ServiceAccount tokens |
-//! | [`INGRESSES`] | Ingresses (create, update) in peer namespaces | all, unless allowed; then a `spec.defaultBackend` or a rule without a host |
-//! | [`ENDPOINT_SLICES`] | ShadowEndpointSlices (create, update) in peer namespaces | `FQDN` endpoints, addresses that are not global unicast (loopback, link-local such as 169.254.169.254) |
+//! | [`INGRESSES`] | Ingresses (create, update) in peer namespaces | all, unless allowed; then annotations but Liqo's, a `spec.defaultBackend`, a rule without a host or with a wildcard one |
+//! | [`ENDPOINT_SLICES`] | ShadowEndpointSlices (create, update) in peer namespaces | `FQDN` endpoints, addresses that are not global unicast (loopback, link-local such as 169.254.169.254), endpoints naming a node |
 //!
 //! The ShadowPod policy answers the peer itself: its virtual kubelet (or a
 //! hostile peer with the same credentials) is told which field it may not
@@ -29,17 +29,26 @@
 //! cluster's admin may have set aside (Liqo's reflection sets neither). A
 //! `NodePort`, `LoadBalancer` or `ExternalName` Service, and any Ingress,
 //! are refused unless the operator allows that kind of exposure
-//! ([`crate::peer_exposure`]); an allowed Ingress must name its hosts and
-//! may not be the default backend of this cluster's ingress controller.
+//! ([`crate::peer_exposure`]); an allowed LoadBalancer carries none of the
+//! annotations by which load balancers let a Service choose or share an
+//! address; an allowed Ingress carries no annotations but Liqo's (ingress
+//! controllers are configured by them), names its hosts, none a wildcard,
+//! and is not the default backend. Its hosts, class and TLS Secrets are
+//! not confined further: allow `ingress` for peers you trust.
 //!
-//! The endpoint policy keeps a peer's Services pointing at its own pods:
-//! Liqo turns a peer's ShadowEndpointSlice into an EndpointSlice here, so a
-//! peer could otherwise point its Service at addresses only this cluster's
-//! nodes reach (their loopback, a cloud's metadata service at
-//! 169.254.169.254), as CVE-2021-25740 describes for endpoint writers.
-//! Liqo's reflection sends IP addresses of the peer's pods (remapped into
-//! its pod or external CIDR), which are global unicast. Confining them to
+//! The endpoint policy refuses what Liqo's reflection never sends in a
+//! ShadowEndpointSlice (which Liqo turns into an EndpointSlice here): FQDN
+//! endpoints, addresses that are not global unicast (the API server
+//! refuses loopback and link-local ones in the EndpointSlice too, later and
+//! less clearly), and endpoints naming a node other than the peer's
+//! cluster. It does not keep a peer's Services pointing at its own pods:
+//! an address of this cluster's nodes, pods or Services passes, which with
+//! an exposure allowed is the case of CVE-2021-25740 (outside traffic
+//! forwarded past other tenants' NetworkPolicies). Confining addresses to
 //! the CIDRs Liqo's networking remapped for that peer is not done.
+//!
+//! Every policy evaluates creations and the updates that change `spec` or
+//! the annotations; objects made before the guard are not re-examined.
 //!
 //! The claim policy keeps a peer's storage to what is provisioned for it:
 //! a claim that names a volume (`volumeName`) or selects volumes by label
@@ -240,12 +249,44 @@ pub fn plan(inputs: PolicyInputs) -> Vec<Guarded> {
     ]
 }
 
-/// A match condition: a creation, or an update that changes `spec`. An
-/// update that leaves it as it was (labels, a finalizer removed at
+/// A match condition: a creation, or an update that changes `spec` or the
+/// annotations (load balancers and ingress controllers read theirs). An
+/// update that leaves both as they were (labels, a finalizer removed at
 /// deletion, such as the service controller's on a load balancer) is let
 /// through, so an object made before the guard can still go.
-const SPEC_CHANGED: &str =
-    "request.operation == 'CREATE' || !has(oldObject.spec) || oldObject.spec != object.spec";
+const SPEC_CHANGED: &str = "request.operation == 'CREATE' || !has(oldObject.spec) \
+     || oldObject.spec != object.spec \
+     || oldObject.metadata.?annotations.orValue({}) != object.metadata.?annotations.orValue({})";
+
+/// Annotation prefixes by which load balancer implementations let a
+/// Service choose or share an address (MetalLB, Cilium's LB IPAM,
+/// kube-vip, the clouds' `service.beta.kubernetes.io/...`): Liqo copies a
+/// peer's annotations as they are.
+const LOAD_BALANCER_ANNOTATION_PREFIXES: [&str; 6] = [
+    "metallb.io/",
+    "metallb.universe.tf/",
+    "lbipam.cilium.io/",
+    "io.cilium/",
+    "kube-vip.io/",
+    "service.beta.kubernetes.io/",
+];
+
+/// The only annotations a peer's Ingress may carry: Liqo's own and
+/// kubectl's. Ingress controllers take their configuration from
+/// annotations (ingress-nginx's snippets, external auth URLs: the way of
+/// CVE-2021-25742 and CVE-2025-1974), which Liqo copies as they are.
+const INGRESS_ANNOTATION_PREFIXES: [&str; 2] = [
+    "liqo.io/",
+    "kubectl.kubernetes.io/last-applied-configuration",
+];
+
+fn quoted_list(items: &[&str]) -> String {
+    items
+        .iter()
+        .map(|i| format!("'{i}'"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// The checks on a peer's Service: no addresses of its choosing, and only
 /// the types `exposure` allows besides `ClusterIP`.
@@ -291,6 +332,19 @@ fn service_validations(exposure: &BTreeSet<PeerExposure>) -> Vec<Validation> {
                 types.join(" or ")
             ),
         ),
+        deny(
+            format!(
+                "object.spec.?type.orValue('ClusterIP') != 'LoadBalancer' \
+                 || !object.metadata.?annotations.orValue({{}}).exists(k, [{}].exists(p, k.startsWith(p)))",
+                quoted_list(&LOAD_BALANCER_ANNOTATION_PREFIXES)
+            ),
+            format!(
+                "metadata.annotations: a peer's LoadBalancer Service may not carry a load balancer's \
+                 annotations ({}), by which it could choose or share an address this cluster's admin \
+                 set aside, FLUIDOS peer guard",
+                LOAD_BALANCER_ANNOTATION_PREFIXES.join(", ")
+            ),
+        ),
     ]
 }
 
@@ -308,15 +362,26 @@ fn ingress_validations(allowed: bool) -> Vec<Validation> {
     }
     vec![
         deny(
+            format!(
+                "object.metadata.?annotations.orValue({{}}).all(k, [{}].exists(p, k.startsWith(p)))",
+                quoted_list(&INGRESS_ANNOTATION_PREFIXES)
+            ),
+            format!(
+                "metadata.annotations: a peer's Ingress carries no annotations but {} (an ingress \
+                 controller takes its configuration from them), FLUIDOS peer guard",
+                INGRESS_ANNOTATION_PREFIXES.join(" and ")
+            ),
+        ),
+        deny(
             "!has(object.spec.defaultBackend)".to_owned(),
             "spec.defaultBackend: a peer's Ingress may not take the traffic no other rule \
              matches, FLUIDOS peer guard"
                 .to_owned(),
         ),
         deny(
-            "object.spec.?rules.orValue([]).all(r, r.?host.orValue('') != '')".to_owned(),
-            "spec.rules[*].host: a peer's Ingress names the host of each rule (a rule without \
-             one matches every name here), FLUIDOS peer guard"
+            "object.spec.?rules.orValue([]).all(r, !r.?host.orValue('*').startsWith('*'))".to_owned(),
+            "spec.rules[*].host: a peer's Ingress names the host of each rule, not a wildcard \
+             (a rule without one, or with *.<domain>, matches names others serve here), FLUIDOS peer guard"
                 .to_owned(),
         ),
     ]
@@ -325,6 +390,7 @@ fn ingress_validations(allowed: bool) -> Vec<Validation> {
 /// The checks on a peer's ShadowEndpointSlice: IP endpoints at global
 /// unicast addresses only, as Liqo's reflection makes them.
 fn endpoint_slice_validations() -> Vec<Validation> {
+    let peer = format!("namespaceObject.metadata.labels['{REMOTE_CLUSTER_ID_LABEL}']");
     vec![
         deny(
             "object.spec.?template.?addressType.orValue('') != 'FQDN'".to_owned(),
@@ -340,6 +406,15 @@ fn endpoint_slice_validations() -> Vec<Validation> {
              its pods, never loopback, link-local (a cloud's metadata service at 169.254.169.254), \
              multicast or unspecified ones, which only this cluster's nodes reach, FLUIDOS peer guard"
                 .to_owned(),
+        ),
+        deny(
+            format!(
+                "object.spec.?template.?endpoints.orValue([]).all(e, e.?nodeName.orValue({peer}) == {peer})"
+            ),
+            format!(
+                "spec.template.endpoints[*].nodeName: a peer's endpoint names no node here but its \
+                 cluster (Liqo's reflection sets the peer's cluster ID, {REMOTE_CLUSTER_ID_LABEL}), FLUIDOS peer guard"
+            ),
         ),
     ]
 }
@@ -1048,6 +1123,8 @@ mod tests {
             "object.spec.?type.orValue('ClusterIP') in ['ClusterIP', 'NodePort']"
         );
         assert!(messages(&some[2])[2].contains("may allow load-balancer, external-name"));
+        assert!(messages(&some[2])[3].starts_with("metadata.annotations"));
+        assert!(expressions(&some[2])[3].contains("'metallb.io/'"));
         // Updates that leave the spec alone (a finalizer removed) pass.
         let only = &none[2]
             .policy
@@ -1071,8 +1148,10 @@ mod tests {
             ..inputs(PodSecurityLevel::Restricted)
         });
         let msgs = messages(&allowed[6]);
-        assert!(msgs[0].starts_with("spec.defaultBackend"), "{msgs:?}");
-        assert!(msgs[1].starts_with("spec.rules[*].host"), "{msgs:?}");
+        assert!(msgs[0].starts_with("metadata.annotations"), "{msgs:?}");
+        assert!(msgs[1].starts_with("spec.defaultBackend"), "{msgs:?}");
+        assert!(msgs[2].starts_with("spec.rules[*].host"), "{msgs:?}");
+        assert!(expressions(&allowed[6])[0].contains("'liqo.io/'"));
         assert!(
             allowed[6]
                 .binding
@@ -1092,6 +1171,10 @@ mod tests {
         let msgs = messages(g);
         assert!(msgs[0].starts_with("spec.template.addressType"), "{msgs:?}");
         assert!(msgs[1].contains("169.254.169.254"), "{msgs:?}");
+        assert!(
+            msgs[2].starts_with("spec.template.endpoints[*].nodeName"),
+            "{msgs:?}"
+        );
         assert!(expressions(g)[1].contains("isIP(a) && ip(a).isGlobalUnicast()"));
         let rule = &g
             .policy

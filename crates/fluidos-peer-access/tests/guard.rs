@@ -980,12 +980,31 @@ async fn by_default_a_peers_workloads_are_reached_only_inside_this_cluster() {
         assert!(msg.contains(field), "{what}: {msg}");
         say(&format!("ShadowEndpointSlice at {what} refused: {msg}"));
     }
-    // What Liqo's reflection sends: the peer's pods, remapped.
+    // An endpoint that names a node here. (Per-node hints cannot be set:
+    // Liqo's ShadowEndpointSlice schema prunes them.)
+    for (what, edit, field) in [(
+        "naming a node here",
+        json!({"nodeName": "control-plane"}),
+        "endpoints[*].nodeName",
+    )] {
+        let mut slice = shadow_endpoint_slice("web-x", "IPv4", &["10.71.0.5"]);
+        let endpoint = &mut slice.data["spec"]["template"]["endpoints"][0];
+        for (k, v) in edit.as_object().unwrap() {
+            endpoint[k] = v.clone();
+        }
+        let msg = refusal(
+            slices.create(&PostParams::default(), &slice).await,
+            &format!("a ShadowEndpointSlice {what}"),
+        );
+        assert!(msg.contains(field), "{what}: {msg}");
+        say(&format!("ShadowEndpointSlice {what} refused: {msg}"));
+    }
+    // What Liqo's reflection sends: the peer's pods, remapped, on the
+    // peer's cluster.
+    let mut liqo_made = shadow_endpoint_slice("web-x", "IPv4", &["10.71.0.5", "10.71.0.6"]);
+    liqo_made.data["spec"]["template"]["endpoints"][0]["nodeName"] = json!(PEER);
     slices
-        .create(
-            &PostParams::default(),
-            &shadow_endpoint_slice("web-x", "IPv4", &["10.71.0.5", "10.71.0.6"]),
-        )
+        .create(&PostParams::default(), &liqo_made)
         .await
         .unwrap();
     let msg = refusal(
@@ -1059,6 +1078,11 @@ async fn allowed_exposure_is_admitted_and_an_allowed_ingress_names_its_hosts() {
             json!({"defaultBackend": backend()}),
             "spec.defaultBackend",
         ),
+        (
+            "an Ingress for a wildcard host",
+            ingress_with_host("*.corp.example"),
+            "spec.rules[*].host",
+        ),
     ] {
         let msg = refusal(
             ingresses
@@ -1069,6 +1093,82 @@ async fn allowed_exposure_is_admitted_and_an_allowed_ingress_names_its_hosts() {
         assert!(msg.contains(field), "{what}: {msg}");
         say(&format!("{what} refused: {msg}"));
     }
+    // The controller's configuration is in annotations: none but Liqo's,
+    // added later included.
+    let mut snippet = ingress("snippet", ingress_with_host("blog.example"));
+    snippet.metadata.annotations = Some(
+        [(
+            "nginx.ingress.kubernetes.io/server-snippet".to_owned(),
+            "location / { proxy_pass http://169.254.169.254; }".to_owned(),
+        )]
+        .into(),
+    );
+    let msg = refusal(
+        ingresses.create(&PostParams::default(), &snippet).await,
+        "an Ingress with a controller's snippet",
+    );
+    assert!(msg.contains("metadata.annotations"), "{msg}");
+    let msg = refusal(
+        ingresses
+            .patch(
+                "site",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {
+                    "nginx.ingress.kubernetes.io/auth-url": "http://attacker.example"}}})),
+            )
+            .await,
+        "an Ingress given a controller's annotation later",
+    );
+    assert!(msg.contains("metadata.annotations"), "{msg}");
+    say(&format!("Ingress annotations refused: {msg}"));
+    guard.abort();
+    cp.stop().await;
+}
+
+#[tokio::test]
+async fn an_allowed_load_balancer_chooses_no_address() {
+    if let Some(reason) = fluidos_testenv::liqo::skip_reason() {
+        fluidos_testenv::skip::unavailable(reason);
+        return;
+    }
+    let (cp, guard, ns) = guarded_plane(BTreeSet::from([PeerExposure::LoadBalancer])).await;
+    let services = Api::<Service>::namespaced(cp.client(), &ns);
+    let lb = json!({"type": "LoadBalancer", "ports": [{"port": 80}]});
+    let mut chosen = service("chosen", lb.clone());
+    chosen.metadata.annotations = Some(
+        [(
+            "metallb.io/loadBalancerIPs".to_owned(),
+            "192.0.2.10".to_owned(),
+        )]
+        .into(),
+    );
+    let msg = refusal(
+        services.create(&PostParams::default(), &chosen).await,
+        "a LoadBalancer choosing its address by annotation",
+    );
+    assert!(
+        msg.contains("metadata.annotations") && msg.contains("metallb.io/"),
+        "{msg}"
+    );
+    services
+        .create(&PostParams::default(), &service("web", lb))
+        .await
+        .unwrap();
+    let msg = refusal(
+        services
+            .patch(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {
+                    "metallb.universe.tf/allow-shared-ip": "admins-ip"}}})),
+            )
+            .await,
+        "a LoadBalancer sharing an address by a later annotation",
+    );
+    assert!(msg.contains("metadata.annotations"), "{msg}");
+    say(&format!(
+        "LoadBalancer admitted, its address annotations refused: {msg}"
+    ));
     guard.abort();
     cp.stop().await;
 }
