@@ -3,53 +3,14 @@
 //! Where the Go node has the same setting, the flag keeps its name and
 //! default, so the Helm chart's arguments carry over.
 
-use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 
+pub use crate::flag_values::{Component, LogFormat};
 use crate::flavor_config::FlavorConfig;
 use crate::go_flags::{GoFlags, component_for_program};
-
-/// One of the controllers/servers this binary can run.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Component {
-    /// Publishes this node's resources as flavors (Go `local-resource-manager`).
-    LocalResourceManager,
-    /// Serves the REAR HTTP API to other nodes (Go `rear-controller` gateway).
-    RearGateway,
-    /// Drives solvers, reservations and allocations (Go `rear-manager`).
-    RearManager,
-    /// Discovers other nodes (Go `network-manager`).
-    NetworkManager,
-}
-
-impl Component {
-    /// Every component, in start order.
-    pub const ALL: [Component; 4] = [
-        Component::LocalResourceManager,
-        Component::RearGateway,
-        Component::RearManager,
-        Component::NetworkManager,
-    ];
-
-    /// The flag spelling, e.g. `rear-gateway`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Component::LocalResourceManager => "local-resource-manager",
-            Component::RearGateway => "rear-gateway",
-            Component::RearManager => "rear-manager",
-            Component::NetworkManager => "network-manager",
-        }
-    }
-}
-
-impl fmt::Display for Component {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// Service type of a Liqo GatewayServer (`--liqo-gateway-service-type`).
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,16 +32,6 @@ impl From<GatewayServiceType> for fluidos_peering::GatewayServiceType {
             GatewayServiceType::ClusterIP => Self::ClusterIp,
         }
     }
-}
-
-/// How log lines are written.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    #[default]
-    Text,
-    /// One JSON object per line, for log collectors.
-    Json,
 }
 
 /// Everything the `fluidos-node` binary can be told at startup.

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use clap::builder::BoolishValueParser;
 
-use crate::cli::{Component, LogFormat};
+use crate::flag_values::{Component, LogFormat};
 
 /// Flags the Go binaries take (controller-runtime's and the node's own).
 #[derive(clap::Args, Clone, Debug, Default, PartialEq)]

@@ -10,6 +10,7 @@
 pub mod cli;
 pub mod components;
 pub mod context;
+pub mod flag_values;
 pub mod flavor_config;
 pub mod go_flags;
 pub mod health;
