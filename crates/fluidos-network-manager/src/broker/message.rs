@@ -15,8 +15,32 @@
 
 use serde_json::{Map, Value};
 
-use super::spec::SpecError;
 use crate::advertisement::{self, Advertisement, Rejection};
+
+/// A `spec.metric` or `spec.rule` that makes no message.
+#[derive(Debug, thiserror::Error)]
+pub enum MessageError {
+    /// `spec.metric` is not JSON.
+    #[error("spec.metric is not JSON: {0}")]
+    Metric(#[source] serde_json::Error),
+    /// `spec.metric` is JSON but not an object.
+    #[error("spec.metric must be a JSON object")]
+    MetricNotObject,
+    /// `spec.rule` is not JSON.
+    #[error("spec.rule is not JSON: {0}")]
+    Rule(#[source] serde_json::Error),
+    /// `spec.rule` is JSON but not an object (nor a string holding one).
+    #[error("spec.rule must be a JSON object")]
+    RuleNotObject,
+    /// A message would exceed what receivers accept.
+    #[error("the {what} would be {len} bytes, more than the {MAX_MESSAGE_BYTES} receivers accept")]
+    TooLarge {
+        /// `announcement` or `rule`.
+        what: &'static str,
+        /// Its size.
+        len: usize,
+    },
+}
 
 /// Largest message accepted from a broker, and published to one: far more
 /// than an announcement with metrics needs (Go's are about 200 bytes), far
@@ -31,13 +55,13 @@ pub fn announcement(
     metric: &str,
     identity: &fluidos_api::NodeIdentity,
     fingerprint: Option<&fluidos_rear_identity::Fingerprint>,
-) -> Result<Vec<u8>, SpecError> {
+) -> Result<Vec<u8>, MessageError> {
     let mut object = if metric.trim().is_empty() {
         Map::new()
     } else {
-        match serde_json::from_str::<Value>(metric).map_err(SpecError::Metric)? {
+        match serde_json::from_str::<Value>(metric).map_err(MessageError::Metric)? {
             Value::Object(m) => m,
-            _ => return Err(SpecError::MetricNotObject),
+            _ => return Err(MessageError::MetricNotObject),
         }
     };
     object.insert("ip".into(), Value::String(identity.ip.clone()));
@@ -47,31 +71,33 @@ pub fn announcement(
         Some(f) => object.insert("fingerprint".into(), Value::String(f.to_string())),
         None => object.remove("fingerprint"),
     };
-    let body = serde_json::to_vec(&Value::Object(object)).map_err(SpecError::Metric)?;
+    let body = serde_json::to_vec(&Value::Object(object)).map_err(MessageError::Metric)?;
     check_size("announcement", body)
 }
 
 /// The rule body: `rule`'s JSON object (an empty rule is `{}`). A rule
 /// written as a JSON string holding the object (Go's encoding) is
 /// unwrapped once.
-pub fn rule(rule: &str) -> Result<Vec<u8>, SpecError> {
+pub fn rule(rule: &str) -> Result<Vec<u8>, MessageError> {
     if rule.trim().is_empty() {
         return Ok(b"{}".to_vec());
     }
-    let value = match serde_json::from_str::<Value>(rule).map_err(SpecError::Rule)? {
-        Value::String(inner) => serde_json::from_str::<Value>(&inner).map_err(SpecError::Rule)?,
+    let value = match serde_json::from_str::<Value>(rule).map_err(MessageError::Rule)? {
+        Value::String(inner) => {
+            serde_json::from_str::<Value>(&inner).map_err(MessageError::Rule)?
+        }
         v => v,
     };
     if !value.is_object() {
-        return Err(SpecError::RuleNotObject);
+        return Err(MessageError::RuleNotObject);
     }
-    let body = serde_json::to_vec(&value).map_err(SpecError::Rule)?;
+    let body = serde_json::to_vec(&value).map_err(MessageError::Rule)?;
     check_size("rule", body)
 }
 
-fn check_size(what: &'static str, body: Vec<u8>) -> Result<Vec<u8>, SpecError> {
+fn check_size(what: &'static str, body: Vec<u8>) -> Result<Vec<u8>, MessageError> {
     if body.len() > MAX_MESSAGE_BYTES {
-        return Err(SpecError::TooLarge {
+        return Err(MessageError::TooLarge {
             what,
             len: body.len(),
         });
@@ -184,16 +210,16 @@ mod tests {
         // Go published an empty body (§8.2 bug 28).
         assert!(matches!(
             announcement("{", &identity(), None),
-            Err(SpecError::Metric(_))
+            Err(MessageError::Metric(_))
         ));
         assert!(matches!(
             announcement("3", &identity(), None),
-            Err(SpecError::MetricNotObject)
+            Err(MessageError::MetricNotObject)
         ));
         let huge = format!(r#"{{"k":"{}"}}"#, "x".repeat(MAX_MESSAGE_BYTES));
         assert!(matches!(
             announcement(&huge, &identity(), None),
-            Err(SpecError::TooLarge { .. })
+            Err(MessageError::TooLarge { .. })
         ));
     }
 
@@ -209,8 +235,8 @@ mod tests {
         let go = serde_json::to_string(sample).unwrap();
         assert_eq!(rule(&go).unwrap(), body);
         assert_eq!(rule("").unwrap(), b"{}");
-        assert!(matches!(rule("[1]"), Err(SpecError::RuleNotObject)));
-        assert!(matches!(rule("{"), Err(SpecError::Rule(_))));
+        assert!(matches!(rule("[1]"), Err(MessageError::RuleNotObject)));
+        assert!(matches!(rule("{"), Err(MessageError::Rule(_))));
     }
 
     #[test]

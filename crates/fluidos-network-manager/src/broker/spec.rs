@@ -4,7 +4,7 @@
 use fluidos_api::NodeIdentity;
 use fluidos_api::network::BrokerSpec;
 
-use super::message::{self, MAX_MESSAGE_BYTES};
+use super::message::{self, MessageError};
 
 /// The Go node's implied port (`amqps://<address>:5671/`).
 pub const DEFAULT_PORT: u16 = 5671;
@@ -84,26 +84,9 @@ pub enum SpecError {
     /// `spec.address` is not `host` or `host:port`.
     #[error("spec.address {0:?} is not a host name or address, optionally with :port")]
     Address(String),
-    /// `spec.metric` is not JSON.
-    #[error("spec.metric is not JSON: {0}")]
-    Metric(#[source] serde_json::Error),
-    /// `spec.metric` is JSON but not an object.
-    #[error("spec.metric must be a JSON object")]
-    MetricNotObject,
-    /// `spec.rule` is not JSON.
-    #[error("spec.rule is not JSON: {0}")]
-    Rule(#[source] serde_json::Error),
-    /// `spec.rule` is JSON but not an object (nor a string holding one).
-    #[error("spec.rule must be a JSON object")]
-    RuleNotObject,
-    /// A message would exceed what receivers accept.
-    #[error("the {what} would be {len} bytes, more than the {MAX_MESSAGE_BYTES} receivers accept")]
-    TooLarge {
-        /// `announcement` or `rule`.
-        what: &'static str,
-        /// Its size.
-        len: usize,
-    },
+    /// `spec.metric` or `spec.rule` makes no message.
+    #[error(transparent)]
+    Message(#[from] MessageError),
 }
 
 /// Checks `spec` and prepares the messages `identity` will publish; its
@@ -264,11 +247,11 @@ mod tests {
         assert!(p.rule.is_none(), "a publisher routes nothing to itself");
         assert!(matches!(
             plan(&spec("both", "[1]", "{}"), &identity(), None),
-            Err(SpecError::MetricNotObject)
+            Err(SpecError::Message(MessageError::MetricNotObject))
         ));
         assert!(matches!(
             plan(&spec("both", "{}", "{"), &identity(), None),
-            Err(SpecError::Rule(_))
+            Err(SpecError::Message(MessageError::Rule(_)))
         ));
     }
 }
